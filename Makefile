@@ -1,0 +1,35 @@
+# The two commands of the README: `make run` and `make test`. Both set everything up.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test services venv migrate lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+services:
+	bash deploy/local/services.sh
+
+migrate: venv services
+	$(PY) manage.py migrate --noinput
+
+run: migrate
+	$(PY) manage.py runplatform
+
+test: venv services
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: migrate
+	$(PY) tests/bench/bench_control_plane.py
+
+clean:
+	rm -rf $(VENV)

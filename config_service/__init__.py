@@ -1,0 +1,1 @@
+"""The config log (ConfigEvent), its projections, the service functions and the REST API."""

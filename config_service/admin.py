@@ -1,0 +1,76 @@
+"""Admin for operators: address spaces, addresses, users (read-only: changes go through the
+service functions), the event log (read-only, filterable) and a resync action."""
+from django.contrib import admin, messages
+
+from .models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser, Outbox
+from .status import agent_states, space_status
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.action(description="Resync the selected address spaces now")
+def resync(modeladmin, request, queryset):
+    from workers.dispatch import notify_space
+
+    for space in queryset:
+        notify_space(space.uid)
+    messages.info(request, f"Resync requested for {queryset.count()} address space(s).")
+
+
+@admin.register(AddressSpace)
+class AddressSpaceAdmin(ReadOnlyAdmin):
+    list_display = ["name", "tenant", "type", "plan", "phase", "last_sequence", "terminating"]
+    list_filter = ["type", "plan", "terminating"]
+    search_fields = ["name", "tenant__slug", "uid"]
+    actions = [resync]
+
+    @admin.display(description="Phase")
+    def phase(self, obj):
+        return space_status(obj, agent_states([obj.uid]).get(obj.uid, {})).phase
+
+
+@admin.register(Address)
+class AddressAdmin(ReadOnlyAdmin):
+    list_display = ["name", "address", "type", "plan", "scheduled", "pending_reason",
+                    "resource_version"]
+    list_filter = ["type", "scheduled", "plan"]
+    search_fields = ["name", "address", "space__name", "space__tenant__slug"]
+    list_select_related = ["space"]
+
+
+@admin.register(MessagingUser)
+class MessagingUserAdmin(ReadOnlyAdmin):
+    list_display = ["name", "username", "space", "resource_version"]
+    search_fields = ["name", "username", "space__name"]
+    exclude = ["password_hash"]
+
+
+@admin.register(ConfigEvent)
+class ConfigEventAdmin(ReadOnlyAdmin):
+    list_display = ["position", "created_at", "tenant", "type", "stream", "sequence", "actor",
+                    "request_id"]
+    list_filter = ["type", "tenant", "actor"]
+    search_fields = ["stream__uid", "request_id", "actor"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(AgentState)
+class AgentStateAdmin(ReadOnlyAdmin):
+    list_display = ["space_uid", "kind", "applied_sequence", "applied_at", "torn_down",
+                    "space_error"]
+    list_filter = ["kind", "torn_down"]
+
+
+@admin.register(Outbox)
+class OutboxAdmin(ReadOnlyAdmin):
+    list_display = ["event", "stream_uid", "sequence", "created_at", "attempts", "acked_at"]
+    list_filter = [("acked_at", admin.EmptyFieldListFilter)]

@@ -1,0 +1,182 @@
+"""EnMasse-shaped resources: rendering of projections, and reading of posted manifests."""
+from django.conf import settings
+
+from ..errors import Invalid
+from ..status import address_status, space_status
+
+ENMASSE = "enmasse.io/v1beta1"
+USER_API = "user.enmasse.io/v1beta1"
+ADMIN_API = "admin.enmasse.io/v1beta2"
+MAAS_API = "maas.io/v1"
+
+
+def _ts(value) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _metadata(name, namespace, version, created, **extra) -> dict:
+    meta = {"name": name, "namespace": namespace, "resourceVersion": str(version),
+            "creationTimestamp": _ts(created)}
+    meta.update(extra)
+    return meta
+
+
+def endpoints(space) -> list[dict]:
+    """Where clients connect (EnMasse status.endpointStatuses)."""
+    if space.type == "brokered":
+        return [
+            {"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST,
+             "servicePorts": [{"name": "amqp", "port": settings.RABBITMQ_AMQP_PORT}],
+             "virtualHost": f"vhost:{space.vhost}"},
+            {"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST,
+             "servicePorts": [{"name": "mqtt", "port": settings.RABBITMQ_MQTT_PORT}],
+             "usernameFormat": f"{space.vhost}:<username>"},
+        ]
+    return []
+
+
+def address_space(space, states: dict) -> dict:
+    status = space_status(space, states)
+    return {
+        "apiVersion": ENMASSE,
+        "kind": "AddressSpace",
+        "metadata": _metadata(space.name, space.tenant.slug, space.resource_version,
+                              space.created_at, uid=str(space.uid)),
+        "spec": {**space.spec, "type": space.type, "plan": space.plan},
+        "status": {
+            "phase": status.phase,
+            "isReady": status.is_ready,
+            "messages": status.messages,
+            "endpointStatuses": endpoints(space),
+            "planStatus": space.plan_status,
+        },
+    }
+
+
+def address(space, addr, states: dict) -> dict:
+    status = address_status(space, addr, states)
+    spec = {"address": addr.address, "type": addr.type, "plan": addr.plan, **addr.spec}
+    for field in ("topic", "deadletter", "expiry"):
+        if getattr(addr, field):
+            spec[field] = getattr(addr, field)
+    body = {
+        "phase": status.phase,
+        "isReady": status.is_ready,
+        "messages": status.messages,
+        "planStatus": {k: addr.plan_status.get(k) for k in ("name", "partitions", "resources")},
+        "brokerStatuses": addr.placement,
+    }
+    return {
+        "apiVersion": ENMASSE,
+        "kind": "Address",
+        "metadata": _metadata(addr.name, space.tenant.slug, addr.resource_version,
+                              addr.created_at, addressSpace=space.name),
+        "spec": spec,
+        "status": body,
+    }
+
+
+def messaging_user(space, user, states: dict) -> dict:
+    storage = states.get("storage")
+    applied = storage is not None and storage.applied_sequence >= user.resource_version
+    return {
+        "apiVersion": USER_API,
+        "kind": "MessagingUser",
+        "metadata": _metadata(user.name, space.tenant.slug, user.resource_version,
+                              user.created_at, addressSpace=space.name),
+        "spec": {"username": user.username, "authentication": {"type": "password"},
+                 "authorization": user.authorization},
+        "status": {"phase": "Active" if applied else "Configuring",
+                   "message": "" if applied else "Waiting for the agents"},
+    }
+
+
+def tenant(t, role: str | None) -> dict:
+    return {
+        "apiVersion": MAAS_API,
+        "kind": "Tenant",
+        "metadata": {"name": t.slug, "uid": str(t.uid), "creationTimestamp": _ts(t.created_at)},
+        "spec": {"displayName": t.name},
+        "status": {"role": role},
+    }
+
+
+def address_space_plan(plan) -> dict:
+    return {
+        "apiVersion": ADMIN_API,
+        "kind": "AddressSpacePlan",
+        "metadata": {"name": plan.name, "resourceVersion": str(plan.resource_version)},
+        "spec": {
+            "addressSpaceType": plan.address_space_type,
+            "resourceLimits": plan.resource_limits,
+            "addressPlans": sorted(p.name for p in plan.address_plans.all()),
+            "infraConfigRef": plan.infra_config_ref,
+            "displayName": plan.display_name,
+            "displayOrder": plan.display_order,
+            "shortDescription": plan.short_description,
+            "longDescription": plan.long_description,
+        },
+        "status": {"phase": "Active"},
+    }
+
+
+def address_plan(plan) -> dict:
+    spec = {
+        "addressType": plan.address_type,
+        "resources": plan.resources,
+        "partitions": plan.partitions,
+        "displayName": plan.display_name,
+        "displayOrder": plan.display_order,
+        "shortDescription": plan.short_description,
+        "longDescription": plan.long_description,
+    }
+    if plan.message_ttl:
+        spec["messageTtl"] = plan.message_ttl
+    if plan.message_redelivery:
+        spec["messageRedelivery"] = plan.message_redelivery
+    return {"apiVersion": ADMIN_API, "kind": "AddressPlan",
+            "metadata": {"name": plan.name, "resourceVersion": str(plan.resource_version)},
+            "spec": spec, "status": {"phase": "Active"}}
+
+
+def event(e, public_payload) -> dict:
+    return {
+        "position": e.position,
+        "stream": str(e.stream_id),
+        "sequence": e.sequence,
+        "type": e.type,
+        "schemaVersion": e.schema_version,
+        "payload": public_payload(e.payload),
+        "actor": e.actor,
+        "requestId": e.request_id,
+        "time": e.created_at.isoformat(),
+    }
+
+
+# Reading manifests --------------------------------------------------------------------------
+
+def read(body, kind: str) -> tuple[dict, dict]:
+    """(metadata, spec) of a posted manifest; `kind`, if given, must match."""
+    if not isinstance(body, dict):
+        raise Invalid(f"the body must be a {kind} object (JSON or YAML)", "body")
+    given = body.get("kind")
+    if given is not None and given != kind:
+        raise Invalid(f"kind must be {kind}, not {given}", "kind")
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    if not isinstance(metadata, dict):
+        raise Invalid("must be an object", "metadata")
+    if not isinstance(spec, dict):
+        raise Invalid("must be an object", "spec")
+    return metadata, spec
+
+
+def expected_version(request, metadata: dict):
+    """The resourceVersion a writer based its change on: metadata or If-Match, if any."""
+    value = metadata.get("resourceVersion") or request.headers.get("If-Match", "").strip('"')
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise Invalid("resourceVersion must be a number", "metadata.resourceVersion")

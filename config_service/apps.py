@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConfigServiceConfig(AppConfig):
+    name = "config_service"
+    verbose_name = "Config log and address spaces"

@@ -1,0 +1,32 @@
+"""Errors of the service functions; the API turns them into 400, 403, 404 and 409."""
+
+
+class ServiceError(Exception):
+    status = 400
+    code = "invalid"
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class Invalid(ServiceError):
+    """Bad input: names the field; nothing was changed."""
+
+
+class NotFound(ServiceError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    """A name already taken, a stale resourceVersion, or an object still in use."""
+
+    status = 409
+    code = "conflict"
+
+
+class QuotaExceeded(ServiceError):
+    status = 403
+    code = "quota_exceeded"

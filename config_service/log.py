@@ -1,0 +1,68 @@
+"""Appends config events: next sequence of the stream, projection update and outbox row.
+
+Callers are service functions already inside `transaction.atomic`; the fan-out is sent only
+after the transaction commits, and the outbox relay re-sends it if that send is lost.
+"""
+import logging
+import uuid
+
+from django.db import transaction
+from django.utils import timezone
+
+from . import projections
+from .events import validate
+from .models import ConfigEvent, EventStream, Outbox
+
+logger = logging.getLogger(__name__)
+
+
+def open_stream(uid: uuid.UUID, kind: str, tenant) -> EventStream:
+    return EventStream.objects.create(uid=uid, kind=kind, tenant=tenant)
+
+
+def lock_stream(uid) -> EventStream:
+    """Locks the stream row; concurrent writers to the same space queue up here."""
+    return EventStream.objects.select_for_update().get(uid=uid)
+
+
+def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
+           request_id: str = "") -> ConfigEvent:
+    """Appends one event to a locked stream, applies it to the projections, and queues it."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("append() must run inside the service function's transaction")
+    event_type = validate(type_name, payload)
+    stream.last_sequence += 1
+    stream.save(update_fields=["last_sequence"])
+    event = ConfigEvent.objects.create(
+        stream=stream,
+        tenant_id=stream.tenant_id,
+        sequence=stream.last_sequence,
+        type=type_name,
+        schema_version=event_type.version,
+        payload=payload,
+        actor=actor,
+        request_id=request_id,
+        created_at=timezone.now(),
+    )
+    projections.apply(event)
+    if stream.kind == EventStream.ADDRESS_SPACE:
+        Outbox.objects.create(event=event, stream_uid=stream.uid, sequence=event.sequence)
+        transaction.on_commit(lambda: _fan_out(stream.uid), robust=True)
+    logger.info(
+        "config_event.appended",
+        extra={
+            "tenant_id": stream.tenant_id,
+            "stream": str(stream.uid),
+            "event_type": type_name,
+            "position": event.position,
+            "sequence": event.sequence,
+            "request_id": request_id,
+        },
+    )
+    return event
+
+
+def _fan_out(space_uid) -> None:
+    from workers.dispatch import notify_space  # workers depend on us, not the other way
+
+    notify_space(space_uid)

@@ -1,0 +1,143 @@
+"""Applies config events to the projections; the only writer of spaces, addresses and users.
+
+The same function serves the live path (inside the service function's transaction) and the
+rebuild from the log, so both give the same rows by construction; tests compare them anyway.
+"""
+from .events import upcast
+from .models import Address, AddressSpace, ConfigEvent, MessagingUser
+
+
+def apply(event: ConfigEvent) -> None:
+    handler = _HANDLERS.get(event.type)
+    if handler is None:
+        return  # tenant events have no projection here
+    payload = upcast(event.type, event.schema_version, event.payload)
+    handler(event, payload)
+
+
+def _space(event: ConfigEvent) -> AddressSpace:
+    return AddressSpace.objects.get(uid=event.stream_id)
+
+
+def _touch_space(event: ConfigEvent, changed: bool = False) -> None:
+    fields = {"last_sequence": event.sequence, "updated_at": event.created_at}
+    if changed:
+        fields["resource_version"] = event.sequence
+    AddressSpace.objects.filter(uid=event.stream_id).update(**fields)
+
+
+def _space_created(event, p):
+    AddressSpace.objects.create(
+        uid=p["uid"],
+        tenant_id=event.tenant_id,
+        name=p["name"],
+        type=p["type"],
+        plan=p["plan"],
+        plan_status=p["plan_status"],
+        spec=p["spec"],
+        resource_version=event.sequence,
+        last_sequence=event.sequence,
+        created_at=event.created_at,
+        updated_at=event.created_at,
+    )
+
+
+def _space_plan_changed(event, p):
+    AddressSpace.objects.filter(uid=event.stream_id).update(
+        plan=p["plan"], plan_status=p["plan_status"]
+    )
+    _touch_space(event, changed=True)
+
+
+def _space_deleted(event, p):
+    AddressSpace.objects.filter(uid=event.stream_id).update(terminating=True)
+    _touch_space(event, changed=True)
+
+
+def _space_removed(event, p):
+    AddressSpace.objects.filter(uid=event.stream_id).delete()  # cascades to addresses, users
+
+
+_ADDRESS_FIELDS = (
+    "plan plan_status deadletter expiry spec scheduled pending_reason placement".split()
+)
+
+
+def _address_created(event, p):
+    Address.objects.create(
+        space=_space(event),
+        name=p["name"],
+        address=p["address"],
+        type=p["type"],
+        topic=p["topic"],
+        **{f: p[f] for f in _ADDRESS_FIELDS},
+        resource_version=event.sequence,
+        created_at=event.created_at,
+        updated_at=event.created_at,
+    )
+    _touch_space(event)
+
+
+def _address_changed(event, p):
+    _update_address(event, p["name"], **{f: p[f] for f in _ADDRESS_FIELDS})
+
+
+def _address_scheduled(event, p):
+    _update_address(event, p["name"], scheduled=True, pending_reason="", placement=p["placement"])
+
+
+def _update_address(event, name, **fields):
+    Address.objects.filter(space__uid=event.stream_id, name=name).update(
+        **fields, resource_version=event.sequence, updated_at=event.created_at
+    )
+    _touch_space(event)
+
+
+def _address_deleted(event, p):
+    Address.objects.filter(space__uid=event.stream_id, name=p["name"]).delete()
+    _touch_space(event)
+
+
+def _user_created(event, p):
+    MessagingUser.objects.create(
+        space=_space(event),
+        name=p["name"],
+        username=p["username"],
+        password_hash=p["password_hash"],
+        authorization=p["authorization"],
+        resource_version=event.sequence,
+        created_at=event.created_at,
+        updated_at=event.created_at,
+    )
+    _touch_space(event)
+
+
+def _user_updated(event, p):
+    MessagingUser.objects.filter(space__uid=event.stream_id, name=p["name"]).update(
+        password_hash=p["password_hash"],
+        authorization=p["authorization"],
+        resource_version=event.sequence,
+        updated_at=event.created_at,
+    )
+    _touch_space(event)
+
+
+def _user_deleted(event, p):
+    MessagingUser.objects.filter(space__uid=event.stream_id, name=p["name"]).delete()
+    _touch_space(event)
+
+
+_HANDLERS = {
+    "address_space.created": _space_created,
+    "address_space.plan_changed": _space_plan_changed,
+    "address_space.deleted": _space_deleted,
+    "address_space.removed": _space_removed,
+    "address.created": _address_created,
+    "address.plan_changed": _address_changed,
+    "address.spec_changed": _address_changed,
+    "address.scheduled": _address_scheduled,
+    "address.deleted": _address_deleted,
+    "messaging_user.created": _user_created,
+    "messaging_user.updated": _user_updated,
+    "messaging_user.deleted": _user_deleted,
+}

@@ -1,0 +1,448 @@
+"""Service functions: the only way address spaces, addresses and messaging users change.
+
+Each one validates, checks plans, credits and the tenant quota, then appends its ConfigEvent(s)
+in one transaction (see `log.append`), which also updates the projections and the outbox.
+"""
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Count
+
+from tenants.models import AddressPlan, AddressSpacePlan, Tenant, TenantQuota
+
+from . import log, scheduling, validation
+from .errors import Conflict, Invalid, NotFound, QuotaExceeded
+from .models import Address, AddressSpace, EventStream, MessagingUser
+from .passwords import hash_password
+
+
+@dataclass(frozen=True)
+class Context:
+    """Who asks, for the audit trail of every event."""
+
+    actor: str
+    request_id: str = ""
+
+
+SYSTEM = Context(actor="system:maas")
+
+
+def _append(stream, type_name, payload, ctx: Context):
+    return log.append(stream, type_name, payload, actor=ctx.actor, request_id=ctx.request_id)
+
+
+def _check_version(current: int, expected: int | None) -> None:
+    if expected is not None and int(expected) != current:
+        raise Conflict(
+            f"resourceVersion {expected} is stale; the current one is {current}. Read the object "
+            "again and retry.",
+            "metadata.resourceVersion",
+        )
+
+
+def _locked_space(space: AddressSpace) -> tuple[EventStream, AddressSpace]:
+    stream = log.lock_stream(space.uid)
+    space = AddressSpace.objects.select_related("tenant").filter(uid=space.uid).first()
+    if space is None:
+        raise NotFound("No such address space.")
+    return stream, space
+
+
+def _quota(tenant: Tenant) -> TenantQuota:
+    quota, _ = TenantQuota.objects.get_or_create(tenant=tenant)
+    return quota
+
+
+# Address spaces -------------------------------------------------------------------------------
+
+def _space_plan(name, space_type) -> AddressSpacePlan:
+    plan = AddressSpacePlan.objects.filter(name=name).first() if isinstance(name, str) else None
+    if plan is None:
+        raise Invalid(f"unknown address space plan {name!r}", "spec.plan")
+    if plan.address_space_type != space_type:
+        raise Invalid(
+            f"plan {name} is for {plan.address_space_type} address spaces, not {space_type}",
+            "spec.plan",
+        )
+    return plan
+
+
+def space_plan_status(plan: AddressSpacePlan) -> dict:
+    return {"name": plan.name, "resourceLimits": plan.resource_limits}
+
+
+@transaction.atomic
+def create_address_space(*, ctx: Context, tenant: Tenant, name, type, plan, spec=None):
+    name = validation.space_name(name)
+    if type not in validation.ADDRESS_TYPES_BY_SPACE:
+        raise Invalid("spec.type must be standard or brokered", "spec.type")
+    plan_obj = _space_plan(plan, type)
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).first()  # serialise quota checks
+    if AddressSpace.objects.filter(tenant=tenant, name=name).exists():
+        raise Conflict(f"Address space {name!r} already exists (or is still terminating).",
+                       "metadata.name")
+    quota = _quota(tenant)
+    if quota.max_address_spaces is not None and (
+        AddressSpace.objects.filter(tenant=tenant).count() >= quota.max_address_spaces
+    ):
+        raise QuotaExceeded(
+            f"Tenant quota of {quota.max_address_spaces} address spaces reached.", "metadata.name"
+        )
+    uid = uuid.uuid4()
+    stream = log.open_stream(uid, EventStream.ADDRESS_SPACE, tenant)
+    _append(stream, "address_space.created", {
+        "uid": str(uid), "name": name, "type": type, "plan": plan_obj.name,
+        "plan_status": space_plan_status(plan_obj), "spec": dict(spec or {}),
+    }, ctx)
+    return AddressSpace.objects.get(uid=uid)
+
+
+@transaction.atomic
+def change_address_space_plan(*, ctx: Context, space: AddressSpace, plan, expected_version=None):
+    stream, space = _locked_space(space)
+    _check_version(space.resource_version, expected_version)
+    _refuse_if_terminating(space)
+    plan_obj = _space_plan(plan, space.type)
+    if plan_obj.name == space.plan:
+        return space
+    usage = _usage(space)
+    if not scheduling.fits(usage, plan_obj.resource_limits):
+        raise QuotaExceeded(
+            f"The addresses of {space.name} use {usage.needed()} and do not fit plan "
+            f"{plan_obj.name}.", "spec.plan",
+        )
+    _append(stream, "address_space.plan_changed",
+            {"plan": plan_obj.name, "plan_status": space_plan_status(plan_obj)}, ctx)
+    space.refresh_from_db()
+    _schedule_pending(stream, space, ctx)
+    return space
+
+
+@transaction.atomic
+def delete_address_space(*, ctx: Context, space: AddressSpace, expected_version=None):
+    stream, space = _locked_space(space)
+    _check_version(space.resource_version, expected_version)
+    if not space.terminating:
+        _append(stream, "address_space.deleted", {}, ctx)
+
+
+@transaction.atomic
+def remove_address_space(*, uid, ctx: Context = SYSTEM) -> bool:
+    """Drops a terminating space once its agents tore everything down (the finalizer)."""
+    space = AddressSpace.objects.filter(uid=uid, terminating=True).first()
+    if space is None:
+        return False
+    stream, space = _locked_space(space)
+    _append(stream, "address_space.removed", {}, ctx)
+    return True
+
+
+def _refuse_if_terminating(space: AddressSpace) -> None:
+    if space.terminating:
+        raise Conflict(f"Address space {space.name} is being deleted.", "metadata.name")
+
+
+# Addresses ------------------------------------------------------------------------------------
+
+def _address_plan(name, address_type, space: AddressSpace) -> AddressPlan:
+    plan = AddressPlan.objects.filter(name=name).first() if isinstance(name, str) else None
+    if plan is None:
+        raise Invalid(f"unknown address plan {name!r}", "spec.plan")
+    if plan.address_type != address_type:
+        raise Invalid(f"plan {name} is for {plan.address_type} addresses, not {address_type}",
+                      "spec.plan")
+    if not plan.space_plans.filter(name=space.plan).exists():
+        raise Invalid(f"plan {name} is not offered by address space plan {space.plan}",
+                      "spec.plan")
+    return plan
+
+
+def address_plan_status(plan: AddressPlan) -> dict:
+    return {
+        "name": plan.name,
+        "partitions": plan.partitions,
+        "resources": plan.resources,
+        "messageTtl": plan.message_ttl,
+        "messageRedelivery": plan.message_redelivery,
+    }
+
+
+def _usage(space: AddressSpace, exclude: str | None = None) -> scheduling.Usage:
+    rows = (
+        Address.objects.filter(space=space, scheduled=True)
+        .exclude(name=exclude or "")
+        .values_list("type", "plan_status", "placement")
+    )
+    return scheduling.usage_of(rows)
+
+
+def _tenant_credits(tenant: Tenant, exclude_space: AddressSpace) -> float:
+    total = 0.0
+    for other in AddressSpace.objects.filter(tenant=tenant).exclude(pk=exclude_space.pk):
+        needed = _usage(other).needed()
+        total += needed["router"] + needed["broker"]
+    return total
+
+
+def _fits(space: AddressSpace, usage: scheduling.Usage) -> bool:
+    if not scheduling.fits(usage, space.plan_status.get("resourceLimits", {})):
+        return False
+    quota = _quota(space.tenant)
+    if quota.max_credits is None:
+        return True
+    needed = usage.needed()
+    return needed["router"] + needed["broker"] + _tenant_credits(space.tenant, space) <= (
+        quota.max_credits + 1e-9
+    )
+
+
+def _try_place(space, address_type, wire_address, plan_status, topic, exclude=None):
+    """(scheduled, pending_reason, placement) for an address given the others in its space."""
+    usage = _usage(space, exclude=exclude)
+    topic_placement = None
+    if address_type == "subscription":
+        topic_row = Address.objects.filter(space=space, address=topic).first()
+        if topic_row is None or not topic_row.scheduled:
+            return False, f"Topic {topic} is not scheduled yet", []
+        topic_placement = topic_row.placement
+    placement = scheduling.place(
+        space.type, address_type, wire_address, plan_status, usage, topic_placement
+    )
+    usage.add(address_type, plan_status, placement)
+    if not _fits(space, usage):
+        return False, scheduling.QUOTA_EXCEEDED, []
+    return True, "", placement
+
+
+def _references(space: AddressSpace, address_type: str, topic, deadletter, expiry) -> dict:
+    refs = {"topic": "", "deadletter": "", "expiry": ""}
+    if address_type == "subscription":
+        if not topic:
+            raise Invalid("a subscription needs spec.topic", "spec.topic")
+        if not Address.objects.filter(space=space, address=topic, type="topic").exists():
+            raise Invalid(f"spec.topic {topic!r} is not a topic address in {space.name}",
+                          "spec.topic")
+        refs["topic"] = topic
+    elif topic:
+        raise Invalid("only subscriptions have a topic", "spec.topic")
+    for field, value in (("deadletter", deadletter), ("expiry", expiry)):
+        if not value:
+            continue
+        if address_type not in ("queue", "topic"):
+            raise Invalid(f"only queues and topics have spec.{field}", f"spec.{field}")
+        if not Address.objects.filter(space=space, address=value, type="deadletter").exists():
+            raise Invalid(f"spec.{field} {value!r} is not a deadletter address in {space.name}",
+                          f"spec.{field}")
+        refs[field] = value
+    return refs
+
+
+def _address_spec(address_type: str, spec: dict) -> dict:
+    out = {}
+    ttl = validation.message_ttl(spec.get("messageTtl"))
+    if ttl:
+        out["messageTtl"] = ttl
+    redelivery = validation.message_redelivery(spec.get("messageRedelivery"))
+    if redelivery:
+        out["messageRedelivery"] = redelivery
+    if address_type == "subscription":
+        subscription = spec.get("subscription") or {}
+        if not isinstance(subscription, dict):
+            raise Invalid("must be an object", "spec.subscription")
+        out["subscription"] = {"maxConsumers": validation.max_consumers(
+            subscription.get("maxConsumers"))}
+    return out
+
+
+@transaction.atomic
+def create_address(*, ctx: Context, space: AddressSpace, name=None, address=None, type=None,
+                   plan=None, topic=None, deadletter=None, expiry=None, spec=None):
+    stream, space = _locked_space(space)
+    _refuse_if_terminating(space)
+    wire = validation.address(address)
+    name = validation.resource_name(name, space.name, "Address", wire)
+    address_type = validation.address_type(type, space.type)
+    plan_obj = _address_plan(plan, address_type, space)
+    refs = _references(space, address_type, topic, deadletter, expiry)
+    extra = _address_spec(address_type, spec or {})
+    clash = Address.objects.filter(space=space, address=wire).only("name").first()
+    if clash is not None:
+        raise Conflict(f"Address {wire!r} already exists with resource name {clash.name!r}",
+                       "spec.address")
+    if Address.objects.filter(space=space, name=name).exists():
+        raise Conflict(f"Address {name!r} already exists", "metadata.name")
+    quota = _quota(space.tenant)
+    if quota.max_addresses is not None and (
+        Address.objects.filter(space__tenant=space.tenant).count() >= quota.max_addresses
+    ):
+        raise QuotaExceeded(f"Tenant quota of {quota.max_addresses} addresses reached.",
+                            "spec.address")
+    plan_status = address_plan_status(plan_obj)
+    scheduled, reason, placement = _try_place(space, address_type, wire, plan_status,
+                                              refs["topic"])
+    _append(stream, "address.created", {
+        "name": name, "address": wire, "type": address_type, "plan": plan_obj.name,
+        "plan_status": plan_status, **refs, "spec": extra, "scheduled": scheduled,
+        "pending_reason": reason, "placement": placement,
+    }, ctx)
+    if scheduled and address_type == "topic":
+        _schedule_pending(stream, space, ctx)  # subscriptions waiting for this topic
+    return Address.objects.get(space=space, name=name)
+
+
+@transaction.atomic
+def update_address(*, ctx: Context, space: AddressSpace, name, plan=None, deadletter=None,
+                   expiry=None, spec=None, address=None, type=None, topic=None,
+                   expected_version=None):
+    """Changes plan, deadletter/expiry and TTL/redelivery; address, type and topic are fixed."""
+    stream, space = _locked_space(space)
+    _refuse_if_terminating(space)
+    current = Address.objects.filter(space=space, name=name).first()
+    if current is None:
+        raise NotFound(f"No address {name!r} in {space.name}.")
+    _check_version(current.resource_version, expected_version)
+    for field, given, fixed in (("spec.address", address, current.address),
+                                ("spec.type", type, current.type),
+                                ("spec.topic", topic, current.topic or None)):
+        if given is not None and given != fixed:
+            raise Invalid(f"{field} cannot be changed; delete and create the address instead",
+                          field)
+    spec = spec or {}
+    extra = _address_spec(current.type, spec)
+    if current.type == "subscription" and extra["subscription"] != current.spec.get(
+        "subscription"
+    ) and "subscription" in spec:
+        raise Invalid("maxConsumers cannot be changed after creation",
+                      "spec.subscription.maxConsumers")
+    if current.type == "subscription":
+        extra["subscription"] = current.spec.get("subscription", {"maxConsumers": 1})
+    plan_obj = _address_plan(plan or current.plan, current.type, space)
+    refs = _references(space, current.type, current.topic, deadletter, expiry)
+    plan_status = address_plan_status(plan_obj)
+    plan_changed = plan_obj.name != current.plan or plan_status != current.plan_status
+    scheduled, reason, placement = current.scheduled, current.pending_reason, current.placement
+    if plan_changed or not current.scheduled:
+        scheduled, reason, placement = _try_place(
+            space, current.type, current.address, plan_status, current.topic, exclude=name
+        )
+        if not scheduled and current.scheduled:
+            # Never unschedule a working address (its queue and messages would go): refuse.
+            raise QuotaExceeded(f"{reason}: plan {plan_obj.name} does not fit in {space.name}",
+                                "spec.plan")
+    payload = {
+        "name": name, "plan": plan_obj.name, "plan_status": plan_status,
+        "deadletter": refs["deadletter"], "expiry": refs["expiry"], "spec": extra,
+        "scheduled": scheduled, "pending_reason": reason, "placement": placement,
+    }
+    unchanged = {k: getattr(current, k) for k in payload if k != "name"}
+    if {k: v for k, v in payload.items() if k != "name"} == unchanged:
+        return current
+    _append(stream, "address.plan_changed" if plan_changed else "address.spec_changed",
+            payload, ctx)
+    if plan_changed:
+        _schedule_pending(stream, space, ctx)
+    return Address.objects.get(space=space, name=name)
+
+
+@transaction.atomic
+def delete_address(*, ctx: Context, space: AddressSpace, name, expected_version=None):
+    stream, space = _locked_space(space)
+    current = Address.objects.filter(space=space, name=name).first()
+    if current is None:
+        raise NotFound(f"No address {name!r} in {space.name}.")
+    _check_version(current.resource_version, expected_version)
+    users = Address.objects.filter(space=space).exclude(pk=current.pk)
+    if current.type == "topic":
+        users = users.filter(topic=current.address)
+    elif current.type == "deadletter":
+        users = users.filter(deadletter=current.address) | users.filter(expiry=current.address)
+    else:
+        users = users.none()
+    dependent = list(users.values_list("name", flat=True)[:5])
+    if dependent:
+        raise Conflict(f"Address {name} is still used by {', '.join(dependent)}", "metadata.name")
+    _append(stream, "address.deleted", {"name": name}, ctx)
+    _schedule_pending(stream, space, ctx)
+
+
+def _schedule_pending(stream, space: AddressSpace, ctx: Context) -> None:
+    """Schedules Pending addresses that fit now, oldest first (topics before subscriptions)."""
+    pending = Address.objects.filter(space=space, scheduled=False).order_by("created_at", "id")
+    ordered = sorted(pending, key=lambda a: a.type == "subscription")
+    for addr in ordered:
+        ok, _, placement = _try_place(space, addr.type, addr.address, addr.plan_status,
+                                      addr.topic, exclude=addr.name)
+        if ok:
+            _append(stream, "address.scheduled", {"name": addr.name, "placement": placement}, ctx)
+
+
+# Messaging users ------------------------------------------------------------------------------
+
+@transaction.atomic
+def create_messaging_user(*, ctx: Context, space: AddressSpace, name=None, username=None,
+                          authentication=None, authorization=None):
+    stream, space = _locked_space(space)
+    _refuse_if_terminating(space)
+    username = validation.username(username)
+    name = validation.resource_name(name, space.name, "MessagingUser", username)
+    if name != f"{space.name}.{username}".lower() and not name.startswith(f"{space.name}."):
+        raise Invalid("metadata.name must be <space>.<username>", "metadata.name")
+    clear = validation.password(authentication)
+    if clear is None:
+        raise Invalid("a password is required", "spec.authentication.password")
+    rules = validation.authorization(authorization, space.type)
+    if MessagingUser.objects.filter(space=space, username=username).exists():
+        raise Conflict(f"User {username!r} already exists in {space.name}", "spec.username")
+    if MessagingUser.objects.filter(space=space, name=name).exists():
+        raise Conflict(f"MessagingUser {name!r} already exists", "metadata.name")
+    quota = _quota(space.tenant)
+    if quota.max_messaging_users is not None and MessagingUser.objects.filter(
+        space__tenant=space.tenant
+    ).count() >= quota.max_messaging_users:
+        raise QuotaExceeded(
+            f"Tenant quota of {quota.max_messaging_users} messaging users reached.",
+            "spec.username",
+        )
+    _append(stream, "messaging_user.created", {
+        "name": name, "username": username, "password_hash": hash_password(clear),
+        "authorization": rules,
+    }, ctx)
+    return MessagingUser.objects.get(space=space, name=name)
+
+
+@transaction.atomic
+def update_messaging_user(*, ctx: Context, space: AddressSpace, name, username=None,
+                          authentication=None, authorization=None, expected_version=None):
+    stream, space = _locked_space(space)
+    _refuse_if_terminating(space)
+    current = MessagingUser.objects.filter(space=space, name=name).first()
+    if current is None:
+        raise NotFound(f"No messaging user {name!r} in {space.name}.")
+    _check_version(current.resource_version, expected_version)
+    if username is not None and username != current.username:
+        raise Invalid("spec.username cannot be changed", "spec.username")
+    clear = validation.password(authentication)
+    rules = (current.authorization if authorization is None
+             else validation.authorization(authorization, space.type))
+    password_hash = current.password_hash if clear is None else hash_password(clear)
+    if password_hash == current.password_hash and rules == current.authorization:
+        return current
+    _append(stream, "messaging_user.updated",
+            {"name": name, "password_hash": password_hash, "authorization": rules}, ctx)
+    return MessagingUser.objects.get(space=space, name=name)
+
+
+@transaction.atomic
+def delete_messaging_user(*, ctx: Context, space: AddressSpace, name, expected_version=None):
+    stream, space = _locked_space(space)
+    current = MessagingUser.objects.filter(space=space, name=name).first()
+    if current is None:
+        raise NotFound(f"No messaging user {name!r} in {space.name}.")
+    _check_version(current.resource_version, expected_version)
+    _append(stream, "messaging_user.deleted", {"name": name}, ctx)
+
+
+def address_counts(space_ids) -> dict:
+    rows = Address.objects.filter(space_id__in=space_ids).values("space_id").annotate(n=Count("id"))
+    return {r["space_id"]: r["n"] for r in rows}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Installs (where missing) and starts the services MaaS needs on one machine:
+# PostgreSQL, Redis and RabbitMQ with its management, AMQP 1.0 and MQTT plugins.
+# Services already running are used as they are. Safe to run again.
+set -euo pipefail
+
+DB_NAME="${MAAS_DB_NAME:-maas}"
+RABBITMQ_MQTT_PORT="${MAAS_RABBITMQ_MQTT_PORT:-1884}"   # 1883 usually belongs to Mosquitto
+
+log() { printf '[services] %s\n' "$*" >&2; }
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() {
+  for _ in $(seq 1 "${2:-60}"); do listening "$1" && return 0; sleep 1; done
+  log "port $1 did not open"; return 1
+}
+
+apt_updated=""
+need_pkg() {  # need_pkg COMMAND PACKAGE...
+  command -v "$1" >/dev/null 2>&1 && return 0
+  shift
+  if [ "$(id -u)" != 0 ]; then log "missing $*: install it (needs root)"; exit 1; fi
+  [ -n "$apt_updated" ] || { DEBIAN_FRONTEND=noninteractive apt-get update -qq; apt_updated=1; }
+  log "installing $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# PostgreSQL
+if ! listening 5432; then
+  need_pkg pg_ctlcluster postgresql
+  ver=$(ls /etc/postgresql | sort -V | tail -n 1)
+  log "starting PostgreSQL $ver"
+  pg_ctlcluster --skip-systemctl-redirect "$ver" main start
+  wait_port 5432
+fi
+if ! psql -h 127.0.0.1 -U "${PGUSER:-postgres}" -d postgres -tAc "select 1 from pg_database where datname='$DB_NAME'" 2>/dev/null | grep -q 1; then
+  if psql -h 127.0.0.1 -U "${PGUSER:-postgres}" -d postgres -tAc 'select 1' >/dev/null 2>&1; then
+    createdb -h 127.0.0.1 -U "${PGUSER:-postgres}" "$DB_NAME" && log "created database $DB_NAME"
+  else
+    su postgres -c "psql -tAc \"do \\\$\\\$ begin if not exists (select from pg_roles where rolname='postgres') then create role postgres superuser login; end if; end \\\$\\\$\"" >/dev/null 2>&1 || true
+    su postgres -c "createdb $DB_NAME" 2>/dev/null || true
+  fi
+fi
+
+# Redis
+if ! listening 6379; then
+  need_pkg redis-server redis-server
+  log "starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/maas.log
+  wait_port 6379
+fi
+
+# RabbitMQ: MQTT must not take Mosquitto's port, also after a broker restart.
+need_pkg rabbitmq-server rabbitmq-server
+conf=/etc/rabbitmq/rabbitmq.conf
+if [ -w /etc/rabbitmq ] && ! grep -q '^mqtt.listeners.tcp' "$conf" 2>/dev/null; then
+  printf 'mqtt.listeners.tcp.default = 127.0.0.1:%s\n' "$RABBITMQ_MQTT_PORT" >> "$conf"
+fi
+if ! listening 5672; then
+  log "starting RabbitMQ"
+  rabbitmq-server -detached
+  wait_port 5672 120
+fi
+rabbitmqctl -q await_startup >/dev/null 2>&1 || true
+if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT"; then
+  rabbitmqctl -q eval "application:set_env(rabbitmq_mqtt, tcp_listeners, [{\"127.0.0.1\", $RABBITMQ_MQTT_PORT}])." >/dev/null
+  rabbitmq-plugins -q enable rabbitmq_management rabbitmq_amqp1_0 rabbitmq_mqtt >/dev/null
+  wait_port 15672 60
+fi
+log "PostgreSQL, Redis and RabbitMQ are up"

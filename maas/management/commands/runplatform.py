@@ -1,0 +1,64 @@
+"""manage.py runplatform: the whole platform on one machine, in the foreground.
+
+Starts the web server (127.0.0.1:8000), a Celery worker running every agent, Celery beat (outbox
+relay, resync) and the processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if
+one of them dies.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+
+def processes(bind: str) -> dict[str, list[str]]:
+    py = sys.executable
+    procs = {
+        "web": [py, "-m", "gunicorn", "maas.wsgi", "--bind", bind, "--workers",
+                str(settings.MAAS_WEB_WORKERS), "--access-logfile", "-"],
+        "worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
+                   "--concurrency", str(settings.MAAS_WORKER_CONCURRENCY), "-Q",
+                   settings.CELERY_TASK_DEFAULT_QUEUE],
+        "beat": [py, "-m", "celery", "-A", "maas", "beat", "--loglevel", "INFO",
+                 "--schedule", str(settings.BASE_DIR / "var" / "celerybeat-schedule")],
+    }
+    procs.update(settings.MAAS_EXTRA_PROCESSES)
+    return procs
+
+
+class Command(BaseCommand):
+    help = "Run web, Celery worker and beat (and the agents) in the foreground."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--bind", default=os.environ.get("MAAS_BIND", "127.0.0.1:8000"))
+
+    def handle(self, bind, **options):
+        (settings.BASE_DIR / "var").mkdir(exist_ok=True)
+        running = {name: subprocess.Popen(cmd) for name, cmd in processes(bind).items()}
+        self.stdout.write(f"MaaS is up: http://{bind}/api/docs/ (admin at /admin/); Ctrl-C stops")
+        stop = {"now": False}
+
+        def on_signal(signum, frame):
+            stop["now"] = True
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        try:
+            while not stop["now"]:
+                for name, proc in running.items():
+                    if proc.poll() is not None:
+                        self.stderr.write(f"{name} exited with {proc.returncode}; stopping")
+                        stop["now"] = True
+                time.sleep(0.5)
+        finally:
+            for proc in running.values():
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in running.values():
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()

@@ -1,0 +1,151 @@
+"""Settings for MaaS, read from environment variables with working one-machine defaults."""
+from pathlib import Path
+
+from .env import database_from_url, env, env_bool, env_float, env_int, env_list
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("MAAS_DEBUG", False)
+SECRET_KEY = env("MAAS_SECRET_KEY") or ""
+if not SECRET_KEY:
+    if env_bool("MAAS_PRODUCTION", False):
+        raise RuntimeError("MAAS_SECRET_KEY must be set in production")
+    SECRET_KEY = "maas-insecure-development-key-change-me"  # noqa: S105 - local default only
+ALLOWED_HOSTS = env_list("MAAS_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+CSRF_TRUSTED_ORIGINS = env_list("MAAS_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "maas",
+    "tenants",
+    "config_service",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "maas.request_id.RequestIdMiddleware",
+]
+
+ROOT_URLCONF = "maas.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+WSGI_APPLICATION = "maas.wsgi.application"
+
+DATABASES = {
+    "default": database_from_url(env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/maas"))
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.PersonalAccessTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "config_service.api.parsers.YAMLParser",
+        "config_service.api.parsers.XYAMLParser",
+        "config_service.api.parsers.TextYAMLParser",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "config_service.api.pagination.ListPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config_service.api.errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MaaS API",
+    "DESCRIPTION": "Tenants, address spaces, addresses, messaging users and their config events.",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Celery: Redis is the broker of the control plane (RabbitMQ belongs to the tenants).
+REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True  # a killed worker's task goes back to the queue
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("MAAS_CELERY_VISIBILITY", 300)}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = env("MAAS_CELERY_QUEUE", "maas")
+CELERY_BEAT_SCHEDULE = {
+    "outbox-relay": {
+        "task": "maas.workers.relay_outbox",
+        "schedule": env_float("MAAS_RELAY_INTERVAL", 5.0),
+    },
+    "resync-all": {
+        "task": "maas.workers.resync_all",
+        "schedule": env_float("MAAS_RESYNC_INTERVAL", 60.0),
+    },
+}
+
+# Agents. "inline": every agent runs inside the Celery worker (one machine);
+# "process": one `manage.py run_agent` process per address space (how Kubernetes runs them).
+MAAS_AGENT_MODE = env("MAAS_AGENT_MODE", "inline")
+MAAS_WEB_WORKERS = env_int("MAAS_WEB_WORKERS", 2)
+MAAS_WORKER_CONCURRENCY = env_int("MAAS_WORKER_CONCURRENCY", 4)
+# More processes for `manage.py runplatform`, e.g. the embedded router: {name: argv}.
+MAAS_EXTRA_PROCESSES: dict[str, list[str]] = {}
+MAAS_RELAY_AFTER_SECONDS = env_float("MAAS_RELAY_AFTER_SECONDS", 10.0)
+MAAS_RESYNC_INTERVAL = env_float("MAAS_RESYNC_INTERVAL", 60.0)
+
+# RabbitMQ: the broker of the tenants' address spaces.
+RABBITMQ_API_URL = env("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")
+RABBITMQ_API_USER = env("RABBITMQ_API_USER", "guest")
+RABBITMQ_API_PASSWORD = env("RABBITMQ_API_PASSWORD", "guest")
+RABBITMQ_AMQP_HOST = env("RABBITMQ_AMQP_HOST", "127.0.0.1")
+RABBITMQ_AMQP_PORT = env_int("RABBITMQ_AMQP_PORT", 5672)
+RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)
+# EnMasse's per-address memory cap: broker credit x this many bytes (globalMaxSize).
+MAAS_BROKER_GLOBAL_MAX_SIZE = env_int("MAAS_BROKER_GLOBAL_MAX_SIZE", 1 << 30)
+# The host clients are told to connect to (endpoints in address space status).
+MAAS_PUBLIC_HOST = env("MAAS_PUBLIC_HOST", "127.0.0.1")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "maas.logs.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["console"], "level": env("MAAS_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

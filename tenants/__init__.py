@@ -1,0 +1,1 @@
+"""Tenants, their members and roles, plans, quotas and personal access tokens."""

@@ -1,0 +1,38 @@
+"""Looks up a tenant for a user and checks the role table; non-members get 404, never 403."""
+from django.http import Http404
+from rest_framework.exceptions import PermissionDenied
+
+from .models import Membership, Tenant
+from .roles import Action, role_allows
+
+
+def role_of(user, tenant: Tenant) -> str | None:
+    if not user.is_authenticated:
+        return None
+    membership = Membership.objects.filter(tenant=tenant, user=user).only("role").first()
+    return membership.role if membership else None
+
+
+def tenant_for(user, slug: str, action: Action) -> Tenant:
+    """The tenant `slug` if `user` may do `action` on it.
+
+    Someone who is not a member cannot learn that the tenant exists (404). A member whose role
+    does not allow the action gets 403. Staff may do everything.
+    """
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise Http404("No such tenant.")
+    if user.is_staff:
+        return tenant
+    role = role_of(user, tenant)
+    if role is None:
+        raise Http404("No such tenant.")
+    if not role_allows(role, action):
+        raise PermissionDenied(f"Your role '{role}' in tenant '{slug}' does not allow {action.value}.")
+    return tenant
+
+
+def visible_tenants(user):
+    if user.is_staff:
+        return Tenant.objects.all()
+    return Tenant.objects.filter(memberships__user=user).distinct()

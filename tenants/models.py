@@ -1,0 +1,150 @@
+"""Tenants, memberships with roles, EnMasse-style plans with credits, quotas and API tokens."""
+import hashlib
+import secrets
+import uuid
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+SLUG = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+    "Use 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit.",
+)
+
+
+class Role(models.TextChoices):
+    OWNER = "owner"
+    ADMIN = "admin"
+    VIEWER = "viewer"
+
+
+class AddressSpaceType(models.TextChoices):
+    STANDARD = "standard"
+    BROKERED = "brokered"
+
+
+class AddressType(models.TextChoices):
+    QUEUE = "queue"
+    TOPIC = "topic"
+    ANYCAST = "anycast"
+    MULTICAST = "multicast"
+    SUBSCRIPTION = "subscription"
+    DEADLETTER = "deadletter"
+
+
+class Tenant(models.Model):
+    """An organisation: owns address spaces, has members and a quota."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    slug = models.CharField(max_length=63, unique=True, validators=[SLUG])
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    """A user's role in one tenant."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="one_membership_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.tenant}"
+
+
+class TenantQuota(models.Model):
+    """Tenant-wide caps across all its address spaces; empty means unlimited."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
+    max_address_spaces = models.PositiveIntegerField(null=True, blank=True, default=10)
+    max_addresses = models.PositiveIntegerField(null=True, blank=True, default=10000)
+    max_messaging_users = models.PositiveIntegerField(null=True, blank=True, default=1000)
+    # Credits summed over all the tenant's address spaces (router + broker instances).
+    max_credits = models.FloatField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"quota of {self.tenant}"
+
+
+class PlanDisplay(models.Model):
+    """Display fields shared by both kinds of plan (EnMasse's displayName, ...)."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[SLUG])
+    display_name = models.CharField(max_length=200, blank=True)
+    display_order = models.IntegerField(default=0)
+    short_description = models.CharField(max_length=300, blank=True)
+    long_description = models.TextField(blank=True)
+    resource_version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        abstract = True
+        ordering = ["display_order", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AddressPlan(PlanDisplay):
+    """What an address of one type costs in router and broker credits, and its broker settings."""
+
+    address_type = models.CharField(max_length=20, choices=AddressType.choices)
+    # {"router": float, "broker": float}; 1.0 is one router or broker instance.
+    resources = models.JSONField(default=dict, blank=True)
+    partitions = models.PositiveIntegerField(default=1)
+    # {"minimum": ms, "maximum": ms}
+    message_ttl = models.JSONField(default=dict, blank=True)
+    # {"maximumDeliveryAttempts", "redeliveryDelay", "redeliveryDelayMultiplier", "maximumDeliveryDelay"}
+    message_redelivery = models.JSONField(default=dict, blank=True)
+
+
+class AddressSpacePlan(PlanDisplay):
+    """Caps on the credits a space may use, and the address plans it offers."""
+
+    address_space_type = models.CharField(max_length=20, choices=AddressSpaceType.choices)
+    # {"router": float, "broker": float, "aggregate": float}; a missing key is no limit.
+    resource_limits = models.JSONField(default=dict, blank=True)
+    address_plans = models.ManyToManyField(AddressPlan, related_name="space_plans", blank=True)
+    infra_config_ref = models.CharField(max_length=100, blank=True, default="default")
+
+
+class PersonalAccessToken(models.Model):
+    """An API token for automation; only its SHA-256 digest is stored."""
+
+    PREFIX = "maas_pat_"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, default="default")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.name} of {self.user}"
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, user, name: str = "default") -> tuple["PersonalAccessToken", str]:
+        """Create a token; the plain value is returned once and never stored."""
+        token = cls.PREFIX + secrets.token_urlsafe(32)
+        return cls.objects.create(user=user, name=name, digest=cls.digest_of(token)), token

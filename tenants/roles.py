@@ -1,0 +1,32 @@
+"""The authorization model in one place: which role may do which action on a tenant.
+
+viewer reads; admin also manages address spaces, addresses and messaging users; owner also
+manages members, changes the plans of address spaces and deletes the tenant. Staff (operators)
+may do everything. docs/authorization.md shows the same table.
+"""
+from enum import Enum
+
+from .models import Role
+
+
+class Action(str, Enum):
+    READ = "read"
+    MANAGE_ADDRESSES = "manage_addresses"
+    MANAGE_USERS = "manage_users"
+    MANAGE_SPACES = "manage_spaces"
+    CHANGE_SPACE_PLAN = "change_space_plan"
+    MANAGE_MEMBERS = "manage_members"
+    DELETE_TENANT = "delete_tenant"
+
+
+ALLOWED: dict[str, frozenset[Action]] = {
+    Role.VIEWER: frozenset({Action.READ}),
+    Role.ADMIN: frozenset(
+        {Action.READ, Action.MANAGE_ADDRESSES, Action.MANAGE_USERS, Action.MANAGE_SPACES}
+    ),
+    Role.OWNER: frozenset(Action),
+}
+
+
+def role_allows(role: str | None, action: Action) -> bool:
+    return role is not None and action in ALLOWED.get(role, frozenset())

@@ -1,0 +1,73 @@
+"""Service functions for tenants, members and quotas; each records a tenant config event."""
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from config_service import log
+from config_service.errors import Conflict, Invalid, NotFound
+from config_service.models import EventStream
+from config_service.services import Context
+
+from .models import SLUG, Membership, Role, Tenant, TenantQuota
+
+QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits")
+
+
+def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
+    stream = log.lock_stream(tenant.uid)
+    return log.append(stream, type_name, payload, actor=ctx.actor, request_id=ctx.request_id)
+
+
+@transaction.atomic
+def create_tenant(*, ctx: Context, slug, owner, name: str = "") -> Tenant:
+    if not isinstance(slug, str) or not SLUG.regex.match(slug):
+        raise Invalid(SLUG.message, "metadata.name")
+    if Tenant.objects.filter(slug=slug).exists():
+        raise Conflict(f"Tenant {slug!r} already exists.", "metadata.name")
+    tenant = Tenant.objects.create(slug=slug, name=name or slug)
+    TenantQuota.objects.create(tenant=tenant)
+    log.open_stream(tenant.uid, EventStream.TENANT, tenant)
+    _event(tenant, "tenant.created", {"slug": slug, "name": tenant.name}, ctx)
+    add_member(ctx=ctx, tenant=tenant, user=owner, role=Role.OWNER)
+    return tenant
+
+
+@transaction.atomic
+def add_member(*, ctx: Context, tenant: Tenant, user, role: str) -> Membership:
+    if role not in Role.values:
+        raise Invalid(f"role must be one of {', '.join(Role.values)}", "role")
+    membership, created = Membership.objects.get_or_create(
+        tenant=tenant, user=user, defaults={"role": role}
+    )
+    if created:
+        _event(tenant, "tenant.member_added", {"username": user.get_username(), "role": role}, ctx)
+    elif membership.role != role:
+        membership.role = role
+        membership.save(update_fields=["role"])
+        _event(tenant, "tenant.member_role_changed",
+               {"username": user.get_username(), "role": role}, ctx)
+    return membership
+
+
+@transaction.atomic
+def remove_member(*, ctx: Context, tenant: Tenant, username: str) -> None:
+    user = get_user_model().objects.filter(username=username).first()
+    deleted, _ = Membership.objects.filter(tenant=tenant, user=user).delete()
+    if not deleted:
+        raise NotFound(f"{username} is not a member of {tenant.slug}.")
+    _event(tenant, "tenant.member_removed", {"username": username}, ctx)
+
+
+@transaction.atomic
+def set_quota(*, ctx: Context, tenant: Tenant, **limits) -> TenantQuota:
+    unknown = set(limits) - set(QUOTA_FIELDS)
+    if unknown:
+        raise Invalid(f"unknown quota fields {sorted(unknown)}", sorted(unknown)[0])
+    quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
+    for field, value in limits.items():
+        if value is not None and (isinstance(value, bool) or value < 0):
+            raise Invalid("must be empty or a non-negative number", field)
+        setattr(quota, field, value)
+    quota.save()
+    _event(tenant, "tenant.quota_changed",
+           {"quota": {f: getattr(quota, f) for f in QUOTA_FIELDS}}, ctx)
+    return quota

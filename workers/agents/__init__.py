@@ -1,0 +1,1 @@
+"""Per-address-space agents: level-triggered reconcilers of routers and brokers."""

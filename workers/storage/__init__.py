@@ -1,0 +1,1 @@
+"""The storage controller: places queues and topics on brokers and configures RabbitMQ."""

@@ -1,0 +1,120 @@
+"""The storage controller agent: turns a space's projections into a RabbitMQ vhost state.
+
+Credits decide how many brokers a space needs (the placement recorded on each address); with
+one local RabbitMQ every placement maps to the same server, one vhost per address space.
+"""
+import logging
+
+from django.conf import settings
+
+from config_service.models import Address, AddressSpace, MessagingUser
+
+from ..agents.base import Agent, Report, TransientError
+from . import rabbitmq
+from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+
+logger = logging.getLogger(__name__)
+
+STORED_TYPES = ("queue", "topic", "subscription", "deadletter")
+
+
+def broker_username(space: AddressSpace, username: str) -> str:
+    """RabbitMQ users are global: qualify the messaging user with its vhost."""
+    return f"{space.vhost}.{username}"
+
+
+def effective_ttl(plan_ttl: dict, address_ttl: dict) -> int | None:
+    """EnMasse: the tighter maximum wins; values below 1 are ignored."""
+    maxima = [v for v in ((plan_ttl or {}).get("maximum"), (address_ttl or {}).get("maximum"))
+              if v and v >= 1]
+    return min(maxima) if maxima else None
+
+
+def effective_attempts(plan_redelivery: dict, address_redelivery: dict) -> int | None:
+    value = (address_redelivery or {}).get("maximumDeliveryAttempts")
+    if value is None:
+        value = (plan_redelivery or {}).get("maximumDeliveryAttempts")
+    return value if value and value > 0 else None
+
+
+def max_length_bytes(address: Address) -> int | None:
+    """EnMasse's per-address memory cap: broker credit / partitions x globalMaxSize."""
+    credit = float(address.plan_status.get("resources", {}).get("broker", 0) or 0)
+    if credit <= 0 or address.space.type != "standard":
+        return None
+    partitions = max(len(address.placement), 1)
+    return int(credit / partitions * settings.MAAS_BROKER_GLOBAL_MAX_SIZE)
+
+
+def desired_state(space: AddressSpace) -> VhostState:
+    state = VhostState(vhost=space.vhost,
+                       max_connections=space.plan_status.get("maxConnections"))
+    addresses = Address.objects.filter(space=space, scheduled=True, type__in=STORED_TYPES)
+    for a in addresses.select_related("space").order_by("name"):
+        ps, spec = a.plan_status, a.spec
+        ttl = effective_ttl(ps.get("messageTtl"), spec.get("messageTtl"))
+        if a.type == "topic":
+            state.topics.append(BrokerTopic(name=a.address, deadletter=a.deadletter or None,
+                                            expiry=a.expiry or None, ttl_ms=ttl))
+            continue
+        state.queues.append(BrokerQueue(
+            name=f"{a.topic}::{a.address}" if a.type == "subscription" else a.address,
+            kind=a.type,
+            topic=a.topic or None,
+            deadletter=a.deadletter or None,
+            expiry=a.expiry or None,
+            ttl_ms=ttl,
+            max_delivery_attempts=effective_attempts(ps.get("messageRedelivery"),
+                                                     spec.get("messageRedelivery")),
+            max_length_bytes=max_length_bytes(a),
+            max_consumers=spec.get("subscription", {}).get("maxConsumers"),
+        ))
+    for user in MessagingUser.objects.filter(space=space).order_by("username"):
+        send, recv, manage, view = [], [], False, False
+        for rule in user.authorization:
+            ops = set(rule["operations"])
+            if "send" in ops:
+                send += rule["addresses"]
+            if "recv" in ops:
+                recv += rule["addresses"]
+            manage = manage or "manage" in ops
+            view = view or "view" in ops
+        state.users.append(BrokerUser(
+            username=broker_username(space, user.username), password_hash=user.password_hash,
+            send=tuple(send), recv=tuple(recv), manage=manage, view=view,
+        ))
+    return state
+
+
+def _reconciler() -> "rabbitmq.BrokerReconciler":
+    api = rabbitmq.RabbitMQApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
+                               settings.RABBITMQ_API_PASSWORD)
+    return rabbitmq.BrokerReconciler(api)
+
+
+class StorageController(Agent):
+    kind = "storage"
+
+    def reconcile(self, space: AddressSpace) -> Report:
+        desired = desired_state(space)
+        try:
+            result = _reconciler().apply(desired)
+        except rabbitmq.BrokerError as exc:
+            if exc.transient:
+                raise TransientError(str(exc)) from exc
+            return Report(space_error=f"Broker refused the configuration: {exc}")
+        by_wire = {q.name: q for q in desired.queues} | {t.name: t for t in desired.topics}
+        names = dict(Address.objects.filter(space=space).values_list("address", "name"))
+        names.update({f"{a.topic}::{a.address}": a.name
+                      for a in Address.objects.filter(space=space, type="subscription")})
+        errors = {}
+        for wire, message in result.errors.items():
+            if wire in by_wire and wire in names:
+                errors[names[wire]] = {"message": message, "permanent": False}
+        return Report(address_errors=errors)
+
+    def teardown(self, space: AddressSpace) -> None:
+        try:
+            _reconciler().teardown(space.vhost)
+        except rabbitmq.BrokerError as exc:
+            raise TransientError(str(exc)) from exc

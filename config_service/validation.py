@@ -136,7 +136,8 @@ def password(authentication) -> str | None:
     try:
         clear = base64.b64decode(encoded, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
-        raise Invalid("must be base64 of a UTF-8 password", "spec.authentication.password")
+        raise Invalid("must be base64 of a UTF-8 password",
+                      "spec.authentication.password") from None
     if len(clear) < 8:
         raise Invalid("the password needs at least 8 characters", "spec.authentication.password")
     return clear

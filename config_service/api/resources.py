@@ -27,10 +27,10 @@ def endpoints(space) -> list[dict]:
         return [
             {"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST,
              "servicePorts": [{"name": "amqp", "port": settings.RABBITMQ_AMQP_PORT}],
-             "virtualHost": f"vhost:{space.vhost}"},
+             "virtualHost": f"vhost:{space.vhost}", "username": f"<username>@{space.vhost}"},
             {"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST,
              "servicePorts": [{"name": "mqtt", "port": settings.RABBITMQ_MQTT_PORT}],
-             "usernameFormat": f"{space.vhost}:<username>"},
+             "username": f"{space.vhost}:<username>@{space.vhost}"},
         ]
     return []
 
@@ -179,4 +179,4 @@ def expected_version(request, metadata: dict):
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise Invalid("resourceVersion must be a number", "metadata.resourceVersion")
+        raise Invalid("resourceVersion must be a number", "metadata.resourceVersion") from None

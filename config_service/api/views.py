@@ -323,7 +323,7 @@ class EventList(APIView):
             try:
                 events = events.filter(position__gt=int(request.query_params["after"]))
             except ValueError:
-                raise Invalid("after must be an event position", "after")
+                raise Invalid("after must be an event position", "after") from None
         if request.query_params.get("type"):
             events = events.filter(type=request.query_params["type"])
         if request.query_params.get("space"):

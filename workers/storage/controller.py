@@ -18,11 +18,6 @@ logger = logging.getLogger(__name__)
 STORED_TYPES = ("queue", "topic", "subscription", "deadletter")
 
 
-def broker_username(space: AddressSpace, username: str) -> str:
-    """RabbitMQ users are global: qualify the messaging user with its vhost."""
-    return f"{space.vhost}.{username}"
-
-
 def effective_ttl(plan_ttl: dict, address_ttl: dict) -> int | None:
     """EnMasse: the tighter maximum wins; values below 1 are ignored."""
     maxima = [v for v in ((plan_ttl or {}).get("maximum"), (address_ttl or {}).get("maximum"))
@@ -80,7 +75,7 @@ def desired_state(space: AddressSpace) -> VhostState:
             manage = manage or "manage" in ops
             view = view or "view" in ops
         state.users.append(BrokerUser(
-            username=broker_username(space, user.username), password_hash=user.password_hash,
+            username=rabbitmq.broker_username(space.vhost, user.username), password_hash=user.password_hash,
             send=tuple(send), recv=tuple(recv), manage=manage, view=view,
         ))
     return state

@@ -1,0 +1,276 @@
+"""Connections to brokers (connectors) and the links the router makes over them.
+
+autoLinks attach a router link to a broker address and hang it on an address node (how
+waypoint queues reach RabbitMQ); linkRoutes pair a client link with a freshly attached broker
+link and pass credit, deliveries and dispositions straight through (topics, subscriptions).
+Each broker-side link gets its own session because RabbitMQ reports errors by ending the
+session, which must not take unrelated links down. Connectors reconnect with backoff.
+"""
+
+import logging
+
+from cproton import (
+    pn_connection_set_hostname,
+    pn_connection_set_password,
+    pn_connection_set_user,
+    pn_receiver,
+    pn_sasl_allowed_mechs,
+    pn_sender,
+    pn_terminus_set_address,
+)
+from cproton_ffi import lib as L
+
+from . import entities as E
+from .forwarder import LinkState, Node
+from .patterns import pattern_matches, prefix_matches
+from .policy import NOT_FOUND
+
+logger = logging.getLogger(__name__)
+
+_BACKOFF_START = 0.2
+_BACKOFF_MAX = 5.0
+_REATTACH_DELAY = 1.0
+
+
+class BrokerLinks:
+    def __init__(self, engine):
+        self.engine = engine
+        self.conns: dict = {}  # connector name -> Conn (current attempt or open)
+        self.backoff: dict[str, float] = {}
+        self.autolinks: dict[str, LinkState] = {}  # autoLink name -> its link
+        self._seq = 0
+
+    # -- connectors --------------------------------------------------------------------------
+    def connector_created(self, ent: dict) -> None:
+        self._connect(ent["name"])
+
+    def connector_deleted(self, ent: dict) -> None:
+        conn = self.conns.pop(ent["name"], None)
+        if conn is not None:
+            self.engine.loop.close(conn)
+
+    def _connect(self, name: str) -> None:
+        try:
+            ent = self.engine.store.find(E.CONNECTOR, name)
+        except E.EntityError:
+            return  # deleted meanwhile
+        if name in self.conns:
+            return
+
+        def setup(conn) -> None:
+            conn.connector = name
+            conn.kind = "connector"
+            sasl = L.pn_sasl(conn.transport)
+            if ent.get("saslUsername"):
+                pn_sasl_allowed_mechs(sasl, ent.get("saslMechanisms") or "PLAIN")
+                L.pn_sasl_set_allow_insecure_mechs(sasl, True)
+                pn_connection_set_user(conn.pn, ent["saslUsername"])
+                pn_connection_set_password(conn.pn, ent.get("saslPassword") or "")
+            else:
+                pn_sasl_allowed_mechs(sasl, "ANONYMOUS")
+            # RabbitMQ picks its vhost from the open hostname (`vhost:NAME`)
+            pn_connection_set_hostname(conn.pn, ent.get("virtualHost") or ent["host"])
+            L.pn_connection_open(conn.pn)
+
+        logger.info("connector.connecting", extra={"connector": name, "host": ent["host"],
+                                                   "port": ent["port"]})
+        self.conns[name] = self.engine.loop.connect(ent["host"], int(ent["port"]), setup)
+
+    def on_connected(self, conn) -> None:
+        name = conn.connector
+        self.backoff.pop(name, None)
+        try:
+            ent = self.engine.store.find(E.CONNECTOR, name)
+        except E.EntityError:
+            return
+        ent["connectionStatus"] = "SUCCESS"
+        ent["connectionMsg"] = None
+        logger.info("connector.connected", extra={"connector": name, "container": conn.container})
+        for al in self.engine.store.all(E.AUTO_LINK):
+            self._attach_autolink(al)
+
+    def on_disconnected(self, conn) -> None:
+        name = conn.connector
+        if self.conns.get(name) is not conn:
+            return
+        del self.conns[name]
+        try:
+            ent = self.engine.store.find(E.CONNECTOR, name)
+        except E.EntityError:
+            return
+        ent["connectionStatus"] = "FAILED"
+        delay = self.backoff.get(name, _BACKOFF_START)
+        self.backoff[name] = min(delay * 2, _BACKOFF_MAX)
+        logger.info("connector.disconnected", extra={"connector": name, "retry_in": delay})
+        self.engine.loop.call_later(delay, self._connect, name)
+
+    def _conn_for(self, ent: dict):
+        if ent.get("connection"):
+            conn = self.conns.get(ent["connection"])
+            return conn if conn is not None and conn.opened and not conn.closed else None
+        for conn in self.engine.loop.conns.values():
+            if conn.opened and conn.container == ent.get("containerId"):
+                return conn
+        return None
+
+    def _new_session(self, conn):
+        ssn = L.pn_session(conn.pn)
+        L.pn_session_open(ssn)
+        return ssn
+
+    # -- autoLinks ---------------------------------------------------------------------------
+    def autolink_created(self, ent: dict) -> None:
+        self._attach_autolink(ent)
+
+    def autolink_deleted(self, ent: dict) -> None:
+        ls = self.autolinks.pop(ent["name"], None)
+        if ls is not None:
+            ls.autolink = None
+            self.engine.close_link(ls)
+            L.pn_session_close(ls.session)
+
+    def _attach_autolink(self, ent: dict) -> None:
+        name = ent["name"]
+        if name in self.autolinks:
+            return
+        conn = self._conn_for(ent)
+        if conn is None:
+            return
+        address = ent["address"]
+        cfg = self.engine.match_address(address)
+        multicast = bool(cfg and cfg["distribution"] == "multicast")
+        waypoint = bool(cfg and cfg["waypoint"])
+        external = ent.get("externalAddress") or address
+        ssn = self._new_session(conn)
+        self._seq += 1
+        link_name = f"autoLink-{name}-{self._seq}"
+        fwd = self.engine.fwd
+        if ent["direction"] == "out":
+            link = pn_sender(ssn, link_name)
+            pn_terminus_set_address(L.pn_link_target(link), external)
+            pn_terminus_set_address(L.pn_link_source(link), address)
+            L.pn_link_set_snd_settle_mode(link, L.PN_SND_UNSETTLED)
+            phase = ent["phase"] if ent.get("phase") is not None else 0
+        else:
+            link = pn_receiver(ssn, link_name)
+            pn_terminus_set_address(L.pn_link_source(link), external)
+            pn_terminus_set_address(L.pn_link_target(link), address)
+            phase = ent["phase"] if ent.get("phase") is not None else (1 if waypoint else 0)
+        ls = LinkState(link, conn, ent["direction"] == "out", "autolink", address)
+        ls.name = link_name
+        ls.session = ssn
+        ls.autolink = name
+        self.engine.links[link] = ls
+        conn.links.add(ls)
+        self.autolinks[name] = ls
+        L.pn_link_open(link)
+        node = fwd.node(address, phase, multicast)
+        if ls.sender:
+            fwd.add_consumer(node, ls)
+        else:
+            fwd.add_producer(node, ls)
+        logger.info("autolink.attaching", extra={"autolink": name, "external": external})
+
+    def autolink_lost(self, ls: LinkState, reason) -> None:
+        name = ls.autolink
+        if self.autolinks.get(name) is ls:
+            del self.autolinks[name]
+        if not L.pn_session_state(ls.session) & L.PN_LOCAL_CLOSED:
+            L.pn_session_close(ls.session)
+        try:
+            ent = self.engine.store.find(E.AUTO_LINK, name)
+        except E.EntityError:
+            return
+        ent["operStatus"] = "inactive"
+        ent["lastError"] = reason[1] if reason else None
+        logger.info("autolink.lost", extra={"autolink": name, "reason": ent["lastError"]})
+        if not ls.conn.closed:
+            self.engine.loop.call_later(_REATTACH_DELAY, self._reattach, name)
+
+    def _reattach(self, name: str) -> None:
+        try:
+            ent = self.engine.store.find(E.AUTO_LINK, name)
+        except E.EntityError:
+            return
+        self._attach_autolink(ent)
+
+    def on_link_opened(self, ls: LinkState) -> None:
+        if ls.autolink is not None:
+            try:
+                self.engine.store.find(E.AUTO_LINK, ls.autolink)["operStatus"] = "active"
+            except E.EntityError:
+                pass
+        peer = ls.peer
+        if peer is not None and not peer.closed:
+            self.engine.open_link(peer)
+            self.pair_flow(peer)
+
+    # -- linkRoutes --------------------------------------------------------------------------
+    def match_link_route(self, qualified: str, direction: str) -> dict | None:
+        best, best_len = None, -1
+        for ent in self.engine.store.all(E.LINK_ROUTE):
+            if ent["direction"] != direction:
+                continue
+            if ent.get("prefix") is not None:
+                if prefix_matches(ent["prefix"], qualified) and len(ent["prefix"]) > best_len:
+                    best, best_len = ent, len(ent["prefix"])
+            elif pattern_matches(ent["pattern"], qualified) and best_len < 0:
+                best, best_len = ent, 0
+        return best
+
+    def route(self, client: LinkState, route: dict, address: str) -> None:
+        conn = self._conn_for(route)
+        if conn is None:
+            self.engine.refuse(client, NOT_FOUND, f"No route to destination {address}")
+            return
+        external = address
+        strip = route.get("delExternalPrefix")
+        if strip and external.startswith(strip):
+            external = external[len(strip):]
+        if route.get("addExternalPrefix"):
+            external = route["addExternalPrefix"] + external
+        ssn = self._new_session(conn)
+        cl = client.pn
+        link = pn_receiver(ssn, client.name) if client.sender else pn_sender(ssn, client.name)
+        L.pn_terminus_copy(L.pn_link_source(link), L.pn_link_remote_source(cl))
+        L.pn_terminus_copy(L.pn_link_target(link), L.pn_link_remote_target(cl))
+        term = L.pn_link_source(link) if client.sender else L.pn_link_target(link)
+        pn_terminus_set_address(term, external)
+        L.pn_link_set_snd_settle_mode(link, L.pn_link_remote_snd_settle_mode(cl))
+        L.pn_link_set_rcv_settle_mode(link, L.pn_link_remote_rcv_settle_mode(cl))
+        ls = LinkState(link, conn, not client.sender, "route", external)
+        ls.name = client.name
+        ls.session = ssn
+        node = Node(f"{client.conn.vhost}/{address}", 0, False)
+        ls.node = client.node = node
+        ls.peer, client.peer = client, ls
+        client.kind = "route"
+        self.engine.links[link] = ls
+        conn.links.add(ls)
+        L.pn_link_open(link)
+        logger.info("linkroute.attaching", extra={"address": address, "external": external})
+
+    def pair_flow(self, ls: LinkState) -> None:
+        """Mirror credit across a routed link pair."""
+        peer = ls.peer
+        if peer is None or peer.closed:
+            return
+        if ls.sender:
+            delta = L.pn_link_credit(ls.pn) - L.pn_link_credit(peer.pn)
+            if L.pn_link_get_drain(ls.pn) and not L.pn_link_get_drain(peer.pn):
+                L.pn_link_set_drain(peer.pn, True)
+            if delta > 0:
+                L.pn_link_flow(peer.pn, delta)
+        elif L.pn_link_credit(ls.pn) == 0 and L.pn_link_get_drain(ls.pn):
+            L.pn_link_set_drain(ls.pn, False)
+            L.pn_link_drained(peer.pn)
+
+    def peer_gone(self, ls: LinkState, reason) -> None:
+        peer = ls.peer
+        if peer is None or peer.closed or peer.pn not in self.engine.links:
+            return
+        peer.peer = None
+        if reason is not None:
+            self.engine.close_link(peer, reason)
+        else:
+            self.engine.close_link(peer)

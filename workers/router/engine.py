@@ -1,0 +1,411 @@
+"""The router core: accepts connections, authorises and resolves link attaches, moves events.
+
+Events from proton's collector are dispatched through a dict on the event type. Connection
+opens pick the vhost and policy group, session and link opens enforce qdrouterd-style limits
+and source/target lists, and links are attached to address nodes (see forwarder), link routes
+or the management node (see broker_links, management).
+"""
+
+import hmac
+import logging
+
+from cproton import (
+    pn_condition_set_description,
+    pn_condition_set_name,
+    pn_connection_remote_container,
+    pn_connection_remote_hostname,
+    pn_link_name,
+    pn_terminus_get_address,
+    pn_terminus_set_address,
+)
+from cproton_ffi import ffi
+from cproton_ffi import lib as L
+
+from . import entities as E
+from . import sasl_plugin
+from .broker_links import BrokerLinks
+from .counters import Counters
+from .forwarder import Forwarder, LinkState
+from .loop import Conn, Loop
+from .management import Management
+from .patterns import pattern_matches, prefix_matches
+from .policy import NOT_FOUND, RESOURCE_LIMIT, UNAUTHORIZED, Policy
+
+logger = logging.getLogger(__name__)
+
+_MGMT_CREDIT = 100
+
+
+class Engine:
+    def __init__(self, admin_user: str | None = None, admin_password: str | None = None):
+        self.loop = Loop()
+        self.loop.engine = self
+        self.store = E.EntityStore()
+        self.policy = Policy(self.store)
+        self.counts = Counters()
+        self.fwd = Forwarder(self.counts)
+        self.links: dict = {}  # pn_link cdata -> LinkState
+        self.admin_user = admin_user
+        self.admin_password = admin_password
+        self.broker = BrokerLinks(self)
+        self.management = Management(self)
+        self._dispatch = {
+            L.PN_CONNECTION_REMOTE_OPEN: self._on_conn_open,
+            L.PN_CONNECTION_REMOTE_CLOSE: self._on_conn_close,
+            L.PN_SESSION_REMOTE_OPEN: self._on_session_open,
+            L.PN_SESSION_REMOTE_CLOSE: self._on_session_close,
+            L.PN_LINK_REMOTE_OPEN: self._on_link_open,
+            L.PN_LINK_REMOTE_CLOSE: self._on_link_close,
+            L.PN_LINK_REMOTE_DETACH: self._on_link_close,
+            L.PN_LINK_FLOW: self._on_flow,
+            L.PN_DELIVERY: self._on_delivery,
+        }
+
+    # -- listeners ---------------------------------------------------------------------------
+    def listen(self, host: str, port: int, kind: str, ssl_domain=None):
+        def on_accept(conn: Conn) -> None:
+            conn.kind = kind
+            if ssl_domain is not None:
+                L.pn_ssl_init(L.pn_ssl(conn.transport), ssl_domain, ffi.NULL)
+                conn.encrypted = True
+            L.pn_sasl(conn.transport)
+            L.pn_transport_require_auth(conn.transport, True)
+            if kind == "management":
+                mechs = "PLAIN" if self.admin_password else "ANONYMOUS"
+            else:
+                mechs = "PLAIN"
+            sasl_plugin.install(conn.transport, mechs, self._verifier(conn))
+
+        return self.loop.listen(host, port, on_accept)
+
+    def _verifier(self, conn: Conn):
+        def verify(mech: str, authzid: str, login: str, password: str) -> str | None:
+            conn.sasl_mech = mech
+            if conn.kind == "management":
+                if mech == "ANONYMOUS" and not self.admin_password:
+                    conn.login = "anonymous"
+                    return "anonymous"
+                ok = (mech == "PLAIN" and self.admin_password is not None
+                      and hmac.compare_digest(login, self.admin_user or "")
+                      and hmac.compare_digest(password, self.admin_password))
+                conn.login = login if ok else None
+                return login if ok else None
+            if mech != "PLAIN":
+                return None
+            vhosts = self.policy.authenticate(login, password)
+            if not vhosts:
+                return None
+            conn.login = login
+            conn.allowed_vhosts = vhosts
+            return login
+
+        return verify
+
+    # -- event dispatch ----------------------------------------------------------------------
+    def process_events(self) -> None:
+        collector = self.loop.collector
+        peek = L.pn_collector_peek
+        pop = L.pn_collector_pop
+        etype = L.pn_event_type
+        dispatch = self._dispatch
+        null = ffi.NULL
+        while True:
+            event = peek(collector)
+            if event == null:
+                return
+            handler = dispatch.get(etype(event))
+            if handler is not None:
+                try:
+                    handler(event)
+                except Exception:
+                    logger.exception("router.event_failed", extra={"event": etype(event)})
+            pop(collector)
+
+    def _conn_of(self, pn_conn) -> Conn | None:
+        return self.loop.conns.get(pn_conn)
+
+    # -- connections -------------------------------------------------------------------------
+    def _on_conn_open(self, event) -> None:
+        conn = self._conn_of(L.pn_event_connection(event))
+        if conn is None:
+            return
+        conn.container = pn_connection_remote_container(conn.pn)
+        if conn.kind == "connector":
+            conn.opened = True
+            self.broker.on_connected(conn)
+            return
+        if conn.kind == "client":
+            refusal = self._admit(conn)
+            if refusal is not None:
+                L.pn_connection_open(conn.pn)
+                self._set_condition(L.pn_connection_condition(conn.pn), *refusal)
+                L.pn_connection_close(conn.pn)
+                logger.info("router.connection_refused",
+                            extra={"user": conn.login, "reason": refusal[1]})
+                return
+        conn.opened = True
+        L.pn_connection_open(conn.pn)
+
+    def _admit(self, conn: Conn):
+        hostname = pn_connection_remote_hostname(conn.pn)
+        login = conn.login or ""
+        vhost = self.policy.choose_vhost(login, hostname, conn.allowed_vhosts)
+        if vhost is None:
+            return UNAUTHORIZED, f"User {login} may not connect to vhost {hostname}"
+        grant = self.policy.grant(vhost, login)
+        if grant is None:
+            return UNAUTHORIZED, f"No policy for user {login} in vhost {vhost}"
+        in_use = sum(1 for c in self.loop.conns.values() if c.opened and c.vhost == vhost)
+        if in_use >= self.policy.max_connections(vhost):
+            return RESOURCE_LIMIT, f"Connection limit exceeded for vhost {vhost}"
+        conn.vhost = vhost
+        conn.grant = grant
+        return None
+
+    def _on_conn_close(self, event) -> None:
+        pn = L.pn_event_connection(event)
+        if not L.pn_connection_state(pn) & L.PN_LOCAL_CLOSED:
+            L.pn_connection_close(pn)
+
+    def on_conn_closed(self, conn: Conn) -> None:
+        for ls in list(conn.links):
+            self.link_gone(ls, ("amqp:connection:forced", "Connection closed"))
+        if conn.kind == "connector":
+            self.broker.on_disconnected(conn)
+
+    # -- sessions ----------------------------------------------------------------------------
+    def _on_session_open(self, event) -> None:
+        ssn = L.pn_event_session(event)
+        if not L.pn_session_state(ssn) & L.PN_LOCAL_UNINIT:
+            return  # one we opened (towards a broker)
+        conn = self._conn_of(L.pn_session_connection(ssn))
+        if conn is None:
+            return
+        if conn.grant is not None and conn.sessions >= conn.grant.max_sessions:
+            L.pn_session_open(ssn)
+            self._set_condition(L.pn_session_condition(ssn), RESOURCE_LIMIT,
+                                "Session limit exceeded")
+            L.pn_session_close(ssn)
+            return
+        conn.sessions += 1
+        L.pn_session_open(ssn)
+
+    def _on_session_close(self, event) -> None:
+        ssn = L.pn_event_session(event)
+        conn = self._conn_of(L.pn_session_connection(ssn))
+        cond = L.pn_session_remote_condition(ssn)
+        reason = None
+        if L.pn_condition_is_set(cond):
+            from cproton import pn_condition_get_description, pn_condition_get_name
+            reason = (pn_condition_get_name(cond), pn_condition_get_description(cond) or "")
+        if conn is not None:
+            for ls in [x for x in conn.links if x.session == ssn]:
+                self.link_gone(ls, reason)
+            if conn.kind != "connector":
+                conn.sessions -= 1
+        if not L.pn_session_state(ssn) & L.PN_LOCAL_CLOSED:
+            L.pn_session_close(ssn)
+
+    # -- links -------------------------------------------------------------------------------
+    def _on_link_open(self, event) -> None:
+        link = L.pn_event_link(event)
+        ls = self.links.get(link)
+        if ls is not None:
+            self.broker.on_link_opened(ls)  # a link we attached answered
+            return
+        ssn = L.pn_link_session(link)
+        conn = self._conn_of(L.pn_session_connection(ssn))
+        if conn is None:
+            return
+        sender = bool(L.pn_link_is_sender(link))
+        term = L.pn_link_remote_source(link) if sender else L.pn_link_remote_target(link)
+        ls = LinkState(link, conn, sender, "client", pn_terminus_get_address(term))
+        ls.name = pn_link_name(link)
+        ls.session = ssn
+        self.links[link] = ls
+        conn.links.add(ls)
+        dynamic = sender and bool(L.pn_terminus_is_dynamic(term))
+        try:
+            self._attach(conn, ls, dynamic)
+        except Exception:
+            logger.exception("router.attach_failed", extra={"address": ls.address})
+            self.refuse(ls, "amqp:internal-error", "Attach failed")
+
+    def _attach(self, conn: Conn, ls: LinkState, dynamic: bool) -> None:
+        address = ls.address
+        if conn.kind == "management":
+            if not ls.sender and address == "$management":
+                ls.kind = "mgmt"
+                self.open_link(ls)
+                L.pn_link_flow(ls.pn, _MGMT_CREDIT)
+            elif dynamic:
+                self._attach_dynamic(conn, ls)
+            else:
+                self.refuse(ls, NOT_FOUND, "Only $management on the management listener")
+            return
+        if conn.kind != "client" or conn.grant is None:
+            self.refuse(ls, UNAUTHORIZED, "Links are not accepted on this connection")
+            return
+        grant = conn.grant
+        if ls.sender and conn.receivers >= grant.max_receivers:
+            self.refuse(ls, RESOURCE_LIMIT, "Receiver limit exceeded")
+            return
+        if not ls.sender and conn.senders >= grant.max_senders:
+            self.refuse(ls, RESOURCE_LIMIT, "Sender limit exceeded")
+            return
+        if dynamic:
+            if not grant.allow_dynamic_source:
+                self.refuse(ls, UNAUTHORIZED, "Dynamic sources are not allowed")
+            else:
+                self._attach_dynamic(conn, ls)
+            return
+        if not address:
+            self.refuse(ls, NOT_FOUND, "Anonymous senders are not supported")
+            return
+        allowed = grant.may_receive(address) if ls.sender else grant.may_send(address)
+        if not allowed:
+            verb = "receive from" if ls.sender else "send to"
+            self.refuse(ls, UNAUTHORIZED, f"User {conn.login} may not {verb} {address}")
+            return
+        qualified = f"{conn.vhost}/{address}"
+        route = self.broker.match_link_route(qualified, "out" if ls.sender else "in")
+        if route is not None:
+            self._count(ls, +1)
+            self.broker.route(ls, route, address)
+            return
+        cfg = self.match_address(qualified)
+        if cfg is None:
+            self.refuse(ls, NOT_FOUND,
+                        f"Address {address} is not configured in vhost {conn.vhost}")
+            return
+        phase = (1 if ls.sender else 0) if cfg["waypoint"] else 0
+        node = self.fwd.node(qualified, phase, cfg["distribution"] == "multicast")
+        self._count(ls, +1)
+        self.open_link(ls)
+        if ls.sender:
+            self.fwd.add_consumer(node, ls)
+        else:
+            self.fwd.add_producer(node, ls)
+
+    def _attach_dynamic(self, conn: Conn, ls: LinkState) -> None:
+        address = f"$temp.{ls.identity}"
+        key = f"{conn.vhost}/{address}" if conn.vhost else address
+        node = self.fwd.node(key, 0, False)
+        ls.kind = "dynamic"
+        ls.address = address
+        self._count(ls, +1)
+        self.open_link(ls, dynamic_address=address)
+        self.fwd.add_consumer(node, ls)
+
+    def _count(self, ls: LinkState, delta: int) -> None:
+        if ls.conn.kind != "client":
+            return
+        if ls.sender:
+            ls.conn.receivers += delta
+        else:
+            ls.conn.senders += delta
+
+    def match_address(self, qualified: str) -> dict | None:
+        best, best_len = None, -1
+        for ent in self.store.all(E.ADDRESS):
+            if ent.get("prefix") is not None:
+                if prefix_matches(ent["prefix"], qualified) and len(ent["prefix"]) > best_len:
+                    best, best_len = ent, len(ent["prefix"])
+            elif pattern_matches(ent["pattern"], qualified) and best_len < 0:
+                best, best_len = ent, 0
+        return best
+
+    def open_link(self, ls: LinkState, dynamic_address: str | None = None) -> None:
+        link = ls.pn
+        L.pn_terminus_copy(L.pn_link_source(link), L.pn_link_remote_source(link))
+        L.pn_terminus_copy(L.pn_link_target(link), L.pn_link_remote_target(link))
+        if dynamic_address is not None:
+            pn_terminus_set_address(L.pn_link_source(link), dynamic_address)
+        L.pn_link_open(link)
+
+    def refuse(self, ls: LinkState, condition: str, description: str) -> None:
+        """Attach with a null terminus then detach with the error, as qdrouterd does."""
+        logger.info("router.link_refused", extra={"address": ls.address,
+                                                  "condition": condition,
+                                                  "reason": description})
+        ls.kind = "refused"
+        self._set_condition(L.pn_link_condition(ls.pn), condition, description)
+        L.pn_link_open(ls.pn)
+        L.pn_link_close(ls.pn)
+
+    @staticmethod
+    def _set_condition(cond, name: str, description: str) -> None:
+        pn_condition_set_name(cond, name)
+        pn_condition_set_description(cond, description)
+
+    def _on_link_close(self, event) -> None:
+        link = L.pn_event_link(event)
+        ls = self.links.get(link)
+        if ls is None:
+            if not L.pn_link_state(link) & L.PN_LOCAL_CLOSED:
+                L.pn_link_close(link)
+            return
+        cond = L.pn_link_remote_condition(link)
+        reason = None
+        if L.pn_condition_is_set(cond):
+            from cproton import pn_condition_get_description, pn_condition_get_name
+            reason = (pn_condition_get_name(cond), pn_condition_get_description(cond) or "")
+        self.link_gone(ls, reason)
+
+    def link_gone(self, ls: LinkState, reason=None) -> None:
+        """Forget a link (closed by either side or with its connection) and its fallout."""
+        if self.links.pop(ls.pn, None) is None:
+            return
+        ls.conn.links.discard(ls)
+        if ls.kind not in ("refused", "mgmt"):
+            self._count(ls, -1)
+        self.fwd.remove_link(ls)
+        link = ls.pn
+        if not L.pn_link_state(link) & L.PN_LOCAL_CLOSED:
+            if reason is not None and ls.peer is None:
+                self._set_condition(L.pn_link_condition(link), *reason)
+            L.pn_link_close(link)
+        if ls.peer is not None:
+            self.broker.peer_gone(ls, reason)
+        if ls.autolink is not None:
+            self.broker.autolink_lost(ls, reason)
+        if ls.kind == "route" and ls.session is not None and ls.conn.kind == "connector":
+            L.pn_session_close(ls.session)
+        L.pn_link_free(link)
+
+    def close_link(self, ls: LinkState, reason=None) -> None:
+        if reason is not None:
+            self._set_condition(L.pn_link_condition(ls.pn), *reason)
+        self.link_gone(ls, None)
+
+    # -- flow and deliveries -----------------------------------------------------------------
+    def _on_flow(self, event) -> None:
+        ls = self.links.get(L.pn_event_link(event))
+        if ls is None:
+            return
+        if ls.peer is not None:
+            self.broker.pair_flow(ls)
+        elif ls.sender:
+            self.fwd.on_consumer_flow(ls)
+
+    def _on_delivery(self, event) -> None:
+        d = L.pn_event_delivery(event)
+        ls = self.links.get(L.pn_delivery_link(d))
+        if ls is None:
+            return
+        if ls.sender:
+            self.fwd.on_outgoing_update(ls, d)
+            return
+        if not L.pn_delivery_readable(d) or L.pn_delivery_partial(d):
+            return
+        if L.pn_delivery_aborted(d):
+            L.pn_link_advance(ls.pn)
+            L.pn_delivery_settle(d)
+            return
+        n = self.fwd.receive(ls, d)
+        if ls.peer is not None:
+            self.fwd.forward_pair(ls, d, n)
+        elif ls.kind == "mgmt":
+            self.management.on_request(ls, d, ffi.buffer(self.fwd._buf, n)[:])
+        else:
+            self.fwd.forward(ls, d, n)

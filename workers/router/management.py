@@ -1,0 +1,115 @@
+"""The `$management` node: qdrouterd's AMQP management protocol over the entity store.
+
+Requests carry `operation`, `type`/`entityType` and `name`/`identity` in application
+properties; replies go pre-settled to `reply_to` with `correlation_id` echoed and the status in
+`statusCode`/`statusDescription`, exactly as the router agent expects from qdrouterd.
+"""
+
+import logging
+
+from cproton_ffi import lib as L
+from proton import Message
+
+from . import entities as E
+from . import views
+
+logger = logging.getLogger(__name__)
+
+_STATUS_TEXT = {200: "OK", 201: "Created", 204: "No Content"}
+
+
+class Management:
+    def __init__(self, engine):
+        self.engine = engine
+        self.hooks = {
+            E.CONNECTOR: (engine.broker.connector_created, engine.broker.connector_deleted),
+            E.AUTO_LINK: (engine.broker.autolink_created, engine.broker.autolink_deleted),
+        }
+
+    def on_request(self, ls, delivery, data: bytes) -> None:
+        request = Message()
+        try:
+            request.decode(data)
+            status, description, body = self.handle(request.properties or {}, request.body)
+        except Exception as exc:  # a malformed request must not kill the router
+            logger.exception("management.request_failed")
+            status, description, body = 400, f"Bad request: {exc}", None
+        if not L.pn_delivery_settled(delivery):
+            L.pn_delivery_update(delivery, L.PN_ACCEPTED)
+        L.pn_delivery_settle(delivery)
+        if L.pn_link_credit(ls.pn) < 50:
+            L.pn_link_flow(ls.pn, 100 - L.pn_link_credit(ls.pn))
+        if request.reply_to:
+            reply = Message(body=body, correlation_id=request.correlation_id,
+                            properties={"statusCode": status, "statusDescription": description},
+                            address=request.reply_to)
+            conn = ls.conn
+            key = f"{conn.vhost}/{request.reply_to}" if conn.vhost else request.reply_to
+            node = self.engine.fwd.nodes.get((key, 0))
+            if node is not None:
+                self.engine.fwd.inject(node, reply.encode())
+
+    def handle(self, props: dict, body):
+        op = props.get("operation")
+        etype = props.get("type") or props.get("entityType")
+        name = props.get("name")
+        identity = props.get("identity")
+        store = self.engine.store
+        try:
+            if op == "QUERY":
+                return self._query(props.get("entityType") or etype, body)
+            if op == "GET-MGMT-NODES":
+                return 200, "OK", []
+            if op == "GET-TYPES":
+                return 200, "OK", {t: [] for t in list(store.types()) + list(views.TYPES)}
+            if op in ("CREATE", "READ", "UPDATE", "DELETE") and not etype:
+                return 400, "Missing type", None
+            if op == "CREATE":
+                attrs = dict(body or {})
+                attrs.pop("type", None)
+                if name is None:
+                    name = attrs.get("name")
+                attrs.pop("name", None)
+                ent = store.create(etype, name, attrs)
+                hook = self.hooks.get(etype)
+                if hook:
+                    hook[0](ent)
+                logger.info("management.created", extra={"type": etype, "entity": ent["name"]})
+                return 201, "Created", store.public(ent)
+            if op == "READ":
+                if etype in views.TYPES:
+                    for row in views.rows(self.engine, etype):
+                        if row.get("name") == name or row.get("identity") == identity:
+                            return 200, "OK", row
+                    return 404, "Entity not found", None
+                return 200, "OK", store.public(store.find(etype, name, identity))
+            if op == "UPDATE":
+                ent = store.find(etype, name, identity)
+                store.update(ent, dict(body or {}))
+                return 200, "OK", store.public(ent)
+            if op == "DELETE":
+                ent = store.find(etype, name, identity)
+                store.delete(ent)
+                hook = self.hooks.get(etype)
+                if hook:
+                    hook[1](ent)
+                logger.info("management.deleted", extra={"type": etype, "entity": ent["name"]})
+                return 204, "No Content", None
+        except E.EntityError as exc:
+            return exc.status, exc.description, None
+        return 400, f"Unsupported operation {op}", None
+
+    def _query(self, etype, body):
+        body = body or {}
+        names = list(body.get("attributeNames") or [])
+        if etype in views.TYPES:
+            rows = views.rows(self.engine, etype)
+        elif etype in self.engine.store.types():
+            rows = [self.engine.store.public(e) for e in self.engine.store.all(etype)]
+        else:
+            return 404, f"Unknown entity type: {etype}", None
+        if not names:
+            for row in rows:
+                names.extend(k for k in row if k not in names)
+        return 200, "OK", {"attributeNames": names,
+                           "results": [[row.get(n) for n in names] for row in rows]}

@@ -1,0 +1,93 @@
+"""Read-only operational entities computed on demand (qdrouterd's names and attributes)."""
+
+from cproton_ffi import lib as L
+
+from . import entities as E
+
+ROUTER_ADDRESS = E.PREFIX + "router.address"
+CONNECTION = E.PREFIX + "connection"
+ROUTER = E.PREFIX + "router"
+LINK = E.PREFIX + "router.link"
+TYPES = (ROUTER_ADDRESS, CONNECTION, ROUTER, LINK)
+
+
+def _outcomes(c) -> dict:
+    return {"acceptedDeliveries": c.accepted, "rejectedDeliveries": c.rejected,
+            "releasedDeliveries": c.released, "modifiedDeliveries": c.modified,
+            "presettledDeliveries": c.presettled,
+            "droppedPresettledDeliveries": c.dropped_presettled}
+
+
+def address_rows(engine) -> list[dict]:
+    rows = []
+    for (key, phase), node in engine.fwd.nodes.items():
+        ident = f"M{phase}{key}"
+        rows.append({
+            "name": ident, "identity": ident, "key": ident, "type": ROUTER_ADDRESS,
+            "address": key, "phase": phase,
+            "distribution": "multicast" if node.multicast else "balanced",
+            "inProcess": 0, "subscriberCount": len(node.consumers), "remoteCount": 0,
+            "containerCount": sum(1 for c in node.consumers if c.kind == "autolink"),
+            "deliveriesIngress": node.counts.ingress, "deliveriesEgress": node.counts.egress,
+            "deliveriesTransit": 0, "deliveriesToContainer": 0, "deliveriesFromContainer": 0,
+            "undeliveredCount": len(node.backlog),
+            **_outcomes(node.counts),
+        })
+    return rows
+
+
+def connection_rows(engine) -> list[dict]:
+    rows = []
+    for conn in engine.loop.conns.values():
+        rows.append({
+            "name": f"connection/{conn.host}", "identity": str(conn.identity),
+            "type": CONNECTION, "host": conn.host, "container": conn.container,
+            "role": "route-container" if conn.kind == "connector" else "normal",
+            "dir": conn.dir, "user": conn.login, "tenant": conn.vhost,
+            "isAuthenticated": conn.login is not None, "isEncrypted": conn.encrypted,
+            "sasl": conn.sasl_mech, "opened": conn.opened, "operStatus": "up",
+            "connector": conn.connector, "sessions": conn.sessions,
+            "senders": conn.senders, "receivers": conn.receivers,
+        })
+    return rows
+
+
+def link_rows(engine) -> list[dict]:
+    rows = []
+    for ls in engine.links.values():
+        rows.append({
+            "name": ls.name, "identity": str(ls.identity), "type": LINK,
+            "linkType": "endpoint", "linkName": ls.name,
+            "linkDir": "out" if ls.sender else "in",
+            "owningAddr": ls.node.key if ls.node is not None else ls.address,
+            "connectionId": str(ls.conn.identity), "capacity": 250,
+            "creditAvailable": L.pn_link_credit(ls.pn), "unsettledCount": len(ls.unsettled),
+            "deliveryCount": ls.counts.egress, "acceptedCount": ls.counts.accepted,
+            "rejectedCount": ls.counts.rejected, "releasedCount": ls.counts.released,
+            "modifiedCount": ls.counts.modified, "presettledCount": ls.counts.presettled,
+            "undeliveredCount": 0, "operStatus": "up", "adminStatus": "enabled",
+        })
+    return rows
+
+
+def router_rows(engine) -> list[dict]:
+    c = engine.counts
+    store = engine.store
+    return [{
+        "name": "maas-router", "identity": "maas-router", "id": "maas-router",
+        "type": ROUTER, "mode": "standalone", "version": "maas-embedded",
+        "addrCount": len(engine.fwd.nodes), "linkCount": len(engine.links),
+        "nodeCount": 0, "connectionCount": len(engine.loop.conns),
+        "autoLinkCount": len(store.all(E.AUTO_LINK)),
+        "linkRouteCount": len(store.all(E.LINK_ROUTE)),
+        "deliveriesIngress": c.ingress, "deliveriesEgress": c.egress, "deliveriesTransit": 0,
+        **_outcomes(c),
+    }]
+
+
+_ROWS = {ROUTER_ADDRESS: address_rows, CONNECTION: connection_rows, LINK: link_rows,
+         ROUTER: router_rows}
+
+
+def rows(engine, etype: str) -> list[dict]:
+    return _ROWS[etype](engine)

@@ -4,12 +4,12 @@ viewer reads; admin also manages address spaces, addresses and messaging users; 
 manages members, changes the plans of address spaces and deletes the tenant. Staff (operators)
 may do everything. docs/authorization.md shows the same table.
 """
-from enum import Enum
+from enum import StrEnum
 
 from .models import Role
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     READ = "read"
     MANAGE_ADDRESSES = "manage_addresses"
     MANAGE_USERS = "manage_users"

@@ -2,7 +2,9 @@
 of their own so that tests never disturb a platform running on the same machine."""
 import os
 
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+# A Redis of the tests' own (started by tests/conftest.py), which a test may restart.
+os.environ.setdefault("MAAS_TEST_REDIS_PORT", "6390")
+os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:{os.environ['MAAS_TEST_REDIS_PORT']}/0")
 os.environ.setdefault("MAAS_CELERY_QUEUE", "maas-test")
 
 from .settings import *  # noqa: E402,F401,F403

@@ -1,14 +1,22 @@
 """Fixtures for every test: users in each role, a tenant built through the service functions,
 and API clients that authenticate with personal access tokens."""
 import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from config_service import services
-from tenants.models import PersonalAccessToken, Role
+from tenants import default_plans
+from tenants.models import AddressPlan, AddressSpacePlan, PersonalAccessToken, Role
 from tenants.services import add_member, create_tenant
 
 CTX = services.Context(actor="test")
@@ -53,6 +61,8 @@ def outsider(db):
 
 @pytest.fixture
 def tenant(owner, admin_member, viewer, outsider):
+    # Transactional tests flush the tables, data migrations included: put the plans back.
+    default_plans.install(AddressPlan, AddressSpacePlan)
     t = create_tenant(ctx=CTX, slug=f"acme-{uuid.uuid4().hex[:6]}", owner=owner)
     add_member(ctx=CTX, tenant=t, user=admin_member, role=Role.ADMIN)
     add_member(ctx=CTX, tenant=t, user=viewer, role=Role.VIEWER)
@@ -88,3 +98,95 @@ def address_manifest(space: str, address: str, type_: str = "queue", plan: str =
     return {"apiVersion": "enmasse.io/v1beta1", "kind": "Address",
             "metadata": {"name": f"{space}.{address.lower()}"},
             "spec": {"address": address, "type": type_, "plan": plan, **spec}}
+
+
+# Processes: a Redis of the tests' own and a real Celery worker ------------------------------
+
+REDIS_PORT = int(os.environ.get("MAAS_TEST_REDIS_PORT", "6390"))
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class RedisServer:
+    """redis-server on REDIS_PORT, without persistence: a restart loses every queued task."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.proc = None
+
+    def start(self):
+        if port_open(self.port):
+            return  # left running by an earlier session: use it
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        wait_for(lambda: port_open(self.port), 10, what="redis-server")
+
+    def stop(self):
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"],
+                       capture_output=True, timeout=10)
+        if self.proc:
+            self.proc.wait(timeout=10)
+            self.proc = None
+        wait_for(lambda: not port_open(self.port), 10, what="redis-server to stop")
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    server = RedisServer(REDIS_PORT)
+    server.start()
+    yield server
+    server.stop()
+
+
+class Worker:
+    """A real Celery worker process using the test database, running every agent."""
+
+    def __init__(self, database_name: str):
+        self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="maas.test_settings",
+                        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{database_name}",
+                        MAAS_LOG_LEVEL="WARNING")
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "maas", "worker", "-Q",
+             settings.CELERY_TASK_DEFAULT_QUEUE, "--concurrency", "2", "--loglevel", "WARNING",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            env=self.env, cwd=settings.BASE_DIR, start_new_session=True)
+
+    def kill(self):
+        """SIGKILL the whole process group: no chance to finish or acknowledge anything."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def live_worker(transactional_db, redis_server):
+    worker = Worker(settings.DATABASES["default"]["NAME"])
+    worker.start()
+    yield worker
+    worker.stop()

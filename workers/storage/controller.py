@@ -98,15 +98,19 @@ class StorageController(Agent):
             if exc.transient:
                 raise TransientError(str(exc)) from exc
             return Report(space_error=f"Broker refused the configuration: {exc}")
-        by_wire = {q.name: q for q in desired.queues} | {t.name: t for t in desired.topics}
-        names = dict(Address.objects.filter(space=space).values_list("address", "name"))
-        names.update({f"{a.topic}::{a.address}": a.name
-                      for a in Address.objects.filter(space=space, type="subscription")})
-        errors = {}
-        for wire, message in result.errors.items():
-            if wire in by_wire and wire in names:
-                errors[names[wire]] = {"message": message, "permanent": False}
-        return Report(address_errors=errors)
+        if result.transient:
+            raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
+        wire_to_name = {}
+        for a in Address.objects.filter(space=space, scheduled=True, type__in=STORED_TYPES):
+            wire = f"{a.topic}::{a.address}" if a.type == "subscription" else a.address
+            wire_to_name[wire] = a.name
+        errors = {
+            name: {"message": result.errors.get(wire) or "Not yet verified on the broker",
+                   "permanent": False}
+            for wire, name in wire_to_name.items() if not result.is_active(wire)
+        }
+        problems = result.vhost_errors + [f"user {u}: {m}" for u, m in result.user_errors.items()]
+        return Report(address_errors=errors, space_error="; ".join(problems)[:500])
 
     def teardown(self, space: AddressSpace) -> None:
         try:

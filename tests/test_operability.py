@@ -1,0 +1,41 @@
+"""Health, readiness, metrics and the OpenAPI schema."""
+from config_service import services
+from tests.conftest import CTX
+
+
+def test_healthz_and_readyz_check_the_real_services(client, db, redis_server):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200, ready.content
+    assert set(ready.json()["checks"]) == {"database", "redis", "rabbitmq"}
+
+
+def test_readyz_names_a_failed_check(client, db, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["redis"]["status"] == "error"
+    assert response.json()["checks"]["database"]["status"] == "ok"
+
+
+def test_metrics_count_addresses_per_phase(client, tenant):
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name="m", type="standard",
+                                          plan="standard-small")
+    services.create_address(ctx=CTX, space=space, address="big", type="queue",
+                            plan="standard-large-queue")
+    services.create_address(ctx=CTX, space=space, address="big2", type="queue",
+                            plan="standard-large-queue")
+    text = client.get("/metrics").content.decode()
+    labels = f'addressspace="m",namespace="{tenant.slug}"'
+    assert f"enmasse_addresses_total{{{labels}}} 2.0" in text
+    assert f"enmasse_addresses_pending_total{{{labels}}} 1.0" in text
+    assert f"enmasse_addresses_configuring_total{{{labels}}} 1.0" in text
+    assert "enmasse_address_spaces_total 1.0" in text
+    assert "maas_outbox_backlog 3.0" in text
+    assert "maas_event_apply_latency_seconds" in text
+
+
+def test_the_openapi_schema_lists_the_api(client, db):
+    schema = client.get("/api/schema/?format=json").json()
+    assert "/api/v1/tenants/{tenant}/addressspaces/{space}/addresses/" in schema["paths"]
+    assert "/api/v1/tenants/{tenant}/events/" in schema["paths"]

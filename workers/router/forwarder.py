@@ -233,8 +233,8 @@ class Forwarder:
             setattr(node.counts, outcome, getattr(node.counts, outcome) + 1)
             if in_d is not None and not in_ls.closed:
                 in_ls.unsettled.pop(in_d, None)
-                self._copy_disposition(d, in_d, state)
                 L.pn_delivery_update(in_d, state)
+                self._copy_disposition(d, in_d, state)
                 L.pn_delivery_settle(in_d)
         setattr(self.counts, outcome, getattr(self.counts, outcome) + 1)
         setattr(ls.counts, outcome, getattr(ls.counts, outcome) + 1)

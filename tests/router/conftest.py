@@ -1,0 +1,222 @@
+"""Fixtures for the embedded router tests: a real router process, real proton clients, and
+RabbitMQ (localhost, guest/guest) set up through its management HTTP API. No Django."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+from proton import Message
+from proton.utils import BlockingConnection
+
+from workers.router.passwords import hash_password
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN_PASSWORD = "admin-secret"
+RABBIT_API = "http://127.0.0.1:15672/api"
+RABBIT_AUTH = ("guest", "guest")
+
+ADDRESS = "org.apache.qpid.dispatch.router.config.address"
+LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
+AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
+CONNECTOR = "org.apache.qpid.dispatch.connector"
+VHOST = "org.apache.qpid.dispatch.vhost"
+USER = "io.maas.router.user"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} not listening")
+
+
+class RouterProcess:
+    """`python -m workers.router` on free ports; restartable on the same ports."""
+
+    def __init__(self, extra_args=()):
+        self.amqp_port = free_port()
+        self.amqps_port = free_port()
+        self.mgmt_port = free_port()
+        self.metrics_port = free_port()
+        self.extra_args = list(extra_args)
+        self.proc = None
+
+    def start(self) -> None:
+        env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=ADMIN_PASSWORD, PYTHONPATH=str(ROOT))
+        cmd = [sys.executable, "-m", "workers.router", "--amqp-port", str(self.amqp_port),
+               "--amqps-port", str(self.amqps_port), "--management-port", str(self.mgmt_port),
+               "--metrics-port", str(self.metrics_port), "--log-level", "WARNING",
+               *self.extra_args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+        wait_port(self.amqp_port)
+        wait_port(self.mgmt_port)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def connect(self, user: str, password: str, vhost: str | None = None, **kw):
+        return BlockingConnection(f"amqp://127.0.0.1:{self.amqp_port}", user=user,
+                                  password=password, allowed_mechs="PLAIN",
+                                  allow_insecure_mechs=True, virtual_host=vhost, timeout=5, **kw)
+
+    def management(self) -> "Management":
+        return Management(self.mgmt_port)
+
+
+class Management:
+    """A minimal qdrouterd management client, as the router agent would speak it."""
+
+    def __init__(self, port: int):
+        self.conn = BlockingConnection(f"amqp://127.0.0.1:{port}", user="admin",
+                                       password=ADMIN_PASSWORD, allowed_mechs="PLAIN",
+                                       allow_insecure_mechs=True, timeout=5)
+        self.receiver = self.conn.create_receiver(None, dynamic=True)
+        self.sender = self.conn.create_sender("$management")
+        self.reply_to = self.receiver.remote_source.address
+        self._ids = 0
+
+    def request(self, operation: str, body=None, **props):
+        self._ids += 1
+        props["operation"] = operation
+        self.sender.send(Message(body=body, properties=props, reply_to=self.reply_to,
+                                 correlation_id=self._ids))
+        reply = self.receiver.receive(5)
+        assert reply.correlation_id == self._ids
+        return reply.properties["statusCode"], reply.properties["statusDescription"], reply.body
+
+    def create(self, etype: str, name: str, **attrs):
+        status, description, body = self.request("CREATE", attrs, type=etype, name=name)
+        assert status == 201, description
+        return body
+
+    def delete(self, etype: str, name: str):
+        return self.request("DELETE", None, type=etype, name=name)
+
+    def query(self, etype: str, names=()):
+        status, _, body = self.request("QUERY", {"attributeNames": list(names)},
+                                       entityType=etype)
+        assert status == 200
+        return [dict(zip(body["attributeNames"], row, strict=True)) for row in body["results"]]
+
+    def close(self):
+        self.conn.close()
+
+
+def add_tenant(mgmt: Management, vhost: str, users: dict[str, str], groups: dict,
+               **vhost_attrs) -> None:
+    """A vhost policy plus its messaging users (passwords sent as RabbitMQ-style hashes)."""
+    for username, password in users.items():
+        mgmt.create(USER, f"{vhost}-{username}", vhost=vhost, username=username,
+                    passwordHash=hash_password(password))
+    mgmt.create(VHOST, vhost, hostname=vhost, groups=groups, **vhost_attrs)
+
+
+@pytest.fixture(scope="module")
+def router():
+    proc = RouterProcess()
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def mgmt(router):
+    client = router.management()
+    yield client
+    client.close()
+
+
+class Rabbit:
+    """RabbitMQ set-up through the management HTTP API, in a throw-away vhost."""
+
+    def __init__(self):
+        self.vhost = f"maas-test-{uuid.uuid4().hex[:8]}"
+
+    def _put(self, path: str, body=None):
+        r = requests.put(f"{RABBIT_API}{path}", json=body or {}, auth=RABBIT_AUTH, timeout=60)
+        r.raise_for_status()
+
+    def setup(self):
+        self._put(f"/vhosts/{self.vhost}")
+        self._put(f"/permissions/{self.vhost}/guest",
+                  {"configure": ".*", "write": ".*", "read": ".*"})
+
+    def queue(self, name: str):
+        self._put(f"/queues/{self.vhost}/{name}", {"durable": True})
+
+    def exchange(self, name: str, kind: str = "topic"):
+        self._put(f"/exchanges/{self.vhost}/{name}", {"type": kind, "durable": True})
+
+    def bind(self, exchange: str, queue: str, key: str):
+        r = requests.post(f"{RABBIT_API}/bindings/{self.vhost}/e/{exchange}/q/{queue}",
+                          json={"routing_key": key}, auth=RABBIT_AUTH, timeout=60)
+        r.raise_for_status()
+
+    def connection_names(self) -> list[str]:
+        r = requests.get(f"{RABBIT_API}/vhosts/{self.vhost}/connections", auth=RABBIT_AUTH,
+                         timeout=60)
+        r.raise_for_status()
+        return [c["name"] for c in r.json()]
+
+    def close_connections(self) -> None:
+        for name in self.connection_names():
+            requests.delete(f"{RABBIT_API}/connections/{requests.utils.quote(name)}",
+                            auth=RABBIT_AUTH, timeout=60)
+
+    def teardown(self):
+        requests.delete(f"{RABBIT_API}/vhosts/{self.vhost}", auth=RABBIT_AUTH, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def rabbit():
+    r = Rabbit()
+    r.setup()
+    yield r
+    r.teardown()
+
+
+def pump_until(condition, *conns, timeout: float = 5.0) -> None:
+    """Let several blocking connections do their I/O until `condition()` holds."""
+    from proton import Timeout
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        for conn in conns:
+            try:
+                conn.wait(condition, timeout=0.02)
+            except Timeout:
+                pass
+
+
+def pump(*conns, seconds: float = 0.3) -> None:
+    deadline = time.monotonic() + seconds
+    pump_until(lambda: time.monotonic() > deadline, *conns, timeout=seconds + 1)

@@ -1,0 +1,90 @@
+"""The $management node: CRUD on qdrouterd entity types and its status codes."""
+
+import pytest
+
+from .conftest import ADDRESS, AUTO_LINK, CONNECTOR, LINK_ROUTE, USER, VHOST
+
+
+def test_create_returns_201_with_defaults(mgmt):
+    status, _, body = mgmt.request("CREATE", {"prefix": "/t1/orders"}, type=ADDRESS,
+                                   name="ragent-orders")
+    assert status == 201
+    assert body["prefix"] == "t1/orders"  # a leading slash is dropped, as qdrouterd does
+    assert body["waypoint"] is False
+    assert body["distribution"] == "balanced"
+    assert body["name"] == "ragent-orders"
+
+
+def test_duplicate_name_is_a_conflict(mgmt):
+    mgmt.create(ADDRESS, "ragent-dup", prefix="t1/dup")
+    status, description, _ = mgmt.request("CREATE", {"prefix": "t1/dup2"}, type=ADDRESS,
+                                          name="ragent-dup")
+    assert (status, description) == (400, "Name conflicts with an existing entity")
+
+
+def test_query_returns_requested_attributes(mgmt):
+    mgmt.create(ADDRESS, "ragent-q1", prefix="t1/q1", waypoint=True)
+    status, _, body = mgmt.request("QUERY", {"attributeNames": ["name", "waypoint"]},
+                                   entityType=ADDRESS)
+    assert status == 200
+    assert body["attributeNames"] == ["name", "waypoint"]
+    assert ["ragent-q1", True] in body["results"]
+
+
+def test_query_with_no_attribute_names_returns_all(mgmt):
+    mgmt.create(LINK_ROUTE, "ragent-lr", prefix="t1/topic", direction="in", connection="c1")
+    rows = mgmt.query(LINK_ROUTE)
+    row = next(r for r in rows if r["name"] == "ragent-lr")
+    assert row["direction"] == "in" and row["connection"] == "c1" and row["identity"]
+
+
+def test_read_update_delete(mgmt):
+    created = mgmt.create(AUTO_LINK, "ragent-al", address="t1/q1", direction="out",
+                          connection="nowhere", externalAddress="/amq/queue/q1")
+    status, _, body = mgmt.request("READ", None, type=AUTO_LINK, name="ragent-al")
+    assert status == 200 and body["externalAddress"] == "/amq/queue/q1"
+    status, _, body = mgmt.request("UPDATE", {"externalAddress": "/amq/queue/q2"},
+                                   type=AUTO_LINK, identity=created["identity"])
+    assert status == 200 and body["externalAddress"] == "/amq/queue/q2"
+    assert mgmt.delete(AUTO_LINK, "ragent-al")[0] == 204
+    assert mgmt.request("READ", None, type=AUTO_LINK, name="ragent-al")[0] == 404
+
+
+def test_unknown_entity_is_404(mgmt):
+    assert mgmt.delete(ADDRESS, "no-such-address")[0] == 404
+    assert mgmt.request("QUERY", {}, entityType="org.example.nothing")[0] == 404
+
+
+@pytest.mark.parametrize("etype,attrs", [
+    (ADDRESS, {}),  # neither prefix nor pattern
+    (ADDRESS, {"prefix": "a", "distribution": "sideways"}),
+    (LINK_ROUTE, {"prefix": "a", "direction": "up", "connection": "c"}),
+    (AUTO_LINK, {"address": "a", "direction": "in"}),  # no connection nor containerId
+    (USER, {"vhost": "v", "username": "u", "passwordHash": "not-a-hash"}),
+    (ADDRESS, {"prefix": "a", "colour": "blue"}),
+])
+def test_bad_request_is_400_with_description(mgmt, etype, attrs):
+    status, description, _ = mgmt.request("CREATE", attrs, type=etype, name="ragent-bad")
+    assert status == 400
+    assert description
+
+
+def test_connector_password_is_never_returned(mgmt):
+    body = mgmt.create(CONNECTOR, "ragent-broker", host="127.0.0.1", port="1",
+                       saslUsername="guest", saslPassword="guest", virtualHost="vhost:x")
+    assert "saslPassword" not in body
+    assert body["virtualHost"] == "vhost:x"
+    assert mgmt.delete(CONNECTOR, "ragent-broker")[0] == 204
+
+
+def test_vhost_and_user_entities_round_trip(mgmt):
+    mgmt.create(VHOST, "t9", hostname="t9", maxConnections=3,
+                groups={"g": {"users": "bob", "sources": "*", "targets": "a*"}})
+    row = next(r for r in mgmt.query(VHOST) if r["name"] == "t9")
+    assert row["maxConnections"] == 3
+    assert row["groups"]["g"]["targets"] == "a*"
+
+
+def test_router_entity_counts_links(mgmt):
+    rows = mgmt.query("org.apache.qpid.dispatch.router", ["linkCount", "connectionCount"])
+    assert rows[0]["linkCount"] >= 2 and rows[0]["connectionCount"] >= 1

@@ -116,7 +116,7 @@ class Receiver(MessagingHandler):
             return
         event.link.recv(delivery.pending)
         event.link.advance()
-        if not delivery.remote_settled:
+        if not delivery.settled:
             delivery.update(delivery.ACCEPTED)
         delivery.settle()
         self.local += 1
@@ -165,7 +165,7 @@ def run_case(name, send_target, recv_target, count, clients, presettled, pids):
     figures = {"msgs": got, "rate": got / elapsed if elapsed else 0.0}
     for k, seconds in cpu.items():
         figures[f"{k}_us_per_msg"] = seconds / max(got, 1) * 1e6
-    extra = "  ".join(f"{k} CPU {v:.0f} us/msg" for k, v in figures.items()
+    extra = "  ".join(f"{k.split('_')[0]} CPU {v:.0f} us/msg" for k, v in figures.items()
                       if k.endswith("us_per_msg"))
     print(f"{name:<28} {got:>7} msgs {figures['rate']:>9.0f} msgs/s  {extra}", flush=True)
     return figures

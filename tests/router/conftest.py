@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -168,8 +169,8 @@ class Rabbit:
         self._put(f"/permissions/{self.vhost}/guest",
                   {"configure": ".*", "write": ".*", "read": ".*"})
 
-    def queue(self, name: str):
-        self._put(f"/queues/{self.vhost}/{name}", {"durable": True})
+    def queue(self, name: str, **arguments):
+        self._put(f"/queues/{self.vhost}/{name}", {"durable": True, "arguments": arguments})
 
     def exchange(self, name: str, kind: str = "topic"):
         self._put(f"/exchanges/{self.vhost}/{name}", {"type": kind, "durable": True})
@@ -179,19 +180,63 @@ class Rabbit:
                           json={"routing_key": key}, auth=RABBIT_AUTH, timeout=60)
         r.raise_for_status()
 
-    def connection_names(self) -> list[str]:
-        r = requests.get(f"{RABBIT_API}/vhosts/{self.vhost}/connections", auth=RABBIT_AUTH,
-                         timeout=60)
-        r.raise_for_status()
-        return [c["name"] for c in r.json()]
-
-    def close_connections(self) -> None:
-        for name in self.connection_names():
-            requests.delete(f"{RABBIT_API}/connections/{requests.utils.quote(name)}",
-                            auth=RABBIT_AUTH, timeout=60)
-
     def teardown(self):
         requests.delete(f"{RABBIT_API}/vhosts/{self.vhost}", auth=RABBIT_AUTH, timeout=60)
+
+
+class TcpProxy:
+    """A TCP relay in front of RabbitMQ so a test can cut the router's broker connections
+    (RabbitMQ's own connection list lags by a stats interval, so it cannot be relied on)."""
+
+    def __init__(self, target=("127.0.0.1", 5672)):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.pairs.append((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def drop(self) -> int:
+        """Cut every relayed connection, as a broker restart would."""
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+        for pair in pairs:
+            for sock in pair:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+        return len(pairs)
+
+    def close(self):
+        self.listener.close()
+        self.drop()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import hmac
 import logging
 
 from cproton import (
+    pn_condition_get_description,
+    pn_condition_get_name,
     pn_condition_set_description,
     pn_condition_set_name,
     pn_connection_remote_container,
@@ -155,9 +157,16 @@ class Engine:
         grant = self.policy.grant(vhost, login)
         if grant is None:
             return UNAUTHORIZED, f"No policy for user {login} in vhost {vhost}"
-        in_use = sum(1 for c in self.loop.conns.values() if c.opened and c.vhost == vhost)
-        if in_use >= self.policy.max_connections(vhost):
+        peers = [c for c in self.loop.conns.values() if c.opened and c.vhost == vhost]
+        limits = self.policy.connection_limits(vhost)
+        host = conn.host.rsplit(":", 1)[0]
+        if len(peers) >= limits["maxConnections"]:
             return RESOURCE_LIMIT, f"Connection limit exceeded for vhost {vhost}"
+        if sum(1 for c in peers if c.login == conn.login) >= limits["maxConnectionsPerUser"]:
+            return RESOURCE_LIMIT, f"Per-user connection limit exceeded for vhost {vhost}"
+        if sum(1 for c in peers
+               if c.host.rsplit(":", 1)[0] == host) >= limits["maxConnectionsPerHost"]:
+            return RESOURCE_LIMIT, f"Per-host connection limit exceeded for vhost {vhost}"
         conn.vhost = vhost
         conn.grant = grant
         return None
@@ -181,13 +190,13 @@ class Engine:
         conn = self._conn_of(L.pn_session_connection(ssn))
         if conn is None:
             return
-        if conn.grant is not None and conn.sessions >= conn.grant.max_sessions:
+        if conn.grant is not None and len(conn.sessions) >= conn.grant.max_sessions:
             L.pn_session_open(ssn)
             self._set_condition(L.pn_session_condition(ssn), RESOURCE_LIMIT,
                                 "Session limit exceeded")
             L.pn_session_close(ssn)
             return
-        conn.sessions += 1
+        conn.sessions.add(ssn)
         L.pn_session_open(ssn)
 
     def _on_session_close(self, event) -> None:
@@ -196,13 +205,11 @@ class Engine:
         cond = L.pn_session_remote_condition(ssn)
         reason = None
         if L.pn_condition_is_set(cond):
-            from cproton import pn_condition_get_description, pn_condition_get_name
             reason = (pn_condition_get_name(cond), pn_condition_get_description(cond) or "")
         if conn is not None:
             for ls in [x for x in conn.links if x.session == ssn]:
                 self.link_gone(ls, reason)
-            if conn.kind != "connector":
-                conn.sessions -= 1
+            conn.sessions.discard(ssn)
         if not L.pn_session_state(ssn) & L.PN_LOCAL_CLOSED:
             L.pn_session_close(ssn)
 
@@ -348,7 +355,6 @@ class Engine:
         cond = L.pn_link_remote_condition(link)
         reason = None
         if L.pn_condition_is_set(cond):
-            from cproton import pn_condition_get_description, pn_condition_get_name
             reason = (pn_condition_get_name(cond), pn_condition_get_description(cond) or "")
         self.link_gone(ls, reason)
 

@@ -110,25 +110,24 @@ class Forwarder:
         self.replenish(ls)
 
     # -- credit ------------------------------------------------------------------------------
-    def _downstream_ready(self, node: Node) -> bool:
-        if node.multicast:
-            return bool(node.consumers)
-        if len(node.backlog) >= WINDOW:
-            return False
-        for c in node.consumers:
-            if L.pn_link_credit(c.pn) > 0:
-                return True
-        return False
-
     def replenish(self, ls: LinkState) -> None:
-        """Top up a producer's credit, but only while the node can pass messages on."""
-        if ls.closed:
-            return
-        if ls.peer is not None:
+        """Give a producer credit that downstream can absorb: what consumers can take now
+        (less what already waits), at most WINDOW, in batches to spare flow frames."""
+        if ls.closed or ls.peer is not None:
             return
         credit = L.pn_link_credit(ls.pn)
-        if credit < _LOW and self._downstream_ready(ls.node):
-            L.pn_link_flow(ls.pn, WINDOW - credit)
+        if credit >= _LOW:
+            return
+        node = ls.node
+        if node.multicast:
+            want = WINDOW if node.consumers else 0
+        else:
+            avail = 0
+            for c in node.consumers:
+                avail += L.pn_link_credit(c.pn)
+            want = min(WINDOW, avail - len(node.backlog))
+        if want > credit and want - credit >= min(want, 32):
+            L.pn_link_flow(ls.pn, want - credit)
 
     def on_consumer_flow(self, ls: LinkState) -> None:
         node = ls.node

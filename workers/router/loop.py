@@ -47,7 +47,7 @@ class Conn:
         self.allowed_vhosts: set[str] = set()
         self.vhost: str | None = None
         self.grant = None
-        self.sessions = 0
+        self.sessions: set = set()  # sessions the peer began (counted against maxSessions)
         self.senders = 0
         self.receivers = 0
         self.links: set = set()

@@ -110,6 +110,7 @@ class Policy:
             return Grant(vhost, groups["$default"])
         return None
 
-    def max_connections(self, vhost: str) -> int:
-        ent = self.vhost(vhost)
-        return int(ent["maxConnections"]) if ent else _UNLIMITED
+    def connection_limits(self, vhost: str) -> dict[str, int]:
+        ent = self.vhost(vhost) or {}
+        keys = ("maxConnections", "maxConnectionsPerUser", "maxConnectionsPerHost")
+        return {k: int(ent.get(k) or _UNLIMITED) for k in keys}

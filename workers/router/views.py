@@ -46,7 +46,7 @@ def connection_rows(engine) -> list[dict]:
             "dir": conn.dir, "user": conn.login, "tenant": conn.vhost,
             "isAuthenticated": conn.login is not None, "isEncrypted": conn.encrypted,
             "sasl": conn.sasl_mech, "opened": conn.opened, "operStatus": "up",
-            "connector": conn.connector, "sessions": conn.sessions,
+            "connector": conn.connector, "sessions": len(conn.sessions),
             "senders": conn.senders, "receivers": conn.receivers,
         })
     return rows

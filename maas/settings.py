@@ -138,6 +138,22 @@ RABBITMQ_AMQP_PORT = env_int("RABBITMQ_AMQP_PORT", 5672)
 RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)
 # EnMasse's per-address memory cap: broker credit x this many bytes (globalMaxSize).
 MAAS_BROKER_GLOBAL_MAX_SIZE = env_int("MAAS_BROKER_GLOBAL_MAX_SIZE", 1 << 30)
+# The router of standard address spaces (the embedded one on one machine, qdrouterd elsewhere).
+MAAS_ROUTER_ENABLED = env_bool("MAAS_ROUTER_ENABLED", True)
+# `runplatform` starts the embedded router; turn off when a qdrouterd is configured instead.
+MAAS_RUN_EMBEDDED_ROUTER = env_bool("MAAS_RUN_EMBEDDED_ROUTER", True)
+MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqp://127.0.0.1:5675")
+MAAS_ROUTER_ADMIN_USER = env("MAAS_ROUTER_ADMIN_USER", "admin")
+MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or __import__("hashlib").sha256(
+    f"router-admin:{SECRET_KEY}".encode()).hexdigest()
+MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
+MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
+MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
+MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
+MAAS_ROUTER_MAX_CONNECTIONS = env_int("MAAS_ROUTER_MAX_CONNECTIONS", 1000)
+# The router's TLS certificate (PEM); `runplatform` makes a self-signed one here if missing.
+MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
+MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))
 # The host clients are told to connect to (endpoints in address space status).
 MAAS_PUBLIC_HOST = env("MAAS_PUBLIC_HOST", "127.0.0.1")
 

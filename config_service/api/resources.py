@@ -1,8 +1,11 @@
 """EnMasse-shaped resources: rendering of projections, and reading of posted manifests."""
+import base64
+from urllib.parse import quote
+
 from django.conf import settings
 
 from ..errors import Invalid
-from ..status import address_status, space_status
+from ..status import AGENTS_BY_SPACE_TYPE, address_status, space_status
 
 ENMASSE = "enmasse.io/v1beta1"
 USER_API = "user.enmasse.io/v1beta1"
@@ -32,7 +35,25 @@ def endpoints(space) -> list[dict]:
              "servicePorts": [{"name": "mqtt", "port": settings.RABBITMQ_MQTT_PORT}],
              "username": f"{space.vhost}:<username>@{space.vhost}"},
         ]
-    return []
+    ports = [{"name": "amqp", "port": settings.MAAS_ROUTER_AMQP_PORT}]
+    if _ca_cert():
+        ports.append({"name": "amqps", "port": settings.MAAS_ROUTER_AMQPS_PORT})
+    return [{"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": ports,
+             "username": f"<username>@{space.vhost}"}]
+
+
+def _ca_cert() -> str:
+    from workers.agents.certificates import ca_cert_pem
+
+    return ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if settings.MAAS_ROUTER_ENABLED else ""
+
+
+def connection_url(space, username: str) -> str:
+    """A ready-to-paste AMQP URL for a messaging user (the password is theirs to fill in)."""
+    endpoint = endpoints(space)[0]
+    port = endpoint["servicePorts"][0]["port"]
+    login = quote(f"{username}@{space.vhost}", safe="")
+    return f"amqp://{login}:<password>@{endpoint['serviceHost']}:{port}"
 
 
 def address_space(space, states: dict) -> dict:
@@ -49,6 +70,8 @@ def address_space(space, states: dict) -> dict:
             "messages": status.messages,
             "endpointStatuses": endpoints(space),
             "planStatus": space.plan_status,
+            **({"caCert": base64.b64encode(_ca_cert().encode()).decode()}
+               if space.type == "standard" and _ca_cert() else {}),
         },
     }
 
@@ -77,8 +100,10 @@ def address(space, addr, states: dict) -> dict:
 
 
 def messaging_user(space, user, states: dict) -> dict:
-    storage = states.get("storage")
-    applied = storage is not None and storage.applied_sequence >= user.resource_version
+    applied = all(
+        states.get(kind) is not None and states[kind].applied_sequence >= user.resource_version
+        for kind in AGENTS_BY_SPACE_TYPE[space.type]
+    )
     return {
         "apiVersion": USER_API,
         "kind": "MessagingUser",
@@ -87,7 +112,8 @@ def messaging_user(space, user, states: dict) -> dict:
         "spec": {"username": user.username, "authentication": {"type": "password"},
                  "authorization": user.authorization},
         "status": {"phase": "Active" if applied else "Configuring",
-                   "message": "" if applied else "Waiting for the agents"},
+                   "message": "" if applied else "Waiting for the agents",
+                   "connectionUrl": connection_url(space, user.username)},
     }
 
 

@@ -43,9 +43,16 @@ class Agent:
 
 
 def installed_agents() -> dict[str, Agent]:
+    from django.conf import settings
+
     from workers.storage.controller import StorageController
 
-    return {"storage": StorageController()}
+    agents: dict[str, Agent] = {"storage": StorageController()}
+    if settings.MAAS_ROUTER_ENABLED:
+        from workers.agents.router import RouterAgent
+
+        agents["router"] = RouterAgent()
+    return agents
 
 
 def installed_kinds(space_type: str) -> list[str]:

@@ -3,6 +3,7 @@
 Credits decide how many brokers a space needs (the placement recorded on each address); with
 one local RabbitMQ every placement maps to the same server, one vhost per address space.
 """
+import hashlib
 import logging
 
 from django.conf import settings
@@ -78,7 +79,21 @@ def desired_state(space: AddressSpace) -> VhostState:
             username=rabbitmq.broker_username(space.vhost, user.username), password_hash=user.password_hash,
             send=tuple(send), recv=tuple(recv), manage=manage, view=view,
         ))
+    if space.type == "standard":
+        state.users.append(router_broker_user(space))
     return state
+
+
+def router_broker_user(space: AddressSpace) -> BrokerUser:
+    """The router's own login on the space's vhost, for its autoLinks and linkRoutes."""
+    from workers.agents import router_config as rc
+
+    salt = hashlib.sha256(space.vhost.encode()).digest()[:4]  # stable: no needless updates
+    return BrokerUser(
+        username=rabbitmq.broker_username(space.vhost, rc.ROUTER_BROKER_USER),
+        password_hash=rabbitmq.hash_password(rc.broker_password(space.vhost), salt),
+        send=("*",), recv=("*",),
+    )
 
 
 def _reconciler() -> "rabbitmq.BrokerReconciler":

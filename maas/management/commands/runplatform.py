@@ -1,7 +1,8 @@
 """manage.py runplatform: the whole platform on one machine, in the foreground.
 
 Starts the web server (127.0.0.1:8000), a Celery worker running every agent, Celery beat (outbox
-relay, resync) and the processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if
+relay, resync), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 5674, management 5675) and the
+processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if
 one of them dies.
 """
 import os
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from urllib.parse import urlparse
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -25,6 +27,22 @@ def processes(bind: str) -> dict[str, list[str]]:
         "beat": [py, "-m", "celery", "-A", "maas", "beat", "--loglevel", "INFO",
                  "--schedule", str(settings.BASE_DIR / "var" / "celerybeat-schedule")],
     }
+    if settings.MAAS_ROUTER_ENABLED and settings.MAAS_RUN_EMBEDDED_ROUTER:
+        from workers.agents.certificates import ensure_self_signed
+
+        ensure_self_signed(settings.MAAS_ROUTER_TLS_CERT, settings.MAAS_ROUTER_TLS_KEY,
+                           settings.MAAS_PUBLIC_HOST)
+        mgmt = urlparse(settings.MAAS_ROUTER_MANAGEMENT_URL)
+        procs["router"] = [
+            py, "-m", "workers.router", "--host", settings.MAAS_ROUTER_HOST,
+            "--amqp-port", str(settings.MAAS_ROUTER_AMQP_PORT),
+            "--amqps-port", str(settings.MAAS_ROUTER_AMQPS_PORT),
+            "--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY,
+            "--management-host", mgmt.hostname or "127.0.0.1",
+            "--management-port", str(mgmt.port or 5675),
+            "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,
+            "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
+        ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs
 
@@ -37,7 +55,10 @@ class Command(BaseCommand):
 
     def handle(self, bind, **options):
         (settings.BASE_DIR / "var").mkdir(exist_ok=True)
-        running = {name: subprocess.Popen(cmd) for name, cmd in processes(bind).items()}
+        # The router reads its admin password from the environment, not from `ps`.
+        env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=settings.MAAS_ROUTER_ADMIN_PASSWORD)
+        running = {name: subprocess.Popen(cmd, env=env)
+                   for name, cmd in processes(bind).items()}
         self.stdout.write(f"MaaS is up: http://{bind}/api/docs/ (admin at /admin/); Ctrl-C stops")
         stop = {"now": False}
 

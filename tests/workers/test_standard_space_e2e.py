@@ -1,0 +1,254 @@
+"""Standard address spaces end to end: config events -> storage controller and router agent ->
+the real embedded router and RabbitMQ -> real proton clients, for every address type."""
+import time
+import uuid
+
+import pytest
+from proton import ConnectionException, Delivery, Message
+from proton.utils import BlockingConnection, LinkDetached
+
+from config_service import services
+from config_service.models import Address, AddressSpace
+from config_service.status import address_status, agent_states
+from tests.conftest import CTX, b64
+from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, pump, pump_until
+from workers.agents import base
+from workers.agents import router_config as rc
+from workers.agents.qdr import Management
+
+PASSWORD = "app-password"
+
+
+@pytest.fixture(scope="module")
+def router():
+    proc = RouterProcess()
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(autouse=True)
+def router_settings(settings, router):
+    settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{router.mgmt_port}"
+    settings.MAAS_ROUTER_ADMIN_USER = "admin"
+    settings.MAAS_ROUTER_ADMIN_PASSWORD = ADMIN_PASSWORD
+    settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
+
+
+def sync(space):
+    for kind in ("storage", "router"):
+        base.run(space.uid, kind)
+
+
+@pytest.fixture
+def space(tenant):
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name=f"std{uuid.uuid4().hex[:5]}",
+                                      type="standard", plan="standard-medium")
+    yield s
+    if AddressSpace.objects.filter(uid=s.uid, terminating=False).exists():
+        services.delete_address_space(ctx=CTX, space=s)
+        sync(s)
+
+
+def add(space, address, type_, plan, **kw):
+    return services.create_address(ctx=CTX, space=space, address=address, type=type_,
+                                   plan=plan, **kw)
+
+
+def user(space, username="app", rules=None):
+    rules = rules or [{"addresses": ["*"], "operations": ["send", "recv"]}]
+    return services.create_messaging_user(
+        ctx=CTX, space=space, username=username,
+        authentication={"type": "password", "password": b64(PASSWORD)}, authorization=rules)
+
+
+def connect(router, space, username="app", password=PASSWORD) -> BlockingConnection:
+    return BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
+                              user=f"{username}@{space.vhost}", password=password,
+                              allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5)
+
+
+def phases(space):
+    space = AddressSpace.objects.get(uid=space.uid)
+    states = agent_states([space.uid]).get(space.uid, {})
+    return {a.address: address_status(space, a, states).phase for a in space.addresses.all()}
+
+
+def receive_bodies(receiver, n, timeout=5):
+    bodies = []
+    for _ in range(n):
+        bodies.append(receiver.receive(timeout).body)
+        receiver.accept()
+    return bodies
+
+
+def test_queue_stores_until_a_consumer_comes_and_survives_a_router_restart(router, space):
+    add(space, "orders", "queue", "standard-small-queue")
+    user(space)
+    sync(space)
+    assert phases(space) == {"orders": "Active"}
+    conn = connect(router, space)
+    sender = conn.create_sender("orders")
+    for i in range(3):
+        sender.send(Message(body=f"m{i}"))  # returns once the broker accepted it
+    conn.close()
+    router.restart()  # the router comes back empty
+    with pytest.raises(ConnectionException):
+        connect(router, space)  # it does not know the user any more
+    sync(space)  # the periodic resync
+    conn = connect(router, space)
+    receiver = conn.create_receiver("orders", credit=10)
+    assert receive_bodies(receiver, 3) == ["m0", "m1", "m2"]
+    conn.close()
+
+
+def test_two_competing_consumers_share_a_queue(router, space):
+    add(space, "work", "queue", "standard-small-queue")
+    user(space)
+    sync(space)
+    c1, c2, cs = connect(router, space), connect(router, space), connect(router, space)
+    r1 = c1.create_receiver("work", credit=5)
+    r2 = c2.create_receiver("work", credit=5)
+    sender = cs.create_sender("work")
+    for i in range(10):
+        sender.send(Message(body=i))
+    pump_until(lambda: len(r1.fetcher.incoming) + len(r2.fetcher.incoming) == 10, c1, c2, cs)
+    assert len(r1.fetcher.incoming) == 5 and len(r2.fetcher.incoming) == 5
+    for conn in (c1, c2, cs):
+        conn.close()
+
+
+def test_topic_reaches_every_subscriber_and_a_durable_subscription_keeps_messages(
+        router, space):
+    add(space, "news", "topic", "standard-small-topic")
+    add(space, "archive", "subscription", "standard-small-subscription", topic="news")
+    user(space)
+    sync(space)
+    assert set(phases(space).values()) == {"Active"}
+    c1, c2, cs = connect(router, space), connect(router, space), connect(router, space)
+    r1 = c1.create_receiver("news", credit=10)
+    r2 = c2.create_receiver("news", credit=10)
+    time.sleep(0.3)  # RabbitMQ binds the receivers' queues
+    sender = cs.create_sender("news")
+    sender.send(Message(body="hello", subject="weather"))
+    assert r1.receive(5).body == "hello" and r2.receive(5).body == "hello"
+    for conn in (c1, c2):
+        conn.close()
+    sender.send(Message(body="while away", subject="weather"))  # nobody attached to archive
+    cs.close()
+    conn = connect(router, space)
+    sub = conn.create_receiver("news::archive", credit=10)
+    assert receive_bodies(sub, 2) == ["hello", "while away"]
+    conn.close()
+
+
+def test_anycast_gives_credit_only_with_a_consumer_and_returns_its_outcome(router, space):
+    add(space, "rpc", "anycast", "standard-small-anycast")
+    user(space)
+    sync(space)
+    assert phases(space) == {"rpc": "Active"}
+    cs, cr = connect(router, space), connect(router, space)
+    sender = cs.create_sender("rpc")
+    pump(cs, seconds=0.5)
+    assert sender.link.credit == 0  # no consumer: no credit
+    receiver = cr.create_receiver("rpc", credit=5)
+    pump_until(lambda: sender.link.credit > 0, cs, cr)
+    delivery = sender.link.send(Message(body="hi"))
+    pump_until(lambda: len(receiver.fetcher.incoming) == 1, cs, cr)
+    receiver.receive(5)
+    receiver.reject()
+    pump_until(lambda: delivery.settled, cs, cr)
+    assert delivery.remote_state == Delivery.REJECTED
+    cs.close()
+    cr.close()
+
+
+def test_multicast_copies_every_message_to_every_consumer(router, space):
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    c1, c2, cs = connect(router, space), connect(router, space), connect(router, space)
+    r1 = c1.create_receiver("events", credit=10)
+    r2 = c2.create_receiver("events", credit=10)
+    sender = cs.create_sender("events")
+    pump_until(lambda: sender.link.credit > 0, c1, c2, cs)
+    for i in range(3):
+        sender.link.send(Message(body=i))
+    pump_until(lambda: len(r1.fetcher.incoming) == 3 and len(r2.fetcher.incoming) == 3,
+               c1, c2, cs)
+    for conn in (c1, c2, cs):
+        conn.close()
+
+
+def test_rejected_and_expired_messages_end_up_on_the_deadletter_address(router, space):
+    add(space, "dlq", "deadletter", "standard-deadletter")
+    add(space, "jobs", "queue", "standard-small-queue", deadletter="dlq", expiry="dlq")
+    add(space, "short", "queue", "standard-small-queue", expiry="dlq",
+        spec={"messageTtl": {"maximum": 200}})
+    user(space)
+    sync(space)
+    conn = connect(router, space)
+    conn.create_sender("jobs").send(Message(body="bad job"))
+    receiver = conn.create_receiver("jobs", credit=1)
+    receiver.receive(5)
+    receiver.reject()
+    conn.create_sender("short").send(Message(body="too late"))
+    time.sleep(0.5)
+    dead = conn.create_receiver("dlq", credit=10)
+    assert sorted(receive_bodies(dead, 2)) == ["bad job", "too late"]
+    conn.close()
+
+
+def test_authorization_is_enforced_with_amqp_conditions(router, space, tenant):
+    add(space, "orders", "queue", "standard-small-queue")
+    user(space, "reader", [{"addresses": ["orders"], "operations": ["recv"]}])
+    other = services.create_address_space(ctx=CTX, tenant=tenant, name=f"o{space.name}",
+                                          type="standard", plan="standard-small")
+    user(other, "intruder")
+    sync(space)
+    sync(other)
+    conn = connect(router, space, "reader")
+    with pytest.raises(LinkDetached, match="unauthorized-access"):
+        conn.create_sender("orders")
+    conn.close()
+    with pytest.raises(ConnectionException):
+        connect(router, space, "reader", "wrong-password")
+    # A user of another space (same or other tenant) cannot log in to this one.
+    with pytest.raises(ConnectionException):
+        BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
+                           user=f"intruder@{space.vhost}", password=PASSWORD,
+                           allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5)
+    services.delete_address_space(ctx=CTX, space=other)
+    sync(other)
+
+
+def test_the_router_agent_creates_changes_and_deletes_only_its_entities(router, space):
+    add(space, "q", "queue", "standard-small-queue")
+    add(space, "a", "anycast", "standard-small-anycast")
+    sync(space)
+    mgmt = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
+    foreign = ("org.apache.qpid.dispatch.router.config.address", "someone-else")
+    mgmt.create(foreign[0], foreign[1], {"prefix": "elsewhere/x"})
+
+    def owned():
+        prefix = rc.owner_prefix(space.vhost)
+        return {(t, row["name"]) for t in rc.ENTITY_TYPES for row in mgmt.query(t)
+                if row["name"].startswith(prefix)}
+
+    before = owned()
+    assert any(k[1].endswith("autolink:q:out") for k in before)
+    services.update_address(ctx=CTX, space=space, name=f"{space.name}.q",
+                            plan="standard-medium-queue")
+    sync(space)
+    assert owned() == before  # a plan change keeps the same router configuration
+    services.delete_address(ctx=CTX, space=space, name=f"{space.name}.q")
+    sync(space)
+    assert not any("autolink:q" in k[1] for k in owned())
+    assert any(k[1].endswith("address:a") for k in owned())
+    services.delete_address_space(ctx=CTX, space=space)
+    sync(space)
+    assert owned() == set()
+    assert [r["name"] for r in mgmt.query(foreign[0]) if r["name"] == foreign[1]] == [foreign[1]]
+    mgmt.delete(*foreign)
+    mgmt.close()
+    assert not Address.objects.filter(space__uid=space.uid).exists()

@@ -1,0 +1,83 @@
+"""A client of Qpid Dispatch Router's AMQP management protocol (`$management`).
+
+Works against qdrouterd / skupper-router and MaaS's embedded router alike: requests from a
+sender to `$management` with application properties `operation`, `type`/`entityType` and
+`name`/`identity`; replies to a dynamic receiver with `statusCode` and `statusDescription`.
+"""
+import itertools
+import logging
+
+from proton import ConnectionException, Message, Timeout
+from proton.utils import BlockingConnection, LinkDetached
+
+logger = logging.getLogger(__name__)
+
+
+class ManagementError(Exception):
+    """The router answered with an error status (4xx, 5xx)."""
+
+    def __init__(self, status: int, description: str):
+        super().__init__(f"{status} {description}")
+        self.status = status
+        self.description = description
+
+
+class RouterUnreachable(Exception):
+    """No connection to the router's management (it may be restarting)."""
+
+
+class Management:
+    def __init__(self, url: str, user: str | None = None, password: str | None = None,
+                 timeout: float = 10.0):
+        try:
+            self.conn = BlockingConnection(url, user=user, password=password, timeout=timeout,
+                                           allowed_mechs="PLAIN" if user else "ANONYMOUS",
+                                           allow_insecure_mechs=True)
+            self.receiver = self.conn.create_receiver(None, dynamic=True)
+            self.sender = self.conn.create_sender("$management")
+        except (ConnectionException, Timeout, LinkDetached, OSError) as exc:
+            raise RouterUnreachable(f"router management at {url}: {exc}") from exc
+        self.reply_to = self.receiver.remote_source.address
+        self._ids = itertools.count(1)
+        self.timeout = timeout
+
+    def request(self, operation: str, body=None, **properties):
+        correlation = next(self._ids)
+        properties["operation"] = operation
+        try:
+            self.sender.send(Message(body=body, properties=properties, reply_to=self.reply_to,
+                                     correlation_id=correlation))
+            while True:
+                reply = self.receiver.receive(self.timeout)  # replies come pre-settled
+                if reply.correlation_id == correlation:
+                    break
+        except (ConnectionException, Timeout, LinkDetached) as exc:
+            raise RouterUnreachable(str(exc)) from exc
+        status = int(reply.properties.get("statusCode", 500))
+        if not 200 <= status < 300:
+            raise ManagementError(status, str(reply.properties.get("statusDescription", "")))
+        return reply.body
+
+    def query(self, entity_type: str) -> list[dict]:
+        body = self.request("QUERY", {"attributeNames": []}, entityType=entity_type)
+        names = body["attributeNames"]
+        return [dict(zip(names, row, strict=True)) for row in body["results"]]
+
+    def create(self, entity_type: str, name: str, attributes: dict) -> dict:
+        return self.request("CREATE", attributes, type=entity_type, name=name)
+
+    def update(self, entity_type: str, name: str, attributes: dict) -> dict:
+        return self.request("UPDATE", attributes, type=entity_type, name=name)
+
+    def delete(self, entity_type: str, name: str) -> None:
+        try:
+            self.request("DELETE", None, type=entity_type, name=name)
+        except ManagementError as exc:
+            if exc.status != 404:  # already gone is what we wanted
+                raise
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except (ConnectionException, Timeout):
+            pass

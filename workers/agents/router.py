@@ -1,0 +1,123 @@
+"""The router agent: configures a space's router over AMQP management, EnMasse style.
+
+Per reconcile it builds the desired entities (router_config), QUERYs the router, deletes its
+own entities that are stale or differ, creates what is missing (bounded concurrency is the
+router's request pipeline: one connection, requests in order), re-queries to verify, and waits
+briefly for the queues' autoLinks to attach. A router restarted empty is configured again by
+the next resync. Only entities named `maas:<vhost>:...` are ever touched.
+"""
+import logging
+import time
+
+from django.conf import settings
+
+from config_service.models import Address, AddressSpace, MessagingUser
+
+from ..storage.rabbitmq import broker_username
+from . import router_config as rc
+from .base import Agent, Report, TransientError
+from .qdr import Management, ManagementError, RouterUnreachable
+
+logger = logging.getLogger(__name__)
+
+AUTOLINK_WAIT_SECONDS = 3.0
+
+
+def _management() -> Management:
+    return Management(settings.MAAS_ROUTER_MANAGEMENT_URL, settings.MAAS_ROUTER_ADMIN_USER,
+                      settings.MAAS_ROUTER_ADMIN_PASSWORD)
+
+
+def _owned(mgmt: Management, prefix: str) -> dict:
+    actual = {}
+    for etype in rc.ENTITY_TYPES:
+        for row in mgmt.query(etype):
+            if str(row.get("name", "")).startswith(prefix):
+                actual[(etype, row["name"])] = row
+    return actual
+
+
+def apply(mgmt: Management, desired: dict, prefix: str) -> dict:
+    """Brings the router to `desired`; returns the actual owned entities afterwards."""
+    actual = _owned(mgmt, prefix)
+    stale = [k for k in actual if k not in desired]
+    changed = [k for k in desired if k in actual and rc.differs(desired[k], actual[k])]
+    order = {t: i for i, t in enumerate(rc.ENTITY_TYPES)}
+    for key in sorted(stale, key=lambda k: -order[k[0]]):
+        mgmt.delete(*key)
+    for key in changed:
+        if key[0] in (rc.VHOST, rc.USER):
+            mgmt.update(key[0], key[1], desired[key])  # keep clients connected
+        else:
+            mgmt.delete(*key)
+    for key in sorted(desired, key=lambda k: order[k[0]]):
+        if key not in actual or (key in changed and key[0] not in (rc.VHOST, rc.USER)):
+            mgmt.create(key[0], key[1], desired[key])
+    if stale or changed or len(actual) != len(desired):
+        logger.info("router.applied", extra={"owner": prefix, "n_deleted": len(stale),
+                                             "n_changed": len(changed),
+                                             "n_created": len(set(desired) - set(actual))})
+    return _owned(mgmt, prefix)
+
+
+class RouterAgent(Agent):
+    kind = "router"
+
+    def _desired(self, space: AddressSpace):
+        addresses = list(Address.objects.filter(space=space, scheduled=True))
+        users = list(MessagingUser.objects.filter(space=space))
+        login = broker_username(space.vhost, rc.ROUTER_BROKER_USER)
+        return addresses, *rc.desired_entities(space, addresses, users, login)
+
+    def reconcile(self, space: AddressSpace) -> Report:
+        prefix = rc.owner_prefix(space.vhost)
+        addresses, desired, by_address = self._desired(space)
+        try:
+            mgmt = _management()
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
+        try:
+            actual = apply(mgmt, desired, prefix)
+            deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
+            while time.monotonic() < deadline and self._inactive(actual):
+                time.sleep(0.05)
+                actual = _owned(mgmt, prefix)
+        except ManagementError as exc:
+            return Report(space_error=f"Router refused the configuration: {exc}")
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
+        finally:
+            mgmt.close()
+        return self._verify(desired, by_address, actual)
+
+    @staticmethod
+    def _inactive(actual: dict) -> set:
+        return {key for key, row in actual.items()
+                if key[0] == rc.AUTO_LINK and row.get("operStatus") != "active"}
+
+    def _verify(self, desired, by_address, actual) -> Report:
+        missing = {k for k in desired if k not in actual or rc.differs(desired[k], actual[k])}
+        inactive = self._inactive(actual)
+        errors = {}
+        for name, keys in by_address.items():
+            if missing & set(keys):
+                errors[name] = {"message": "Router configuration not yet verified",
+                                "permanent": False}
+            elif inactive & set(keys):
+                errors[name] = {"message": "Router autoLink to the broker is not active",
+                                "permanent": False}
+        space_missing = [k for k in missing if k[0] in (rc.VHOST, rc.USER, rc.CONNECTOR)]
+        return Report(address_errors=errors,
+                      space_error="Router policy not yet verified" if space_missing else "")
+
+    def teardown(self, space: AddressSpace) -> None:
+        try:
+            mgmt = _management()
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
+        try:
+            apply(mgmt, {}, rc.owner_prefix(space.vhost))
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
+        finally:
+            mgmt.close()

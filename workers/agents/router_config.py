@@ -1,0 +1,123 @@
+"""The router configuration one address space needs, as qdrouterd management entities.
+
+Like EnMasse's agent (agent/lib/router_config.js): anycast and multicast are router
+addresses; a queue is a waypoint address with an autoLink pair to its broker queue; a
+deadletter queue an autoLink `in` only; a topic a linkRoute pair to the broker's exchange; a
+subscription a linkRoute `out` to its queue. Every address is qualified `<vhost>/<address>`
+(qdrouterd's vhost name prefix), and every entity name starts with `maas:<vhost>:`, so the agent
+only ever touches what it created for this space.
+"""
+import hashlib
+import hmac
+
+from django.conf import settings
+
+ADDRESS = "org.apache.qpid.dispatch.router.config.address"
+AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
+LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
+CONNECTOR = "org.apache.qpid.dispatch.connector"
+VHOST = "org.apache.qpid.dispatch.vhost"
+USER = "io.maas.router.user"  # MaaS extension: a SASL PLAIN credential (salted hash)
+
+# Applied in this order, deleted in the reverse order (links before what they refer to).
+ENTITY_TYPES = (USER, VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
+WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
+ROUTER_BROKER_USER = "$router"  # no messaging user can have this name
+
+
+def owner_prefix(vhost: str) -> str:
+    return f"maas:{vhost}:"
+
+
+def broker_password(vhost: str) -> str:
+    """The router's password on the space's broker vhost, derived so it is never stored."""
+    key = settings.SECRET_KEY.encode()
+    return hmac.new(key, f"router-broker:{vhost}".encode(), hashlib.sha256).hexdigest()
+
+
+def _policy_list(patterns) -> str:
+    return ",".join(sorted(set(patterns)))
+
+
+def desired_entities(space, addresses, users, broker_username: str) -> tuple[dict, dict]:
+    """({(entity type, name): attributes}, {address name: [its entity keys]}) for one space."""
+    vhost, prefix = space.vhost, owner_prefix(space.vhost)
+    out: dict = {}
+    by_address: dict = {}
+
+    def add(etype, suffix, _address=None, **attrs):
+        out[(etype, prefix + suffix)] = attrs
+        if _address is not None:
+            by_address.setdefault(_address.name, []).append((etype, prefix + suffix))
+
+    groups = {}
+    for user in users:
+        add(USER, f"user:{user.username}", vhost=vhost, username=user.username,
+            passwordHash=user.password_hash)
+        send, recv = [], []
+        for rule in user.authorization:
+            ops = set(rule["operations"])
+            patterns = rule["addresses"] or ["*"]
+            if "send" in ops or "manage" in ops:
+                send += patterns
+            if "recv" in ops or "manage" in ops:
+                recv += patterns
+        groups[f"user-{user.username}"] = {
+            "users": user.username, "targets": _policy_list(send), "sources": _policy_list(recv),
+            "allowDynamicSource": True,
+        }
+    policy = space.spec.get("routerPolicy") or {}
+    add(VHOST, "vhost", hostname=vhost, groups=groups,
+        maxConnections=int(policy.get("maxConnections", settings.MAAS_ROUTER_MAX_CONNECTIONS)))
+
+    stored = [a for a in addresses if a.type in ("queue", "topic", "subscription", "deadletter")]
+    if stored:
+        add(CONNECTOR, "broker", host=settings.RABBITMQ_AMQP_HOST,
+            port=str(settings.RABBITMQ_AMQP_PORT), role="route-container",
+            saslUsername=broker_username, saslPassword=broker_password(vhost),
+            virtualHost=f"vhost:{vhost}")
+    connection = prefix + "broker"
+    for a in addresses:
+        qualified = f"{vhost}/{a.address}"
+        if a.type in ("anycast", "multicast"):
+            add(ADDRESS, f"address:{a.address}", a, prefix=qualified,
+                distribution="balanced" if a.type == "anycast" else "multicast",
+                waypoint=False)
+        elif a.type in ("queue", "deadletter"):
+            add(ADDRESS, f"address:{a.address}", a, prefix=qualified, distribution="balanced",
+                waypoint=True)
+            directions = ("in", "out") if a.type == "queue" else ("in",)
+            for direction in directions:
+                add(AUTO_LINK, f"autolink:{a.address}:{direction}", a, address=qualified,
+                    direction=direction, connection=connection,
+                    externalAddress=f"/amq/queue/{a.address}")
+        elif a.type == "topic":
+            # Senders publish to the exchange (routing key: the rest of the address, or the
+            # message subject); receivers get every message of the topic (binding key '#').
+            add(LINK_ROUTE, f"linkroute:{a.address}:in", a, prefix=qualified, direction="in",
+                connection=connection, addExternalPrefix="/exchange/")
+            add(LINK_ROUTE, f"linkroute:{a.address}:out", a, prefix=qualified, direction="out",
+                connection=connection, delExternalPrefix=a.address,
+                addExternalPrefix=f"/exchange/{a.address}/#")
+        elif a.type == "subscription":
+            queue = f"{a.topic}::{a.address}"
+            add(LINK_ROUTE, f"linkroute:{queue}:out", a, prefix=f"{vhost}/{queue}",
+                direction="out", connection=connection, delExternalPrefix=queue,
+                addExternalPrefix=f"/amq/queue/{queue}")
+    return out, by_address
+
+
+def differs(desired: dict, actual: dict) -> bool:
+    """True if the router's entity does not carry every desired attribute value."""
+    for key, value in desired.items():
+        if key in WRITE_ONLY:
+            continue
+        have = actual.get(key)
+        if isinstance(value, bool | int) and not isinstance(value, bool) and have is not None:
+            try:
+                have = int(have)
+            except (TypeError, ValueError):
+                return True
+        if have != value:
+            return True
+    return False

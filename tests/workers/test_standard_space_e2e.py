@@ -1,5 +1,6 @@
 """Standard address spaces end to end: config events -> storage controller and router agent ->
 the real embedded router and RabbitMQ -> real proton clients, for every address type."""
+import io
 import time
 import uuid
 
@@ -252,3 +253,21 @@ def test_the_router_agent_creates_changes_and_deletes_only_its_entities(router, 
     mgmt.delete(*foreign)
     mgmt.close()
     assert not Address.objects.filter(space__uid=space.uid).exists()
+
+
+def test_the_msg_command_sends_and_receives_through_the_router(router, space, tenant):
+    from django.core.management import CommandError, call_command
+
+    add(space, "cli", "queue", "standard-small-queue")
+    user(space)
+    sync(space)
+    common = ["--tenant", tenant.slug, "--space", space.name, "--address", "cli",
+              "--user", "app", "--password", PASSWORD]
+    out = io.StringIO()
+    call_command("msg", "send", *common, "--body", "hi", "--count", "2", stdout=out)
+    assert "sent 2" in out.getvalue()
+    out = io.StringIO()
+    call_command("msg", "receive", *common, "--count", "2", stdout=out)
+    assert out.getvalue().split("\n")[:2] == ["hi 1", "hi 2"]
+    with pytest.raises(CommandError, match="refused"):
+        call_command("msg", "send", *common[:-1], "wrong-password")

@@ -32,6 +32,19 @@ class AddressSpaceAdmin(ReadOnlyAdmin):
     list_filter = ["type", "plan", "terminating"]
     search_fields = ["name", "tenant__slug", "uid"]
     actions = [resync]
+    readonly_fields = ["connection_details"]
+
+    @admin.display(description="Connection details")
+    def connection_details(self, obj):
+        from django.utils.html import format_html_join
+
+        from .api.resources import connection_url, endpoints
+
+        rows = [(e["name"], ", ".join(f"{p['name']} {e['serviceHost']}:{p['port']}"
+                                      for p in e["servicePorts"])) for e in endpoints(obj)]
+        rows += [(f"user {u.username}", connection_url(obj, u.username))
+                 for u in obj.users.all()[:20]]
+        return format_html_join("", "<div><b>{}</b>: {}</div>", rows)
 
     @admin.display(description="Phase")
     def phase(self, obj):

@@ -163,5 +163,5 @@ LOGGING = {
     "formatters": {"json": {"()": "maas.logs.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": env("MAAS_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "proton": {"level": "WARNING"}},
 }

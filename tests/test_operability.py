@@ -39,3 +39,19 @@ def test_the_openapi_schema_lists_the_api(client, db):
     schema = client.get("/api/schema/?format=json").json()
     assert "/api/v1/tenants/{tenant}/addressspaces/{space}/addresses/" in schema["paths"]
     assert "/api/v1/tenants/{tenant}/events/" in schema["paths"]
+
+
+def test_the_admin_shows_spaces_with_connection_details_and_the_event_log(client, tenant):
+    from tests.conftest import make_user
+
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name="adm", type="standard",
+                                          plan="standard-small")
+    staff = make_user("root-operator", staff=True)
+    staff.is_superuser = True
+    staff.save()
+    client.force_login(staff)
+    page = client.get(f"/admin/config_service/addressspace/{space.pk}/change/")
+    assert page.status_code == 200
+    assert b"amqp 127.0.0.1:" in page.content
+    log = client.get("/admin/config_service/configevent/?type=address_space.created")
+    assert log.status_code == 200 and b"address_space.created" in log.content

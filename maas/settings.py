@@ -150,7 +150,13 @@ MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
 MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
-MAAS_ROUTER_MAX_CONNECTIONS = env_int("MAAS_ROUTER_MAX_CONNECTIONS", 1000)
+# Per address space (vhost policy); a space's spec.routerPolicy may override each value.
+MAAS_ROUTER_POLICY = {
+    "maxConnections": env_int("MAAS_ROUTER_MAX_CONNECTIONS", 1000),
+    "maxSessions": env_int("MAAS_ROUTER_MAX_SESSIONS", 100),
+    "maxSenders": env_int("MAAS_ROUTER_MAX_SENDERS", 500),
+    "maxReceivers": env_int("MAAS_ROUTER_MAX_RECEIVERS", 500),
+}
 # The router's TLS certificate (PEM); `runplatform` makes a self-signed one here if missing.
 MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
 MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))

@@ -223,6 +223,44 @@ def test_authorization_is_enforced_with_amqp_conditions(router, space, tenant):
     sync(other)
 
 
+def test_per_space_limits_refuse_with_resource_limit_exceeded(router, tenant):
+    s = services.create_address_space(
+        ctx=CTX, tenant=tenant, name=f"lim{uuid.uuid4().hex[:4]}", type="standard",
+        plan="standard-small", spec={"routerPolicy": {"maxConnections": 1, "maxReceivers": 1}})
+    add(s, "rpc", "anycast", "standard-small-anycast")
+    user(s)
+    sync(s)
+    conn = connect(router, s)
+    conn.create_receiver("rpc", credit=1, name="first")
+    with pytest.raises(LinkDetached, match="resource-limit-exceeded"):
+        conn.create_receiver("rpc", credit=1, name="second")
+    with pytest.raises(ConnectionException, match="resource-limit-exceeded"):
+        connect(router, s)
+    conn.close()
+    services.delete_address_space(ctx=CTX, space=s)
+    sync(s)
+
+
+def test_a_user_of_another_tenant_cannot_attach(router, space, outsider):
+    from tenants.models import Tenant
+
+    theirs = Tenant.objects.filter(memberships__user=outsider).first()
+    other = services.create_address_space(ctx=CTX, tenant=theirs, name=space.name,
+                                          type="standard", plan="standard-small")
+    add(space, "orders", "queue", "standard-small-queue")
+    user(other, "app")  # same username and password, other tenant
+    sync(other)
+    sync(space)
+    with pytest.raises(ConnectionException):
+        connect(router, space)  # their credentials are not valid in our space
+    conn = connect(router, other)
+    with pytest.raises(LinkDetached, match="not-found"):
+        conn.create_sender("orders")  # and our addresses do not exist in theirs
+    conn.close()
+    services.delete_address_space(ctx=CTX, space=other)
+    sync(other)
+
+
 def test_the_router_agent_creates_changes_and_deletes_only_its_entities(router, space):
     add(space, "q", "queue", "standard-small-queue")
     add(space, "a", "anycast", "standard-small-anycast")

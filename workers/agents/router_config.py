@@ -50,6 +50,9 @@ def desired_entities(space, addresses, users, broker_username: str) -> tuple[dic
         if _address is not None:
             by_address.setdefault(_address.name, []).append((etype, prefix + suffix))
 
+    # EnMasse's router policy (infra config `router.policy`), overridable per space.
+    policy = {**settings.MAAS_ROUTER_POLICY, **(space.spec.get("routerPolicy") or {})}
+    limits = {k: int(policy[k]) for k in ("maxSessions", "maxSenders", "maxReceivers")}
     groups = {}
     for user in users:
         add(USER, f"user:{user.username}", vhost=vhost, username=user.username,
@@ -64,11 +67,10 @@ def desired_entities(space, addresses, users, broker_username: str) -> tuple[dic
                 recv += patterns
         groups[f"user-{user.username}"] = {
             "users": user.username, "targets": _policy_list(send), "sources": _policy_list(recv),
-            "allowDynamicSource": True,
+            "allowDynamicSource": True, **limits,
         }
-    policy = space.spec.get("routerPolicy") or {}
     add(VHOST, "vhost", hostname=vhost, groups=groups,
-        maxConnections=int(policy.get("maxConnections", settings.MAAS_ROUTER_MAX_CONNECTIONS)))
+        maxConnections=int(policy["maxConnections"]))
 
     stored = [a for a in addresses if a.type in ("queue", "topic", "subscription", "deadletter")]
     if stored:

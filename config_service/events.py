@@ -32,6 +32,8 @@ EVENT_TYPES: dict[str, EventType] = {
         _t("tenant.member_role_changed", "username role"),
         _t("tenant.member_removed", "username"),
         _t("tenant.quota_changed", "quota"),
+        _t("tenant.throttled", "limits action"),
+        _t("tenant.unthrottled", "reason"),
         _t("address_space.created", "uid name type plan plan_status spec"),
         _t("address_space.plan_changed", "plan plan_status"),
         _t("address_space.deleted", ""),

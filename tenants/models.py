@@ -76,6 +76,18 @@ class TenantQuota(models.Model):
     max_messaging_users = models.PositiveIntegerField(null=True, blank=True, default=1000)
     # Credits summed over all the tenant's address spaces (router + broker instances).
     max_credits = models.FloatField(null=True, blank=True)
+    # Usage limits, evaluated nightly by the Spark jobs; empty means unlimited.
+    messages_per_day = models.BigIntegerField(null=True, blank=True)
+    bytes_per_day = models.BigIntegerField(null=True, blank=True)
+    stored_bytes = models.BigIntegerField(null=True, blank=True)
+    peak_connections = models.BigIntegerField(null=True, blank=True)
+    # What a breach does: "refuse-senders" (new senders get amqp:resource-limit-exceeded).
+    throttle_action = models.CharField(max_length=20, default="refuse-senders")
+    # Enforcement state, changed only by tenants.services.throttle/unthrottle (with events).
+    throttled = models.BooleanField(default=False)
+    throttled_limits = models.JSONField(default=list, blank=True)
+    # An operator override: no throttling until then (a breach is still recorded).
+    override_until = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"quota of {self.tenant}"
@@ -148,3 +160,19 @@ class PersonalAccessToken(models.Model):
         """Create a token; the plain value is returned once and never stored."""
         token = cls.PREFIX + secrets.token_urlsafe(32)
         return cls.objects.create(user=user, name=name, digest=cls.digest_of(token)), token
+
+
+from .usage import (  # noqa: E402 - models of the usage results live in their own module
+    AddressUsageDaily,
+    AddressUsageHourly,
+    QuotaEvaluation,
+    SpacePeakHourly,
+    TenantUsageDaily,
+    UsageJobRun,
+)
+
+__all__ = [
+    "AddressPlan", "AddressSpacePlan", "AddressUsageDaily", "AddressUsageHourly", "Membership",
+    "PersonalAccessToken", "QuotaEvaluation", "SpacePeakHourly", "Tenant", "TenantQuota",
+    "TenantUsageDaily", "UsageJobRun",
+]

@@ -9,7 +9,8 @@ from config_service.services import Context
 
 from .models import SLUG, Membership, Role, Tenant, TenantQuota
 
-QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits")
+QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits",
+                "messages_per_day", "bytes_per_day", "stored_bytes", "peak_connections")
 
 
 def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
@@ -71,3 +72,49 @@ def set_quota(*, ctx: Context, tenant: Tenant, **limits) -> TenantQuota:
     _event(tenant, "tenant.quota_changed",
            {"quota": {f: getattr(quota, f) for f in QUOTA_FIELDS}}, ctx)
     return quota
+
+
+def _notify_spaces(tenant: Tenant) -> None:
+    """Enforcement lives in the routers: wake every space's agents after commit."""
+    from config_service.models import AddressSpace
+    from workers.dispatch import notify_space
+
+    uids = list(AddressSpace.objects.filter(tenant=tenant).values_list("uid", flat=True))
+    transaction.on_commit(lambda: [notify_space(uid) for uid in uids], robust=True)
+
+
+@transaction.atomic
+def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
+    """Throttles a tenant over quota (unless an operator override is active); True if changed.
+
+    `limits` are the breached limits: [{"limit", "used", "limit_value"}]. The routers of the
+    tenant's standard spaces then refuse new senders, without any restart.
+    """
+    from django.utils import timezone
+
+    quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
+    if quota.override_until and quota.override_until > timezone.now():
+        return False
+    if quota.throttled and quota.throttled_limits == limits:
+        return False
+    quota.throttled, quota.throttled_limits = True, limits
+    quota.save(update_fields=["throttled", "throttled_limits"])
+    _event(tenant, "tenant.throttled", {"limits": limits, "action": quota.throttle_action}, ctx)
+    _notify_spaces(tenant)
+    return True
+
+
+@transaction.atomic
+def unthrottle(*, ctx: Context, tenant: Tenant, reason: str, override_until=None) -> bool:
+    """Lifts a throttle: usage is back under quota, or an operator overrides it."""
+    quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
+    if override_until is not None:
+        quota.override_until = override_until
+        quota.save(update_fields=["override_until"])
+    if not quota.throttled:
+        return False
+    quota.throttled, quota.throttled_limits = False, []
+    quota.save(update_fields=["throttled", "throttled_limits"])
+    _event(tenant, "tenant.unthrottled", {"reason": reason}, ctx)
+    _notify_spaces(tenant)
+    return True

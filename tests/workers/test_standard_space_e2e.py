@@ -12,33 +12,12 @@ from config_service import services
 from config_service.models import Address, AddressSpace
 from config_service.status import address_status, agent_states
 from tests.conftest import CTX, b64
-from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, pump, pump_until
-from workers.agents import base
+from tests.router.conftest import ADMIN_PASSWORD, pump, pump_until
+from tests.workers.conftest import sync
 from workers.agents import router_config as rc
 from workers.agents.qdr import Management
 
 PASSWORD = "app-password"
-
-
-@pytest.fixture(scope="module")
-def router():
-    proc = RouterProcess()
-    proc.start()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(autouse=True)
-def router_settings(settings, router):
-    settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{router.mgmt_port}"
-    settings.MAAS_ROUTER_ADMIN_USER = "admin"
-    settings.MAAS_ROUTER_ADMIN_PASSWORD = ADMIN_PASSWORD
-    settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
-
-
-def sync(space):
-    for kind in ("storage", "router"):
-        base.run(space.uid, kind)
 
 
 @pytest.fixture

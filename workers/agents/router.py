@@ -12,6 +12,7 @@ import time
 from django.conf import settings
 
 from config_service.models import Address, AddressSpace, MessagingUser
+from tenants.models import TenantQuota
 
 from ..storage.rabbitmq import broker_username
 from . import router_config as rc
@@ -67,7 +68,8 @@ class RouterAgent(Agent):
         addresses = list(Address.objects.filter(space=space, scheduled=True))
         users = list(MessagingUser.objects.filter(space=space))
         login = broker_username(space.vhost, rc.ROUTER_BROKER_USER)
-        return addresses, *rc.desired_entities(space, addresses, users, login)
+        throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
+        return addresses, *rc.desired_entities(space, addresses, users, login, throttled)
 
     def reconcile(self, space: AddressSpace) -> Report:
         prefix = rc.owner_prefix(space.vhost)

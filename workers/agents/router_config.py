@@ -39,7 +39,8 @@ def _policy_list(patterns) -> str:
     return ",".join(sorted(set(patterns)))
 
 
-def desired_entities(space, addresses, users, broker_username: str) -> tuple[dict, dict]:
+def desired_entities(space, addresses, users, broker_username: str,
+                     throttled: bool = False) -> tuple[dict, dict]:
     """({(entity type, name): attributes}, {address name: [its entity keys]}) for one space."""
     vhost, prefix = space.vhost, owner_prefix(space.vhost)
     out: dict = {}
@@ -53,6 +54,8 @@ def desired_entities(space, addresses, users, broker_username: str) -> tuple[dic
     # EnMasse's router policy (infra config `router.policy`), overridable per space.
     policy = {**settings.MAAS_ROUTER_POLICY, **(space.spec.get("routerPolicy") or {})}
     limits = {k: int(policy[k]) for k in ("maxSessions", "maxSenders", "maxReceivers")}
+    if throttled:
+        limits["maxSenders"] = 0  # over quota: new senders get amqp:resource-limit-exceeded
     groups = {}
     for user in users:
         add(USER, f"user:{user.username}", vhost=vhost, username=user.username,

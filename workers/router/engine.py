@@ -253,7 +253,12 @@ class Engine:
         if conn.kind != "client" or conn.grant is None:
             self.refuse(ls, UNAUTHORIZED, "Links are not accepted on this connection")
             return
-        grant = conn.grant
+        # The policy as it is now, not as it was at open: a revoked right or a quota throttle
+        # applies to the next link of a connection that is already open.
+        grant = self.policy.grant(conn.vhost, conn.login or "")
+        if grant is None:
+            self.refuse(ls, UNAUTHORIZED, f"User {conn.login} has no access to {conn.vhost}")
+            return
         if ls.sender and conn.receivers >= grant.max_receivers:
             self.refuse(ls, RESOURCE_LIMIT, "Receiver limit exceeded")
             return

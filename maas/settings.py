@@ -113,6 +113,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "maas.workers.relay_outbox",
         "schedule": env_float("MAAS_RELAY_INTERVAL", 5.0),
     },
+    "sample-usage": {
+        "task": "maas.workers.sample_usage",
+        "schedule": env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0),
+    },
+    "usage-job-nightly": {
+        "task": "maas.workers.run_usage_job",
+        "schedule": __import__("celery.schedules").schedules.crontab(minute=15, hour=0),
+    },
     "resync-all": {
         "task": "maas.workers.resync_all",
         "schedule": env_float("MAAS_RESYNC_INTERVAL", 60.0),
@@ -160,6 +168,9 @@ MAAS_ROUTER_POLICY = {
 # The router's TLS certificate (PEM); `runplatform` makes a self-signed one here if missing.
 MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
 MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))
+# Usage metering: where samples go (a directory, or any Hadoop FS URL Spark can read), how often.
+MAAS_USAGE_STORE = env("MAAS_USAGE_STORE", str(BASE_DIR / "var" / "usage"))
+MAAS_USAGE_SAMPLE_INTERVAL = env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0)
 # The host clients are told to connect to (endpoints in address space status).
 MAAS_PUBLIC_HOST = env("MAAS_PUBLIC_HOST", "127.0.0.1")
 

@@ -4,10 +4,14 @@ from django.contrib import admin
 from .models import (
     AddressPlan,
     AddressSpacePlan,
+    AddressUsageDaily,
     Membership,
     PersonalAccessToken,
+    QuotaEvaluation,
     Tenant,
     TenantQuota,
+    TenantUsageDaily,
+    UsageJobRun,
 )
 
 
@@ -24,7 +28,12 @@ class QuotaInline(admin.StackedInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "created_at"]
+    list_display = ["slug", "name", "created_at", "throttled"]
+
+    @admin.display(boolean=True, description="Throttled")
+    def throttled(self, obj):
+        return TenantQuota.objects.filter(tenant=obj, throttled=True).exists()
+
     search_fields = ["slug", "name"]
     readonly_fields = ["uid", "created_at"]
     inlines = [QuotaInline, MembershipInline]
@@ -56,3 +65,64 @@ class PersonalAccessTokenAdmin(admin.ModelAdmin):
     list_display = ["user", "name", "created_at", "last_used_at", "revoked"]
     list_filter = ["revoked"]
     readonly_fields = ["digest", "created_at", "last_used_at"]
+
+
+@admin.action(description="Lift the quota throttle for 24 hours (operator override)")
+def override_throttle(modeladmin, request, queryset):
+    import datetime
+
+    from django.utils import timezone
+
+    from config_service.services import Context
+
+    from .services import unthrottle
+
+    until = timezone.now() + datetime.timedelta(hours=24)
+    for tenant in queryset:
+        unthrottle(ctx=Context(actor=f"user:{request.user.get_username()}"), tenant=tenant,
+                   reason="operator override", override_until=until)
+
+
+TenantAdmin.actions = [override_throttle]
+
+
+class ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(TenantUsageDaily)
+class TenantUsageDailyAdmin(ReadOnly):
+    """The heaviest tenants first, per day."""
+
+    list_display = ["day", "tenant", "messages", "bytes", "stored_bytes", "connections"]
+    list_filter = ["day"]
+    ordering = ["-day", "-messages"]
+    search_fields = ["tenant__slug"]
+
+
+@admin.register(QuotaEvaluation)
+class QuotaEvaluationAdmin(ReadOnly):
+    list_display = ["day", "tenant", "limit", "used", "limit_value", "share", "breached",
+                    "forecast_day"]
+    list_filter = ["breached", "limit", "day"]
+    ordering = ["-day", "-share"]
+
+
+@admin.register(UsageJobRun)
+class UsageJobRunAdmin(ReadOnly):
+    list_display = ["day", "status", "started_at", "seconds", "rows"]
+    list_filter = ["status"]
+    readonly_fields = ["day", "status", "started_at", "finished_at", "seconds", "rows", "error"]
+
+
+@admin.register(AddressUsageDaily)
+class AddressUsageDailyAdmin(ReadOnly):
+    list_display = ["day", "tenant", "space", "address", "messages_in", "messages_out",
+                    "bytes_in", "bytes_out", "stored_bytes"]
+    list_filter = ["day"]
+    ordering = ["-day", "-messages_in"]
+    search_fields = ["tenant__slug", "space", "address"]

@@ -61,3 +61,25 @@ def resync_all() -> int:
     for uid in uids:
         reconcile_space.delay(str(uid))
     return len(uids)
+
+
+@shared_task(name="maas.workers.sample_usage")
+def sample_usage() -> int:
+    from .usage.sampler import sample
+
+    return sample()
+
+
+@shared_task(name="maas.workers.run_usage_job", bind=True, max_retries=3)
+def run_usage_job(self, day: str | None = None) -> str:
+    """The nightly rollup (yesterday by default); retried with backoff, runs recorded."""
+    import datetime
+
+    from .usage.job import run_day
+
+    when = (datetime.date.fromisoformat(day) if day
+            else datetime.datetime.now(datetime.UTC).date() - datetime.timedelta(days=1))
+    try:
+        return run_day(when).status
+    except Exception as exc:
+        raise self.retry(exc=exc, countdown=300 * (self.request.retries + 1)) from exc

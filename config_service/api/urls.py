@@ -1,7 +1,7 @@
 """Routes of the REST API under /api/v1/."""
 from django.urls import path
 
-from . import views
+from . import usage, views
 
 T = "tenants/<slug:tenant>"
 S = f"{T}/addressspaces/<slug:space>"
@@ -17,6 +17,7 @@ urlpatterns = [
     path(f"{S}/users/<str:user>/", views.MessagingUserDetail.as_view(),
          name="messaginguser-detail"),
     path(f"{T}/events/", views.EventList.as_view(), name="event-list"),
+    path(f"{T}/usage/", usage.UsageView.as_view(), name="usage"),
     path("addressspaceplans/", views.AddressSpacePlanList.as_view(), name="addressspaceplan-list"),
     path("addressspaceplans/<slug:plan>/", views.AddressSpacePlanDetail.as_view(),
          name="addressspaceplan-detail"),

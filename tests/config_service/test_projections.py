@@ -6,7 +6,7 @@ from config_service.events import EVENT_TYPES
 from config_service.models import ConfigEvent, EventStream
 from config_service.rebuild import rebuild, snapshot
 from tenants.models import Role
-from tenants.services import add_member, remove_member, set_quota
+from tenants.services import add_member, remove_member, set_quota, throttle, unthrottle
 from tests.conftest import CTX, b64
 
 
@@ -24,6 +24,9 @@ def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
         lambda: set_quota(ctx=ctx, tenant=tenant, max_addresses=500),
         lambda: add_member(ctx=ctx, tenant=tenant, user=viewer, role=Role.ADMIN),
         lambda: remove_member(ctx=ctx, tenant=tenant, username=viewer.username),
+        lambda: throttle(ctx=ctx, tenant=tenant, limits=[
+            {"limit": "messages_per_day", "used": 2, "limit_value": 1}]),
+        lambda: unthrottle(ctx=ctx, tenant=tenant, reason="test"),
     ]
     for step in steps:
         step()

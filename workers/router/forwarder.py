@@ -163,6 +163,7 @@ class Forwarder:
             d = None
         counts = node.counts
         counts.ingress += 1
+        counts.bytes_in += n
         self.counts.ingress += 1
         if node.multicast:
             self._multicast(ls, node, d, n, settled)
@@ -206,6 +207,7 @@ class Forwarder:
         L.pn_link_send(out.pn, data, n)
         L.pn_link_advance(out.pn)
         node.counts.egress += 1
+        node.counts.bytes_out += n
         self.counts.egress += 1
         out.counts.egress += 1
         if settled:
@@ -304,6 +306,7 @@ class Forwarder:
             d = None
         node = ls.node
         node.counts.ingress += 1
+        node.counts.bytes_in += n
         self.counts.ingress += 1
         self._send(ls.peer, self._buf, n, d, ls, settled, node)
 

@@ -29,6 +29,7 @@ def address_rows(engine) -> list[dict]:
             "inProcess": 0, "subscriberCount": len(node.consumers), "remoteCount": 0,
             "containerCount": sum(1 for c in node.consumers if c.kind == "autolink"),
             "deliveriesIngress": node.counts.ingress, "deliveriesEgress": node.counts.egress,
+            "bytesIngress": node.counts.bytes_in, "bytesEgress": node.counts.bytes_out,
             "deliveriesTransit": 0, "deliveriesToContainer": 0, "deliveriesFromContainer": 0,
             "undeliveredCount": len(node.backlog),
             **_outcomes(node.counts),

@@ -1,0 +1,143 @@
+"""Reads the routers' and brokers' counters and appends usage samples to the usage store.
+
+Counters stay cumulative as the sources keep them (a restarted router starts again at zero);
+the Spark job turns them into deltas. Standard spaces: messages and bytes from the router
+(per address, both phases of a queue), stored messages and bytes from RabbitMQ. Brokered
+spaces: everything from RabbitMQ (which counts messages, not bytes).
+"""
+import logging
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+from django.conf import settings
+
+from config_service.models import Address, AddressSpace
+
+from ..agents.qdr import Management, RouterUnreachable
+from ..storage import rabbitmq
+
+logger = logging.getLogger(__name__)
+
+ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
+CONNECTION = "org.apache.qpid.dispatch.connection"
+QUEUE_COLUMNS = "name,messages,message_bytes,consumers,message_stats.publish,message_stats.deliver_get"
+
+
+def _row(now, source, space, address, kind, **values) -> dict:
+    row = {"sample_id": uuid.uuid4().hex, "ts": now, "tenant": space.tenant.slug,
+           "space": space.name, "address": address, "source": source, "kind": kind}
+    for key in ("messages_in", "messages_out", "bytes_in", "bytes_out", "stored_messages",
+                "stored_bytes", "connections", "senders", "receivers"):
+        row[key] = int(values.get(key) or 0)
+    return row
+
+
+def router_counters() -> tuple[dict, dict]:
+    """({(vhost, address): counters}, {vhost: connection gauges}) from the router, one query."""
+    mgmt = Management(settings.MAAS_ROUTER_MANAGEMENT_URL, settings.MAAS_ROUTER_ADMIN_USER,
+                      settings.MAAS_ROUTER_ADMIN_PASSWORD)
+    try:
+        addresses, connections = mgmt.query(ROUTER_ADDRESS), mgmt.query(CONNECTION)
+    finally:
+        mgmt.close()
+    per_address: dict = defaultdict(lambda: defaultdict(int))
+    for row in addresses:
+        vhost, _, address = str(row.get("address", "")).partition("/")
+        if not address:
+            continue
+        c = per_address[(vhost, address)]
+        # Phase 0 is what clients send; phase 1 (a queue's consumers side) what they receive.
+        if int(row.get("phase", 0)) == 0:
+            c["messages_in"] += row.get("deliveriesIngress", 0)
+            c["bytes_in"] += row.get("bytesIngress", 0)
+        if int(row.get("phase", 0)) == 1 or not row.get("containerCount"):
+            c["messages_out"] += row.get("deliveriesEgress", 0)
+            c["bytes_out"] += row.get("bytesEgress", 0)
+    gauges: dict = defaultdict(lambda: defaultdict(int))
+    for row in connections:
+        if row.get("role") == "normal" and row.get("opened") and row.get("tenant"):
+            g = gauges[row["tenant"]]
+            g["connections"] += 1
+            g["senders"] += row.get("senders", 0)
+            g["receivers"] += row.get("receivers", 0)
+    return per_address, gauges
+
+
+def broker_queues(api: rabbitmq.RabbitMQApi, vhost: str) -> list[dict]:
+    return api.request("GET", f"/queues/{quote(vhost, safe='')}",
+                       params={"columns": QUEUE_COLUMNS}, missing_ok=True) or []
+
+
+def broker_connections(api: rabbitmq.RabbitMQApi) -> dict:
+    counts: dict = defaultdict(int)
+    for row in api.request("GET", "/connections", params={"columns": "vhost"}) or []:
+        counts[row.get("vhost")] += 1
+    return counts
+
+
+def collect(now: datetime | None = None) -> list[dict]:
+    """One sample per address and per space, for every space that is not terminating."""
+    now = now or datetime.now(UTC)
+    spaces = list(AddressSpace.objects.filter(terminating=False).select_related("tenant"))
+    rows: list[dict] = []
+    router, gauges = {}, {}
+    if settings.MAAS_ROUTER_ENABLED and any(s.type == "standard" for s in spaces):
+        try:
+            router, gauges = router_counters()
+        except RouterUnreachable:
+            logger.warning("usage.router_unreachable", exc_info=True)
+    api = rabbitmq.RabbitMQApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
+                               settings.RABBITMQ_API_PASSWORD)
+    try:
+        broker_conns = broker_connections(api)
+        for space in spaces:
+            rows += _space_rows(now, space, api, router, gauges, broker_conns)
+    finally:
+        api.close()
+    return rows
+
+
+def _space_rows(now, space, api, router, gauges, broker_conns) -> list[dict]:
+    rows = []
+    names = {}
+    for a in Address.objects.filter(space=space, scheduled=True).only("address", "type", "topic"):
+        wire = f"{a.topic}::{a.address}" if a.type == "subscription" else a.address
+        names[wire] = a.address
+    queues = {q["name"]: q for q in broker_queues(api, space.vhost)}
+    router_source = f"router:{settings.MAAS_ROUTER_MANAGEMENT_URL}"
+    broker_source = f"broker:{space.vhost}"
+    for wire, address in names.items():
+        q = queues.get(wire, {})
+        stats = q.get("message_stats") or {}
+        stored = {"stored_messages": q.get("messages"), "stored_bytes": q.get("message_bytes")}
+        if space.type == "standard":
+            counters = router.get((space.vhost, wire), {})
+            rows.append(_row(now, router_source, space, address, "address", **counters))
+            if q:
+                rows.append(_row(now, broker_source, space, address, "address", **stored))
+        else:
+            rows.append(_row(now, broker_source, space, address, "address",
+                             messages_in=stats.get("publish"),
+                             messages_out=stats.get("deliver_get"), **stored))
+    if space.type == "standard":
+        g = gauges.get(space.vhost, {})
+        rows.append(_row(now, router_source, space, "", "space", **g))
+    else:
+        consumers = sum(int(q.get("consumers") or 0) for q in queues.values())
+        rows.append(_row(now, broker_source, space, "", "space",
+                         connections=broker_conns.get(space.vhost, 0), receivers=consumers))
+    return rows
+
+
+def sample(now: datetime | None = None) -> int:
+    """Collects and appends one round of samples to the usage store; returns how many."""
+    from spark.samples import write_samples
+
+    now = now or datetime.now(UTC)
+    rows = collect(now)
+    if rows:
+        write_samples(rows, settings.MAAS_USAGE_STORE, now)
+    logger.info("usage.sampled", extra={"n_samples": len(rows)})
+    return len(rows)

@@ -117,9 +117,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "maas.workers.sample_usage",
         "schedule": env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0),
     },
-    "usage-job-nightly": {
+    "usage-job-nightly": {  # yesterday, complete
         "task": "maas.workers.run_usage_job",
         "schedule": __import__("celery.schedules").schedules.crontab(minute=15, hour=0),
+    },
+    "usage-job-today": {  # today so far: quota breaches are enforced within the hour
+        "task": "maas.workers.run_usage_job",
+        "schedule": env_float("MAAS_USAGE_TODAY_INTERVAL", 3600.0),
+        "kwargs": {"day": "today"},
     },
     "resync-all": {
         "task": "maas.workers.resync_all",

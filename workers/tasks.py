@@ -72,13 +72,17 @@ def sample_usage() -> int:
 
 @shared_task(name="maas.workers.run_usage_job", bind=True, max_retries=3)
 def run_usage_job(self, day: str | None = None) -> str:
-    """The nightly rollup (yesterday by default); retried with backoff, runs recorded."""
+    """The rollup of `day` ("YYYY-MM-DD", "today", or yesterday by default); retried with
+    backoff; every run is recorded as a UsageJobRun."""
     import datetime
 
     from .usage.job import run_day
 
-    when = (datetime.date.fromisoformat(day) if day
-            else datetime.datetime.now(datetime.UTC).date() - datetime.timedelta(days=1))
+    today = datetime.datetime.now(datetime.UTC).date()
+    if day == "today":
+        when = today
+    else:
+        when = datetime.date.fromisoformat(day) if day else today - datetime.timedelta(days=1)
     try:
         return run_day(when).status
     except Exception as exc:

@@ -11,3 +11,6 @@ from .settings import *  # noqa: E402,F401,F403
 
 # Django login passwords are not what the tests exercise: hash them cheaply.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# A database name of its own per checkout or run (MAAS_TEST_DB), so parallel runs never collide.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("MAAS_TEST_DB", "test_maas")}  # noqa: F405

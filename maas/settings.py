@@ -98,6 +98,14 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": env("REDIS_URL", "redis://127.0.0.1:6379/0")}
+}
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "portal:home"
+LOGOUT_REDIRECT_URL = "login"
+
 # Celery: Redis is the broker of the control plane (RabbitMQ belongs to the tenants).
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)

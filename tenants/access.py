@@ -1,6 +1,6 @@
 """Looks up a tenant for a user and checks the role table; non-members get 404, never 403."""
+from django.core.exceptions import PermissionDenied  # 403 in the API and the portal alike
 from django.http import Http404
-from rest_framework.exceptions import PermissionDenied
 
 from .models import Membership, Tenant
 from .roles import Action, role_allows

@@ -132,3 +132,16 @@ class StorageController(Agent):
             _reconciler().teardown(space.vhost)
         except rabbitmq.BrokerError as exc:
             raise TransientError(str(exc)) from exc
+
+
+def purge(space: AddressSpace, address: Address) -> None:
+    """Drops every stored message of a queue, subscription or deadletter address."""
+    wire = f"{address.topic}::{address.address}" if address.type == "subscription" \
+        else address.address
+    api = rabbitmq.RabbitMQApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
+                               settings.RABBITMQ_API_PASSWORD)
+    try:
+        api.purge_queue(space.vhost, wire)
+    finally:
+        api.close()
+    logger.info("storage.purged", extra={"space": str(space.uid), "address": address.name})

@@ -27,12 +27,14 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "maas",
     "tenants",
+    "tenants.identity",
     "config_service",
     "workers",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files straight from the apps
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -70,10 +72,12 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+WHITENOISE_USE_FINDERS = True  # no collectstatic step needed to serve the portal and admin
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenants.authentication.PersonalAccessTokenAuthentication",
+        "tenants.identity.authentication.OidcBearerAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -105,6 +109,23 @@ CACHES = {
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "portal:home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Sign-in: an OpenID Connect provider (a Keycloak realm) when MAAS_OIDC_ISSUER is set, local
+# accounts otherwise. Endpoints come from the issuer's discovery document (docs/identity.md).
+AUTHENTICATION_BACKENDS = [
+    "tenants.identity.backend.OidcBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+MAAS_OIDC_ISSUER = env("MAAS_OIDC_ISSUER", "")  # e.g. https://sso.example.com/realms/maas
+MAAS_OIDC_CLIENT_ID = env("MAAS_OIDC_CLIENT_ID", "maas")
+MAAS_OIDC_CLIENT_SECRET = env("MAAS_OIDC_CLIENT_SECRET", "")
+MAAS_OIDC_AUDIENCES = env_list("MAAS_OIDC_AUDIENCES", "")  # API tokens' aud/azp; default: client id
+MAAS_OIDC_GROUP_PATTERN = env("MAAS_OIDC_GROUP_PATTERN", "/tenants/{tenant}/{role}")
+MAAS_OIDC_ROLE_PATTERN = env("MAAS_OIDC_ROLE_PATTERN", "tenant:{tenant}:{role}")
+MAAS_OIDC_STAFF_CLAIM = env("MAAS_OIDC_STAFF_CLAIM", "realm_access.roles")
+MAAS_OIDC_STAFF_VALUE = env("MAAS_OIDC_STAFF_VALUE", "maas-operator")
+if env_bool("MAAS_PRODUCTION", False) and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
+    raise RuntimeError("MAAS_OIDC_CLIENT_SECRET must be set with MAAS_OIDC_ISSUER in production")
 
 # Celery: Redis is the broker of the control plane (RabbitMQ belongs to the tenants).
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -1,6 +1,5 @@
 """URL map: REST API under /api/v1/, its OpenAPI schema and docs, admin, health and metrics."""
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -10,9 +9,9 @@ from . import health, metrics
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="portal:home"), name="root"),
     path("portal/", include("config_service.portal.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("tenants.identity.urls")),
     path("api/v1/", include("config_service.api.urls")),
+    path("api/v1/", include("tenants.identity.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),

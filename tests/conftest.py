@@ -59,10 +59,14 @@ def outsider(db):
     return make_user("oscar")
 
 
+def default_plans_installed() -> None:
+    """Transactional tests flush the tables, data migrations included: put the plans back."""
+    default_plans.install(AddressPlan, AddressSpacePlan)
+
+
 @pytest.fixture
 def tenant(owner, admin_member, viewer, outsider):
-    # Transactional tests flush the tables, data migrations included: put the plans back.
-    default_plans.install(AddressPlan, AddressSpacePlan)
+    default_plans_installed()
     t = create_tenant(ctx=CTX, slug=f"acme-{uuid.uuid4().hex[:6]}", owner=owner)
     add_member(ctx=CTX, tenant=t, user=admin_member, role=Role.ADMIN)
     add_member(ctx=CTX, tenant=t, user=viewer, role=Role.VIEWER)
@@ -150,16 +154,17 @@ def redis_server():
     server = RedisServer(REDIS_PORT)
     server.start()
     yield server
-    server.stop()
+    if server.proc is not None:  # only stop what this run started
+        server.stop()
 
 
 class Worker:
     """A real Celery worker process using the test database, running every agent."""
 
-    def __init__(self, database_name: str):
+    def __init__(self, database_name: str, **env):
         self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="maas.test_settings",
                         DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{database_name}",
-                        MAAS_LOG_LEVEL="WARNING")
+                        MAAS_LOG_LEVEL="WARNING", **env)
         self.proc = None
 
     def start(self):

@@ -86,7 +86,7 @@ def address_stats(space, addresses) -> dict:
             in_rate = max(count_in - previous[1], 0) / dt
             out_rate = max(count_out - previous[2], 0) / dt
         out[a.name] = {
-            "in_rate": round(in_rate, 1), "out_rate": round(out_rate, 1),
+            "address": a.address, "in_rate": round(in_rate, 1), "out_rate": round(out_rate, 1),
             "messages_in": count_in, "messages_out": count_out,
             "stored": q.get("messages"),
             "senders": r.get("senders", 0),

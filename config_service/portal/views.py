@@ -75,7 +75,8 @@ def space(request, tenant, space):
     return render(request, "portal/space.html", p.context(
         space=s, status=space_status(s, states), endpoints=endpoints(s),
         form=forms.AddressForm(space=s), bulk_form=forms.BulkForm(),
-        space_plan_form=forms.PlanForm(choices=space_plans, initial={"plan": s.plan}),
+        space_plan_form=forms.PlanForm(choices=space_plans, initial={"plan": s.plan},
+                                       auto_id="space_%s"),
         address_plans=plans, **table))
 
 
@@ -94,6 +95,7 @@ def _address_table(request, s, states) -> dict:
     items = [(a, address_status(s, a, states)) for a in page_obj.object_list]
     keep = {k: v for k, v in q.items() if k in ("type", "search", "phase") and v}
     return {"items": items, "page_obj": page_obj, "sort": sort, "filters": keep,
+            "base": f"/portal/t/{s.tenant.slug}/spaces/{s.name}/",
             "query": urlencode({**keep, "sort": sort}), "phases": PHASES,
             "types": ("queue", "topic", "anycast", "multicast", "subscription", "deadletter")}
 

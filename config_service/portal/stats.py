@@ -24,6 +24,9 @@ def _router_rows(vhost: str) -> dict:
     try:
         rows = mgmt.query("org.apache.qpid.dispatch.router.address")
         links = mgmt.query("org.apache.qpid.dispatch.router.link")
+        # Links to brokers (autoLinks, routed links) are not the tenant's senders/receivers.
+        internal = {str(c["identity"]) for c in mgmt.query("org.apache.qpid.dispatch.connection")
+                    if c.get("role") == "route-container"}
     except Exception:  # a stats page must not fail on a busy router
         logger.warning("portal.router_stats_failed", exc_info=True)
         return {}
@@ -42,6 +45,8 @@ def _router_rows(vhost: str) -> dict:
             s["out"] += int(row.get("deliveriesEgress", 0))
     for link in links:
         key = str(link.get("owningAddr", ""))
+        if str(link.get("connectionId")) in internal:
+            continue
         if key.startswith(prefix) and key[len(prefix):] in out:
             side = "receivers" if link.get("linkDir") == "out" else "senders"
             out[key[len(prefix):]][side] += 1

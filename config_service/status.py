@@ -6,10 +6,14 @@ Configuring until then; Failed on a permanent agent error; Terminating with its 
 """
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from .models import Address, AddressSpace, AgentState
 
-# The agent kinds each space type needs. A standard space also needs the router agent.
-AGENTS_BY_SPACE_TYPE = {"brokered": ("storage",), "standard": ("storage", "router")}
+# The agent kinds each space type needs. A standard space also needs the router agent, and on
+# Kubernetes the infra agent that runs its router, brokers and agent pod (workers/infra).
+_INFRA = ("infra",) if getattr(settings, "MAAS_INFRA_BACKEND", "local") == "kubernetes" else ()
+AGENTS_BY_SPACE_TYPE = {"brokered": ("storage",), "standard": ("storage", "router") + _INFRA}
 ROUTER_ONLY_TYPES = ("anycast", "multicast")
 
 

@@ -205,6 +205,18 @@ MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-
 # Usage metering: where samples go (a directory, or any Hadoop FS URL Spark can read), how often.
 MAAS_USAGE_STORE = env("MAAS_USAGE_STORE", str(BASE_DIR / "var" / "usage"))
 MAAS_USAGE_SAMPLE_INTERVAL = env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0)
+# Where the routers and brokers of standard spaces run: "local" (processes on this machine,
+# `make run`) or "kubernetes" (the infra controller, workers/infra, docs/deploy.md).
+MAAS_INFRA_BACKEND = env("MAAS_INFRA_BACKEND", "local")
+MAAS_INFRA_NAMESPACE = env("MAAS_INFRA_NAMESPACE", "maas")
+MAAS_ROUTER_IMAGE = env("MAAS_ROUTER_IMAGE", "quay.io/skupper/skupper-router:2.7.3")
+MAAS_BROKER_IMAGE = env("MAAS_BROKER_IMAGE", "rabbitmq:3.13-management")
+MAAS_CONTROL_PLANE_IMAGE = env("MAAS_CONTROL_PLANE_IMAGE", "ghcr.io/maas-project/maas:0.1.0")
+MAAS_BROKER_STORAGE = env("MAAS_BROKER_STORAGE", "2Gi")
+MAAS_BROKER_STORAGE_CLASS = env("MAAS_BROKER_STORAGE_CLASS", "")
+MAAS_ROUTER_SERVICE_TYPE = env("MAAS_ROUTER_SERVICE_TYPE", "ClusterIP")
+MAAS_INFRA_CONFIG_MAP = env("MAAS_INFRA_CONFIG_MAP", "maas-config")
+MAAS_INFRA_SECRET = env("MAAS_INFRA_SECRET", "maas-secrets")
 # The host clients are told to connect to (endpoints in address space status).
 MAAS_PUBLIC_HOST = env("MAAS_PUBLIC_HOST", "127.0.0.1")
 

@@ -13,11 +13,11 @@ logger = logging.getLogger(__name__)
 
 def notify_space(space_uid) -> None:
     try:
-        if settings.MAAS_AGENT_MODE == "process":
+        if settings.MAAS_AGENT_MODE == "process" or settings.MAAS_INFRA_BACKEND == "kubernetes":
             from .wakeup import publish
 
-            publish(space_uid)
-        else:
+            publish(space_uid)  # run_agent processes (on Kubernetes: each space's agent pod)
+        if settings.MAAS_AGENT_MODE != "process":
             from .tasks import reconcile_space
 
             reconcile_space.delay(str(space_uid))

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 def reconcile_space(self, space_uid: str) -> None:
     space = AddressSpace.objects.filter(uid=space_uid).only("type").first()
     kinds = base.installed_kinds(space.type) if space else list(base.installed_agents())
+    if space and space.type == "standard" and settings.MAAS_INFRA_BACKEND == "kubernetes":
+        kinds = [k for k in kinds if k == "infra"]  # storage and router: the space's agent pod
     try:
         for kind in kinds:
             base.run(space_uid, kind)

@@ -69,3 +69,7 @@ if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT"; then
   wait_port 15672 60
 fi
 log "PostgreSQL, Redis and RabbitMQ are up"
+
+# --- kubectl (issue 7): tests/infra renders deploy/ with `kubectl kustomize`. ------------------
+# Debian's kubernetes-client provides kubectl; any kubectl already on PATH is used as it is.
+need_pkg kubectl kubernetes-client

@@ -52,6 +52,11 @@ def installed_agents() -> dict[str, Agent]:
         from workers.agents.router import RouterAgent
 
         agents["router"] = RouterAgent()
+    from workers.infra.backend import infra_agent
+
+    infra = infra_agent()  # None with MAAS_INFRA_BACKEND=local
+    if infra is not None:
+        agents[infra.kind] = infra
     return agents
 
 

@@ -1,0 +1,107 @@
+"""The infra agent (kind "infra") on a space from the projections, and the choice of backend.
+
+The Kubernetes API is the in-process fake (no API server can run on these machines); the
+space, its addresses and the agents' states are real rows (pytest-django, PostgreSQL).
+"""
+import pytest
+from django.test import override_settings
+
+from config_service import services
+from config_service.models import AgentState
+from workers.agents.base import TransientError
+from workers.infra import backend
+from workers.infra import manifests as m
+from workers.infra.controller import InfraController
+
+from . import spaces
+from .fake_kube import FakeKubernetes
+
+CTX = services.Context(actor="test")
+
+
+class EmptyDrainer:
+    def drain(self, space, cluster_id, targets):
+        return 0
+
+
+@pytest.fixture
+def kube():
+    return FakeKubernetes()
+
+
+@pytest.fixture
+def agent(kube):
+    return backend.InfraAgent(InfraController(kube, EmptyDrainer(), spaces.CFG, "k"))
+
+
+@pytest.fixture
+def space(tenant):
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name="shop", type="standard",
+                                      plan="standard-medium")
+    for i in range(2):
+        services.create_address(ctx=CTX, space=s, address=f"q{i}", type="queue",
+                                plan="standard-large-queue")
+    services.create_address(ctx=CTX, space=s, address="events", type="anycast",
+                            plan="standard-small-anycast")
+    s.refresh_from_db()
+    return s
+
+
+def test_space_infra_is_derived_from_the_scheduled_addresses(space):
+    infra = backend.space_infra_of(space)
+    assert infra.uid == str(space.uid) and infra.vhost == space.vhost
+    assert [b.cluster_id for b in infra.brokers] == ["broker-0", "broker-1"]
+    assert infra.router_replicas == 1  # 0.1 + 0.1 + 0.001
+
+
+def test_reconcile_reports_readiness_into_the_space_status(space, agent, kube):
+    report = agent.reconcile(space)
+    assert "Router 0/1 ready" in report.space_error
+    assert report.address_errors[f"{space.name}.events"] == {
+        "message": "Router is not ready", "permanent": False}
+    infra = m.infra_id(space.uid)
+    kube.settle()
+    kube.hold("StatefulSet", f"broker-1-{infra}", ready=0)
+    kube.settle()
+    report = agent.reconcile(space)
+    assert report.space_error == "Broker broker-1 0/1 ready"
+    broker1 = [n for n, e in report.address_errors.items()]
+    assert len(broker1) == 1
+    assert report.address_errors[broker1[0]]["message"] == "Broker broker-1 is not ready"
+    kube.release("StatefulSet", f"broker-1-{infra}")
+    kube.settle()
+    report = agent.reconcile(space)
+    assert report.space_error == "" and report.address_errors == {}
+
+
+def test_teardown_waits_for_the_space_agents_then_collects_everything(space, agent, kube):
+    agent.reconcile(space)
+    AgentState.objects.create(space_uid=space.uid, kind="storage", torn_down=False)
+    with pytest.raises(TransientError, match="storage agent"):
+        agent.teardown(space)
+    assert kube.objects
+    AgentState.objects.filter(space_uid=space.uid).update(torn_down=True)
+    agent.teardown(space)
+    assert kube.objects == {}
+
+
+def test_brokered_spaces_need_no_infra(tenant, agent, kube):
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name="b", type="brokered",
+                                      plan="brokered-single-broker")
+    assert agent.reconcile(s).space_error == ""
+    agent.teardown(s)
+    assert kube.objects == {}
+
+
+def test_backend_is_chosen_by_setting():
+    with override_settings(MAAS_INFRA_BACKEND="local"):
+        assert backend.infra_agent() is None
+    with override_settings(MAAS_INFRA_BACKEND="kubernetes", MAAS_INFRA_NAMESPACE="infra",
+                           MAAS_ROUTER_IMAGE="example/router:1"):
+        agent = backend.infra_agent()
+        assert agent.kind == "infra"
+        assert "controller" not in agent.__dict__  # no API client until it first runs
+        cfg = backend.infra_settings()
+        assert (cfg.namespace, cfg.router_image) == ("infra", "example/router:1")
+    with override_settings(MAAS_INFRA_BACKEND="elsewhere"), pytest.raises(ValueError):
+        backend.backend()

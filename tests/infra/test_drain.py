@@ -1,0 +1,73 @@
+"""The RabbitMQ drainer against this machine's RabbitMQ (make test starts it).
+
+The leaving broker and its target are both the local RabbitMQ (on Kubernetes they are two
+brokers' Services), so what is checked is the drainer's part: it counts the messages stored in
+the space's vhost, asks the broker for a shovel per non-empty queue (refused where the shovel
+plugin is off, as here: the queue is then left to its consumers), and reports 0 once the
+queues are empty, or when the vhost is gone or no broker is left to move them to.
+"""
+import os
+import time
+import uuid
+from urllib.parse import quote
+
+import pytest
+
+from workers.infra import manifests as m
+from workers.infra.drain import RabbitMQDrainer
+from workers.storage.rabbitmq import RabbitMQApi
+
+from . import spaces
+
+API_URL = os.environ.get("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")
+USER = os.environ.get("RABBITMQ_API_USER", "guest")
+PASSWORD = os.environ.get("RABBITMQ_API_PASSWORD", "guest")
+HOST = API_URL.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
+
+
+@pytest.fixture
+def space():
+    s = m.SpaceInfra(uid=str(uuid.uuid4()), tenant="drain", name=uuid.uuid4().hex[:8],
+                     plan="standard-small", router_replicas=1, brokers=())
+    api = RabbitMQApi(API_URL, USER, PASSWORD)
+    yield s, api
+    api.delete_vhost(s.vhost)
+    api.close()
+
+
+def stored(api, vhost, queue):
+    info = api.request("GET", f"/queues/{quote(vhost, safe='')}/{quote(queue, safe='')}")
+    return info.get("messages") or 0
+
+
+def test_drain_counts_until_the_queues_are_empty(space):
+    s, api = space
+    drainer = RabbitMQDrainer(spaces.CFG, lambda infra: PASSWORD, user=USER,
+                              host_of=lambda sp, cluster: HOST)
+    assert drainer.drain(s, "broker-1", ("broker-0",)) == 0  # no vhost there: nothing stored
+    api.put_vhost(s.vhost)
+    api.put_permissions(s.vhost, USER, ".*", ".*", ".*")
+    api.put_queue(s.vhost, "orders", {})
+    vhost = quote(s.vhost, safe="")
+    for i in range(3):
+        api.request("POST", f"/exchanges/{vhost}/amq.default/publish", body={
+            "properties": {"delivery_mode": 2}, "routing_key": "orders",
+            "payload": f"m{i}", "payload_encoding": "string"})
+    deadline = time.monotonic() + 10
+    while stored(api, s.vhost, "orders") < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)  # queue totals are refreshed by the stats interval
+
+    assert drainer.drain(s, "broker-1", ("broker-0",)) == 3
+    assert drainer.drain(s, "broker-1", ()) == 0  # nothing left in the space to keep them for
+    api.purge_queue(s.vhost, "orders")  # its consumers drained it
+    deadline = time.monotonic() + 10
+    while drainer.drain(s, "broker-1", ("broker-0",)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert drainer.drain(s, "broker-1", ("broker-0",)) == 0
+
+
+def test_an_unreachable_broker_is_unknown(space):
+    s, _ = space
+    drainer = RabbitMQDrainer(spaces.CFG, lambda infra: "x", timeout=2,
+                              host_of=lambda sp, cluster: "broker.invalid")
+    assert drainer.drain(s, "broker-1", ("broker-0",)) == -1

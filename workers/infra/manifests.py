@@ -1,0 +1,623 @@
+"""Kubernetes manifests of one standard address space, as pure functions of its data.
+
+EnMasse's standard-space infra (`templates/standard-space-infra.yaml`, AddressProvisioner):
+a router StatefulSet, one broker StatefulSet per broker cluster the credits call for (pooled
+`broker-<n>` with one replica, sharded `broker-sharded-<crc>` with one per credit), the space's
+agent, Services for the endpoints, and certificate Secrets. Every object carries the labels of
+its space and an owner reference to the space's owner ConfigMap, so deleting that ConfigMap
+lets Kubernetes' garbage collector remove the rest. Nothing here talks to Kubernetes or Django.
+"""
+import base64
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+
+FIELD_MANAGER = "maas-infra"
+PART_OF = "maas"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_INFRA = "maas.io/infra"  # the short id of the space's infra
+LABEL_SPACE = "maas.io/space"  # the space uid
+LABEL_BROKER = "maas.io/broker"  # a broker's clusterId
+ANNOTATION_BROKER_STATE = "maas.io/broker-state"  # Active | Migrating | Draining
+ANNOTATION_CONFIG_HASH = "maas.io/config-hash"
+ANNOTATION_TENANT = "maas.io/tenant"
+ANNOTATION_SPACE_NAME = "maas.io/address-space"
+
+ROUTER_AMQP_PORT = 5672
+ROUTER_AMQPS_PORT = 5671
+ROUTER_MANAGEMENT_PORT = 5675
+ROUTER_INTER_ROUTER_PORT = 55672
+ROUTER_HTTP_PORT = 8080
+BROKER_AMQP_PORT = 5672
+BROKER_MANAGEMENT_PORT = 15672
+BROKER_DIST_PORTS = (4369, 25672)  # epmd, Erlang distribution (clustered sharded brokers)
+BROKER_ADMIN_USER = "maas-admin"
+_EPSILON = 1e-9
+
+# Kinds the controller owns per space (the owner ConfigMap excluded), for pruning.
+OWNED_KINDS = (
+    ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"), ("apps/v1", "StatefulSet"),
+    ("apps/v1", "Deployment"), ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+)
+
+
+@dataclass(frozen=True)
+class InfraSettings:
+    """Images, namespace and sizes (settings MAAS_INFRA_*, MAAS_*_IMAGE)."""
+
+    namespace: str = "maas"
+    router_image: str = "quay.io/skupper/skupper-router:2.7.3"
+    broker_image: str = "rabbitmq:3.13-management"
+    control_plane_image: str = "ghcr.io/maas-project/maas:0.1.0"
+    router_resources: dict = field(default_factory=lambda: {
+        "requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+    broker_resources: dict = field(default_factory=lambda: {
+        "requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}})
+    agent_resources: dict = field(default_factory=lambda: {
+        "requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+    broker_storage: str = "2Gi"
+    storage_class: str = ""
+    router_service_type: str = "ClusterIP"  # LoadBalancer to expose the endpoints
+    config_map: str = "maas-config"  # the control plane's environment (envFrom)
+    secret: str = "maas-secrets"  # the control plane's secrets, read through *_FILE variables
+    secret_mount: str = "/etc/maas/secrets"
+    control_plane_selector: dict = field(default_factory=lambda: {LABEL_PART_OF: PART_OF,
+                                                                  LABEL_COMPONENT: "worker"})
+
+
+@dataclass(frozen=True)
+class Broker:
+    cluster_id: str
+    replicas: int = 1
+    state: str = "Active"  # Active, or Migrating / Draining while being removed
+
+
+@dataclass(frozen=True)
+class SpaceInfra:
+    """What one standard space needs: derived from its plan and its scheduled addresses."""
+
+    uid: str
+    tenant: str
+    name: str
+    plan: str
+    router_replicas: int
+    brokers: tuple[Broker, ...]
+
+    @property
+    def infra(self) -> str:
+        return infra_id(self.uid)
+
+    @property
+    def vhost(self) -> str:
+        return f"{self.tenant}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Certificate:
+    cert_pem: str
+    key_pem: str
+
+
+def infra_id(uid: str) -> str:
+    """EnMasse's infraUuid: short enough for every object name derived from it."""
+    return str(uid).replace("-", "")[:12]
+
+
+def space_infra(uid, tenant: str, name: str, plan: str, addresses,
+                min_router_replicas: int = 1) -> SpaceInfra:
+    """SpaceInfra from scheduled addresses given as (type, plan_status, placement) tuples.
+
+    Router replicas = max(ceil(sum of router credits), minReplicas) (EnMasse); one broker
+    StatefulSet per distinct clusterId, a sharded topic's with one replica per credit.
+    """
+    router, replicas = 0.0, {}
+    for address_type, plan_status, placement in addresses:
+        resources = (plan_status or {}).get("resources") or {}
+        router += float(resources.get("router", 0) or 0)
+        broker = float(resources.get("broker", 0) or 0)
+        for p in placement or ():
+            cluster = p["clusterId"]
+            count = 1
+            if cluster.startswith("broker-sharded-") and address_type == "topic":
+                count = max(math.ceil(broker - _EPSILON), 1)
+            replicas[cluster] = max(replicas.get(cluster, 1), count)
+    brokers = tuple(Broker(c, replicas[c]) for c in sorted(replicas, key=_broker_order))
+    return SpaceInfra(uid=str(uid), tenant=tenant, name=name, plan=plan,
+                      router_replicas=max(math.ceil(router - _EPSILON), min_router_replicas, 1),
+                      brokers=brokers)
+
+
+def _broker_order(cluster: str):
+    head, _, tail = cluster.rpartition("-")
+    return (head, int(tail)) if tail.isdigit() else (cluster, -1)
+
+
+# Names ---------------------------------------------------------------------------------------
+
+def owner_name(infra: str) -> str:
+    return f"space-{infra}"
+
+
+def router_name(infra: str) -> str:
+    return f"router-{infra}"
+
+
+def agent_name(infra: str) -> str:
+    return f"agent-{infra}"
+
+
+def broker_name(infra: str, cluster_id: str) -> str:
+    return f"{cluster_id}-{infra}"
+
+
+def tls_secret_name(infra: str) -> str:
+    return f"router-{infra}-tls"
+
+
+def broker_secret_name(infra: str) -> str:
+    return f"broker-{infra}-admin"
+
+
+def service_host(name: str, cfg: InfraSettings) -> str:
+    return f"{name}.{cfg.namespace}.svc"
+
+
+# Building blocks -----------------------------------------------------------------------------
+
+def labels(space: SpaceInfra, component: str, **extra) -> dict:
+    return {
+        LABEL_NAME: f"maas-{component}",
+        LABEL_COMPONENT: component,
+        LABEL_PART_OF: PART_OF,
+        LABEL_MANAGED_BY: FIELD_MANAGER,
+        LABEL_INFRA: space.infra,
+        LABEL_SPACE: space.uid,
+        **extra,
+    }
+
+
+def selector(space: SpaceInfra, component: str, **extra) -> dict:
+    return {LABEL_COMPONENT: component, LABEL_INFRA: space.infra, **extra}
+
+
+def owner_reference(space: SpaceInfra, owner_uid: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": owner_name(space.infra),
+            "uid": owner_uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def _metadata(space, cfg, name, component, owner_uid, annotations=None, **extra_labels) -> dict:
+    meta = {"name": name, "namespace": cfg.namespace,
+            "labels": labels(space, component, **extra_labels),
+            "ownerReferences": [owner_reference(space, owner_uid)]}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def config_hash(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _security_context() -> dict:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _pod_security(user: int) -> dict:
+    return {"runAsNonRoot": True, "runAsUser": user, "runAsGroup": user, "fsGroup": user,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+# The owner -----------------------------------------------------------------------------------
+
+def owner_manifest(space: SpaceInfra, cfg: InfraSettings) -> dict:
+    """The space's owner object: deleting it garbage-collects everything else of the space."""
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": owner_name(space.infra), "namespace": cfg.namespace,
+                     "labels": labels(space, "space"),
+                     "annotations": {ANNOTATION_TENANT: space.tenant,
+                                     ANNOTATION_SPACE_NAME: space.name}},
+        "data": {"uid": space.uid, "tenant": space.tenant, "name": space.name,
+                 "plan": space.plan, "vhost": space.vhost},
+    }
+
+
+# Router --------------------------------------------------------------------------------------
+
+def router_config(space: SpaceInfra) -> list:
+    """skupper-router (qdrouterd) configuration: listeners only; the agent adds the rest."""
+    certs = "/etc/skupper-router-certs"
+    return [
+        ["router", {"mode": "interior", "id": "${HOSTNAME}", "workerThreads": 2}],
+        ["sslProfile", {"name": "external", "certFile": f"{certs}/tls.crt",
+                        "privateKeyFile": f"{certs}/tls.key", "protocols": "TLSv1.2 TLSv1.3"}],
+        ["listener", {"name": "amqp", "host": "0.0.0.0", "port": ROUTER_AMQP_PORT,
+                      "role": "normal", "authenticatePeer": True, "saslMechanisms": "PLAIN"}],
+        ["listener", {"name": "amqps", "host": "0.0.0.0", "port": ROUTER_AMQPS_PORT,
+                      "role": "normal", "authenticatePeer": True, "saslMechanisms": "PLAIN",
+                      "sslProfile": "external", "requireSsl": True}],
+        # Reachable only from the space's agent (NetworkPolicy).
+        ["listener", {"name": "management", "host": "0.0.0.0", "port": ROUTER_MANAGEMENT_PORT,
+                      "role": "normal", "authenticatePeer": False}],
+        ["listener", {"name": "inter-router", "host": "0.0.0.0",
+                      "port": ROUTER_INTER_ROUTER_PORT, "role": "inter-router",
+                      "authenticatePeer": False}],
+        ["listener", {"name": "health", "host": "0.0.0.0", "port": ROUTER_HTTP_PORT,
+                      "http": True, "healthz": True, "metrics": True, "websockets": False}],
+        ["address", {"prefix": f"{space.vhost}/", "distribution": "balanced"}],
+    ]
+
+
+def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
+                     tls: Certificate) -> list[dict]:
+    infra, name = space.infra, router_name(space.infra)
+    config = json.dumps(router_config(space), indent=2, sort_keys=True)
+    tls_name = tls_secret_name(infra)
+    meta = lambda n, **kw: _metadata(space, cfg, n, "router", owner_uid, **kw)  # noqa: E731
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
+                  "data": {"skrouterd.json": config}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+              "metadata": meta(tls_name),
+              "data": {"tls.crt": _b64(tls.cert_pem), "tls.key": _b64(tls.key_pem),
+                       "ca.crt": _b64(tls.cert_pem)}}
+    ports = [
+        {"name": "amqp", "port": ROUTER_AMQP_PORT, "targetPort": "amqp", "protocol": "TCP"},
+        {"name": "amqps", "port": ROUTER_AMQPS_PORT, "targetPort": "amqps", "protocol": "TCP"},
+    ]
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
+               "spec": {"type": cfg.router_service_type, "selector": selector(space, "router"),
+                        "ports": ports}}
+    internal = {"apiVersion": "v1", "kind": "Service", "metadata": meta(f"{name}-internal"),
+                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                         "selector": selector(space, "router"),
+                         "ports": [
+                             {"name": "management", "port": ROUTER_MANAGEMENT_PORT,
+                              "targetPort": "management", "protocol": "TCP"},
+                             {"name": "inter-router", "port": ROUTER_INTER_ROUTER_PORT,
+                              "targetPort": "inter-router", "protocol": "TCP"},
+                             {"name": "http", "port": ROUTER_HTTP_PORT, "targetPort": "http",
+                              "protocol": "TCP"}]}}
+    container = {
+        "name": "router",
+        "image": cfg.router_image,
+        "env": [{"name": "QDROUTERD_CONF", "value": "/etc/skupper-router/skrouterd.json"},
+                {"name": "QDROUTERD_CONF_TYPE", "value": "json"}],
+        "ports": [
+            {"name": "amqp", "containerPort": ROUTER_AMQP_PORT, "protocol": "TCP"},
+            {"name": "amqps", "containerPort": ROUTER_AMQPS_PORT, "protocol": "TCP"},
+            {"name": "management", "containerPort": ROUTER_MANAGEMENT_PORT, "protocol": "TCP"},
+            {"name": "inter-router", "containerPort": ROUTER_INTER_ROUTER_PORT,
+             "protocol": "TCP"},
+            {"name": "http", "containerPort": ROUTER_HTTP_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                           "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                          "initialDelaySeconds": 30, "periodSeconds": 10},
+        "resources": cfg.router_resources,
+        "securityContext": {**_security_context(), "readOnlyRootFilesystem": True},
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/skupper-router", "readOnly": True},
+            {"name": "certs", "mountPath": "/etc/skupper-router-certs", "readOnly": True},
+        ],
+    }
+    statefulset = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(name),
+        "spec": {
+            "replicas": space.router_replicas,
+            "serviceName": f"{name}-internal",
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector(space, "router")},
+            "template": {
+                "metadata": {"labels": labels(space, "router"),
+                             "annotations": {ANNOTATION_CONFIG_HASH: config_hash(
+                                 config, tls.cert_pem)}},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "securityContext": _pod_security(10000),
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": f"{name}-config"}},
+                        {"name": "certs", "secret": {"secretName": tls_name}},
+                    ],
+                    "affinity": _spread(space, "router"),
+                },
+            },
+        },
+    }
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
+           "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(space, "router")}}}
+    return [config_map, secret, service, internal, statefulset, pdb]
+
+
+def _spread(space: SpaceInfra, component: str, **extra) -> dict:
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": selector(space, component,
+                                                                      **extra)}}}]}}
+
+
+# Brokers -------------------------------------------------------------------------------------
+
+def broker_config(space: SpaceInfra, cfg: InfraSettings, broker: Broker) -> dict:
+    name = broker_name(space.infra, broker.cluster_id)
+    lines = [
+        "loopback_users = none",
+        f"listeners.tcp.default = {BROKER_AMQP_PORT}",
+        f"management.tcp.port = {BROKER_MANAGEMENT_PORT}",
+        "vm_memory_high_watermark.relative = 0.6",
+        "disk_free_limit.absolute = 256MB",
+        "cluster_formation.peer_discovery_backend = classic_config",
+    ]
+    for i in range(broker.replicas):
+        lines.append(f"cluster_formation.classic_config.nodes.{i + 1} = "
+                     f"rabbit@{name}-{i}.{name}.{cfg.namespace}.svc.cluster.local")
+    return {
+        "rabbitmq.conf": "\n".join(lines) + "\n",
+        "enabled_plugins": "[rabbitmq_management,rabbitmq_amqp1_0,rabbitmq_mqtt,"
+                           "rabbitmq_prometheus,rabbitmq_shovel,rabbitmq_shovel_management].\n",
+    }
+
+
+def broker_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
+                     broker: Broker) -> list[dict]:
+    name = broker_name(space.infra, broker.cluster_id)
+    extra = {LABEL_BROKER: broker.cluster_id}
+    data = broker_config(space, cfg, broker)
+    meta = lambda n, **kw: _metadata(space, cfg, n, "broker", owner_uid, **extra,  # noqa: E731
+                                     **kw)
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
+                  "data": data}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
+               "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                        "selector": selector(space, "broker", **extra),
+                        "ports": [
+                            {"name": "amqp", "port": BROKER_AMQP_PORT, "targetPort": "amqp",
+                             "protocol": "TCP"},
+                            {"name": "management", "port": BROKER_MANAGEMENT_PORT,
+                             "targetPort": "management", "protocol": "TCP"},
+                            {"name": "epmd", "port": 4369, "targetPort": 4369,
+                             "protocol": "TCP"},
+                            {"name": "dist", "port": 25672, "targetPort": 25672,
+                             "protocol": "TCP"}]}}
+    secret = broker_secret_name(space.infra)
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "RABBITMQ_USE_LONGNAME", "value": "true"},
+        {"name": "RABBITMQ_NODENAME",
+         "value": f"rabbit@$(POD_NAME).{name}.{cfg.namespace}.svc.cluster.local"},
+        {"name": "RABBITMQ_DEFAULT_USER",
+         "valueFrom": {"secretKeyRef": {"name": secret, "key": "username"}}},
+        {"name": "RABBITMQ_DEFAULT_PASS",
+         "valueFrom": {"secretKeyRef": {"name": secret, "key": "password"}}},
+        {"name": "RABBITMQ_CONFIG_FILE", "value": "/etc/maas-broker/rabbitmq.conf"},
+        {"name": "RABBITMQ_ENABLED_PLUGINS_FILE", "value": "/etc/maas-broker/enabled_plugins"},
+    ]
+    container = {
+        "name": "broker",
+        "image": cfg.broker_image,
+        "env": env,
+        "ports": [
+            {"name": "amqp", "containerPort": BROKER_AMQP_PORT, "protocol": "TCP"},
+            {"name": "management", "containerPort": BROKER_MANAGEMENT_PORT, "protocol": "TCP"},
+            {"name": "epmd", "containerPort": 4369, "protocol": "TCP"},
+            {"name": "dist", "containerPort": 25672, "protocol": "TCP"},
+        ],
+        "readinessProbe": {"exec": {"command": ["rabbitmq-diagnostics", "-q",
+                                                "check_port_connectivity"]},
+                           "initialDelaySeconds": 10, "periodSeconds": 10,
+                           "timeoutSeconds": 10},
+        "livenessProbe": {"exec": {"command": ["rabbitmq-diagnostics", "-q", "ping"]},
+                          "initialDelaySeconds": 60, "periodSeconds": 30, "timeoutSeconds": 15},
+        "resources": cfg.broker_resources,
+        "securityContext": _security_context(),
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/rabbitmq"},
+            {"name": "config", "mountPath": "/etc/maas-broker", "readOnly": True},
+        ],
+    }
+    # The Erlang cookie as a file (the image refuses RABBITMQ_ERLANG_COOKIE), which the
+    # clustered nodes and the CLI tools of the probes read.
+    cookie = {
+        "name": "erlang-cookie",
+        "image": cfg.broker_image,
+        "command": ["sh", "-c", "cp /etc/maas-broker-secret/erlang-cookie "
+                    "/var/lib/rabbitmq/.erlang.cookie && chmod 600 "
+                    "/var/lib/rabbitmq/.erlang.cookie"],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"memory": "64Mi"}},
+        "securityContext": _security_context(),
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/rabbitmq"},
+            {"name": "secret", "mountPath": "/etc/maas-broker-secret", "readOnly": True},
+        ],
+    }
+    claim_spec = {"accessModes": ["ReadWriteOnce"],
+                  "resources": {"requests": {"storage": cfg.broker_storage}}}
+    if cfg.storage_class:
+        claim_spec["storageClassName"] = cfg.storage_class
+    statefulset = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": meta(name, annotations={ANNOTATION_BROKER_STATE: broker.state}),
+        "spec": {
+            "replicas": broker.replicas,
+            "serviceName": name,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector(space, "broker", **extra)},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
+                                                     "whenScaled": "Retain"},
+            "template": {
+                "metadata": {"labels": labels(space, "broker", **extra),
+                             "annotations": {ANNOTATION_CONFIG_HASH: config_hash(data)}},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "securityContext": _pod_security(999),
+                    "terminationGracePeriodSeconds": 60,
+                    "initContainers": [cookie],
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": f"{name}-config"}},
+                        {"name": "secret", "secret": {"secretName": secret,
+                                                      "items": [{"key": "erlang-cookie",
+                                                                 "path": "erlang-cookie"}]}},
+                    ],
+                    "affinity": _spread(space, "broker"),
+                },
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": claim_spec}],
+        },
+    }
+    return [config_map, service, statefulset]
+
+
+def broker_secret(space: SpaceInfra, cfg: InfraSettings, owner_uid: str, password: str,
+                  cookie: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _metadata(space, cfg, broker_secret_name(space.infra), "broker",
+                                  owner_uid),
+            "data": {"username": _b64(BROKER_ADMIN_USER), "password": _b64(password),
+                     "erlang-cookie": _b64(cookie)}}
+
+
+# Agent ---------------------------------------------------------------------------------------
+
+def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> dict:
+    """The space's agent: the storage and router agents in `run_agent`, woken through Redis."""
+    infra = space.infra
+    active = [b for b in space.brokers if b.state == "Active"] or list(space.brokers)
+    broker_host = (service_host(broker_name(infra, active[0].cluster_id), cfg)
+                   if active else "")
+    router_internal = service_host(f"{router_name(infra)}-internal", cfg)
+    broker_mount = "/etc/maas/broker"
+    env = [
+        {"name": "MAAS_AGENT_MODE", "value": "process"},
+        {"name": "MAAS_INFRA_BACKEND", "value": "kubernetes"},
+        {"name": "MAAS_ROUTER_MANAGEMENT_URL",
+         "value": f"amqp://{router_internal}:{ROUTER_MANAGEMENT_PORT}"},
+        # SASL ANONYMOUS on the management listener, which only this pod reaches.
+        {"name": "MAAS_ROUTER_ADMIN_USER", "value": ""},
+        {"name": "MAAS_ROUTER_HOST", "value": service_host(router_name(infra), cfg)},
+        {"name": "MAAS_ROUTER_AMQP_PORT", "value": str(ROUTER_AMQP_PORT)},
+        {"name": "MAAS_ROUTER_AMQPS_PORT", "value": str(ROUTER_AMQPS_PORT)},
+        {"name": "RABBITMQ_API_URL", "value": f"http://{broker_host}:{BROKER_MANAGEMENT_PORT}/api"
+         if broker_host else ""},
+        {"name": "RABBITMQ_AMQP_HOST", "value": broker_host},
+        {"name": "RABBITMQ_AMQP_PORT", "value": str(BROKER_AMQP_PORT)},
+        {"name": "RABBITMQ_API_USER_FILE", "value": f"{broker_mount}/username"},
+        {"name": "RABBITMQ_API_PASSWORD_FILE", "value": f"{broker_mount}/password"},
+        {"name": "MAAS_BROKER_CLUSTERS",
+         "value": ",".join(f"{b.cluster_id}={service_host(broker_name(infra, b.cluster_id), cfg)}"
+                           for b in space.brokers)},
+    ]
+    container = {
+        "name": "agent",
+        "image": cfg.control_plane_image,
+        "command": ["python", "manage.py", "run_agent", "--space", space.uid,
+                    "--kind", "storage", "--kind", "router"],
+        "envFrom": [{"configMapRef": {"name": cfg.config_map}}],
+        "env": env,
+        "resources": cfg.agent_resources,
+        "securityContext": {**_security_context(), "readOnlyRootFilesystem": True},
+        "volumeMounts": [
+            {"name": "secrets", "mountPath": cfg.secret_mount, "readOnly": True},
+            {"name": "broker", "mountPath": broker_mount, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": _metadata(space, cfg, agent_name(infra), "agent", owner_uid),
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},  # one agent per space at a time
+            "selector": {"matchLabels": selector(space, "agent")},
+            "template": {
+                "metadata": {"labels": labels(space, "agent")},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "securityContext": _pod_security(10001),
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "secrets", "secret": {"secretName": cfg.secret}},
+                        {"name": "broker",
+                         "secret": {"secretName": broker_secret_name(infra)}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+# Network policies ----------------------------------------------------------------------------
+
+def network_policies(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> list[dict]:
+    infra = space.infra
+
+    def peer(component):
+        return {"podSelector": {"matchLabels": selector(space, component)}}
+
+    def tcp(*ports):
+        return [{"protocol": "TCP", "port": p} for p in ports]
+
+    control_plane = {"podSelector": {"matchLabels": dict(cfg.control_plane_selector)}}
+    router = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _metadata(space, cfg, router_name(infra), "router", owner_uid),
+        "spec": {
+            "podSelector": {"matchLabels": selector(space, "router")},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": tcp(ROUTER_AMQP_PORT, ROUTER_AMQPS_PORT)},  # the tenants' clients
+                {"from": [peer("agent")], "ports": tcp(ROUTER_MANAGEMENT_PORT)},
+                {"from": [peer("router")], "ports": tcp(ROUTER_INTER_ROUTER_PORT)},
+                {"from": [{"podSelector": {}}], "ports": tcp(ROUTER_HTTP_PORT)},
+            ],
+        },
+    }
+    broker = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _metadata(space, cfg, f"broker-{infra}", "broker", owner_uid),
+        "spec": {
+            "podSelector": {"matchLabels": selector(space, "broker")},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [peer("router"), peer("agent"), peer("broker")],
+                 "ports": tcp(BROKER_AMQP_PORT, BROKER_MANAGEMENT_PORT)},
+                {"from": [peer("broker")], "ports": tcp(*BROKER_DIST_PORTS)},
+                # The drainer in the control plane's worker reads queue depths.
+                {"from": [control_plane], "ports": tcp(BROKER_MANAGEMENT_PORT)},
+            ],
+        },
+    }
+    return [router, broker]
+
+
+# Everything ----------------------------------------------------------------------------------
+
+def space_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str, tls: Certificate,
+                    broker_password: str, erlang_cookie: str) -> list[dict]:
+    """Every object of the space except its owner ConfigMap, in apply order."""
+    out = router_manifests(space, cfg, owner_uid, tls)
+    out.append(broker_secret(space, cfg, owner_uid, broker_password, erlang_cookie))
+    for broker in space.brokers:
+        out += broker_manifests(space, cfg, owner_uid, broker)
+    out.append(agent_manifest(space, cfg, owner_uid))
+    out += network_policies(space, cfg, owner_uid)
+    return out
+
+
+def key(manifest: dict) -> tuple[str, str, str]:
+    """(kind, namespace, name) of a manifest."""
+    meta = manifest["metadata"]
+    return manifest["kind"], meta.get("namespace", ""), meta["name"]

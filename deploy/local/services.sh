@@ -73,3 +73,7 @@ log "PostgreSQL, Redis and RabbitMQ are up"
 # --- kubectl (issue 7): tests/infra renders deploy/ with `kubectl kustomize`. ------------------
 # Debian's kubernetes-client provides kubectl; any kubectl already on PATH is used as it is.
 need_pkg kubectl kubernetes-client
+
+# --- Java for Spark (usage jobs) and Chromium for the browser tests ------------------------------
+need_pkg java openjdk-17-jre-headless
+need_pkg chromium chromium

@@ -22,7 +22,12 @@ migrate: venv services
 run: migrate
 	$(PY) manage.py runplatform
 
-test: venv services
+OIDC := deploy/local/oidc
+# The test OpenID Connect provider (tests/identity) runs on node with these packages.
+$(OIDC)/node_modules/.package-lock.json: $(OIDC)/package.json $(OIDC)/package-lock.json
+	cd $(OIDC) && npm ci --no-audit --no-fund
+
+test: venv services $(OIDC)/node_modules/.package-lock.json
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .

@@ -1,8 +1,8 @@
 """The authorization model in one place: which role may do which action on a tenant.
 
-viewer reads; admin also manages address spaces, addresses and messaging users; owner also
-manages members, changes the plans of address spaces and deletes the tenant. Staff (operators)
-may do everything. docs/authorization.md shows the same table.
+viewer reads; admin also reads the audit trail and manages address spaces, addresses and
+messaging users; owner also manages members, changes the plans of address spaces and deletes the
+tenant. Staff (operators) may do everything. docs/authorization.md shows the same table.
 """
 from enum import StrEnum
 
@@ -11,6 +11,7 @@ from .models import Role
 
 class Action(StrEnum):
     READ = "read"
+    READ_AUDIT = "read_audit"
     MANAGE_ADDRESSES = "manage_addresses"
     MANAGE_USERS = "manage_users"
     MANAGE_SPACES = "manage_spaces"
@@ -22,7 +23,8 @@ class Action(StrEnum):
 ALLOWED: dict[str, frozenset[Action]] = {
     Role.VIEWER: frozenset({Action.READ}),
     Role.ADMIN: frozenset(
-        {Action.READ, Action.MANAGE_ADDRESSES, Action.MANAGE_USERS, Action.MANAGE_SPACES}
+        {Action.READ, Action.READ_AUDIT, Action.MANAGE_ADDRESSES, Action.MANAGE_USERS,
+         Action.MANAGE_SPACES}
     ),
     Role.OWNER: frozenset(Action),
 }

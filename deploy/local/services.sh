@@ -77,3 +77,7 @@ need_pkg kubectl kubernetes-client
 # --- Java for Spark (usage jobs) and Chromium for the browser tests ------------------------------
 need_pkg java openjdk-17-jre-headless
 need_pkg chromium chromium
+
+# --- node and npm for the test OpenID Connect provider (tests/identity, deploy/local/oidc) -------
+need_pkg node nodejs
+need_pkg npm npm

@@ -1,0 +1,165 @@
+"""REST API of members (owners invite, change and remove them) and of the audit trail (tenant
+admins read their tenant's, staff read everyone's). Authorization goes through tenant_for."""
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config_service.api.pagination import ListPagination
+from config_service.api.resources import MAAS_API, event
+from config_service.errors import Conflict, Invalid, NotFound
+from config_service.events import public_payload
+from config_service.models import ConfigEvent
+from config_service.services import Context
+from tenants.access import tenant_for
+from tenants.models import Membership, Role
+from tenants.roles import Action
+from tenants.services import add_member, remove_member
+
+RESOURCE = {"type": "object", "additionalProperties": True}
+
+
+def _ctx(request) -> Context:
+    actor = getattr(request, "auth_actor", None) or f"user:{request.user.get_username()}"
+    return Context(actor=actor, request_id=getattr(request, "request_id", ""))
+
+
+def member_resource(m: Membership) -> dict:
+    return {"apiVersion": MAAS_API, "kind": "Member",
+            "metadata": {"name": m.user.get_username()},
+            "spec": {"role": m.role, "email": m.user.email},
+            "status": {"since": m.created_at.isoformat(),
+                       "signedInYet": m.user.last_login is not None}}
+
+
+def _role(data) -> str:
+    role = (data.get("spec") or {}).get("role", data.get("role")) if isinstance(data, dict) else None
+    if role not in Role.values:
+        raise Invalid(f"role must be one of {', '.join(Role.values)}", "spec.role")
+    return role
+
+
+def _keeps_an_owner(tenant, username: str) -> None:
+    owners = Membership.objects.filter(tenant=tenant, role=Role.OWNER)
+    if not owners.exclude(user__username=username).exists():
+        raise Conflict("A tenant keeps at least one owner.", "spec.role")
+
+
+class MemberList(APIView):
+    @extend_schema(responses=RESOURCE, summary="The tenant's members and their roles")
+    def get(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.READ)
+        members = Membership.objects.filter(tenant=t).select_related("user").order_by(
+            "user__username")
+        paginator = ListPagination()
+        page = paginator.paginate_queryset(members, request, view=self)
+        return paginator.get_paginated_response([member_resource(m) for m in page], "MemberList",
+                                                MAAS_API)
+
+    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
+                   summary="Invite a member (owner): an existing user, or a new one who signs in "
+                           "later with the provider under that username")
+    def post(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
+        data = request.data if isinstance(request.data, dict) else {}
+        name = (data.get("metadata") or {}).get("name") or data.get("username")
+        email = (data.get("spec") or {}).get("email") or data.get("email") or ""
+        role = _role(data)
+        if not isinstance(name, str) or not name or len(name) > 150:
+            raise Invalid("the username is required (metadata.name)", "metadata.name")
+        User = get_user_model()
+        with transaction.atomic():
+            user = User.objects.filter(username=name).first()
+            if user is None:
+                user = User.objects.create_user(name, email=email)  # no password: invited
+            if Membership.objects.filter(tenant=t, user=user).exists():
+                raise Conflict(f"{name} is already a member of {t.slug}.", "metadata.name")
+            m = add_member(ctx=_ctx(request), tenant=t, user=user, role=role)
+        return Response(member_resource(m), status=status.HTTP_201_CREATED)
+
+
+class MemberDetail(APIView):
+    def _get(self, t, name) -> Membership:
+        m = Membership.objects.filter(tenant=t, user__username=name).select_related("user").first()
+        if m is None:
+            raise NotFound(f"{name} is not a member of {t.slug}.")
+        return m
+
+    @extend_schema(responses=RESOURCE)
+    def get(self, request, tenant, member):
+        t = tenant_for(request.user, tenant, Action.READ)
+        return Response(member_resource(self._get(t, member)))
+
+    @extend_schema(request=RESOURCE, responses=RESOURCE, summary="Change a member's role (owner)")
+    def put(self, request, tenant, member):
+        t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
+        m = self._get(t, member)
+        role = _role(request.data)
+        with transaction.atomic():
+            if m.role == Role.OWNER and role != Role.OWNER:
+                _keeps_an_owner(t, member)
+            m = add_member(ctx=_ctx(request), tenant=t, user=m.user, role=role)
+        return Response(member_resource(m))
+
+    patch = put
+
+    @extend_schema(responses={204: None}, summary="Remove a member (owner)")
+    def delete(self, request, tenant, member):
+        t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
+        m = self._get(t, member)
+        with transaction.atomic():
+            if m.role == Role.OWNER:
+                _keeps_an_owner(t, member)
+            remove_member(ctx=_ctx(request), tenant=t, username=member)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+AUDIT_PARAMS = [
+    OpenApiParameter("after", OpenApiTypes.INT, description="position"),
+    OpenApiParameter("actor", str), OpenApiParameter("type", str),
+    OpenApiParameter("limit", int), OpenApiParameter("offset", int),
+]
+
+
+def _audit(view, request, events):
+    params = request.query_params
+    if params.get("after"):
+        try:
+            events = events.filter(position__gt=int(params["after"]))
+        except ValueError:
+            raise Invalid("after must be an event position", "after") from None
+    if params.get("actor"):
+        events = events.filter(actor=params["actor"])
+    if params.get("type"):
+        events = events.filter(type=params["type"])
+    paginator = ListPagination()
+    page = paginator.paginate_queryset(events.select_related("tenant").order_by("position"),
+                                       request, view=view)
+    items = [{**event(e, public_payload), "tenant": e.tenant.slug} for e in page]
+    return paginator.get_paginated_response(items, "AuditEventList", MAAS_API)
+
+
+class TenantAudit(APIView):
+    @extend_schema(parameters=AUDIT_PARAMS, responses=RESOURCE,
+                   summary="Who changed what in the tenant (admins and owners)")
+    def get(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.READ_AUDIT)
+        return _audit(self, request, ConfigEvent.objects.filter(tenant=t))
+
+
+class Audit(APIView):
+    staff_only = True  # read by the isolation matrix: no tenant, operators only
+
+    @extend_schema(parameters=AUDIT_PARAMS + [OpenApiParameter("tenant", str)],
+                   responses=RESOURCE, summary="Every tenant's audit trail (staff)")
+    def get(self, request):
+        if not request.user.is_staff:
+            raise PermissionDenied("Only operators (staff) read every tenant's audit trail.")
+        events = ConfigEvent.objects.all()
+        if request.query_params.get("tenant"):
+            events = events.filter(tenant__slug=request.query_params["tenant"])
+        return _audit(self, request, events)

@@ -1,0 +1,74 @@
+"""From claims to tenant roles and the operator flag: pure functions over the token's claims.
+
+Groups such as `/tenants/acme/admin` (MAAS_OIDC_GROUP_PATTERN over MAAS_OIDC_GROUPS_CLAIM) and
+realm or client roles such as `tenant:acme:admin` (MAAS_OIDC_ROLE_PATTERN over
+MAAS_OIDC_ROLES_CLAIMS) both map; the highest role per tenant wins.
+"""
+import re
+
+from tenants.models import Role
+
+from . import config
+
+RANK = {Role.VIEWER: 1, Role.ADMIN: 2, Role.OWNER: 3}
+
+
+def values_at(claims: dict, path: str) -> list[str]:
+    """The string values at a dotted path (`realm_access.roles`); one string is a list of one."""
+    node = claims
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return []
+        node = node.get(part)
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [v for v in node if isinstance(v, str)]
+    return []
+
+
+def _pattern(template: str) -> re.Pattern:
+    regex = re.escape(template)
+    regex = regex.replace(re.escape("{tenant}"), r"(?P<tenant>[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)")
+    regex = regex.replace(re.escape("{role}"), "(?P<role>" + "|".join(Role.values) + ")")
+    return re.compile(f"^{regex}$")
+
+
+def _paths(setting: str) -> list[str]:
+    value = config.get(setting)
+    paths = [value] if isinstance(value, str) else list(value)
+    return [p.replace("{client_id}", config.client_id()) for p in paths if p]
+
+
+def tenant_roles(claims: dict) -> dict[str, str]:
+    """{tenant slug: role} that the claims grant."""
+    found: list[tuple[str, str]] = []
+    for setting, template in (("MAAS_OIDC_GROUPS_CLAIM", "MAAS_OIDC_GROUP_PATTERN"),
+                              ("MAAS_OIDC_ROLES_CLAIMS", "MAAS_OIDC_ROLE_PATTERN")):
+        if not config.get(template):
+            continue
+        pattern = _pattern(config.get(template))
+        for path in _paths(setting):
+            for value in values_at(claims, path):
+                match = pattern.match(value)
+                if match:
+                    found.append((match["tenant"], match["role"]))
+    roles: dict[str, str] = {}
+    for slug, role in found:
+        if slug not in roles or RANK[role] > RANK[roles[slug]]:
+            roles[slug] = role
+    return roles
+
+
+def is_staff(claims: dict) -> bool | None:
+    """Whether the claims make an operator; None when no staff claim is configured."""
+    path, value = config.get("MAAS_OIDC_STAFF_CLAIM"), config.get("MAAS_OIDC_STAFF_VALUE")
+    if not path or not value:
+        return None
+    return value in values_at(claims, path.replace("{client_id}", config.client_id()))
+
+
+def username(claims: dict) -> str:
+    """Keycloak's preferred_username, else the e-mail address, else the subject."""
+    name = claims.get("preferred_username") or claims.get("email") or claims.get("sub") or ""
+    return str(name)[:150]

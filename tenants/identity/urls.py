@@ -1,0 +1,15 @@
+"""Sign-in, sign-out and the OpenID Connect callback (included at the site's root)."""
+from django.urls import path
+
+from tenants import views as tenant_views
+
+from . import views
+
+urlpatterns = [
+    path("accounts/login/", views.login, name="login"),
+    path("accounts/logout/", views.logout, name="logout"),
+    path("accounts/signed-out/", views.signed_out, name="signed-out"),
+    path("accounts/me/", tenant_views.me, name="account"),
+    path("oidc/authenticate/", views.OidcAuthenticate.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", views.OidcCallback.as_view(), name="oidc_authentication_callback"),
+]

@@ -1,0 +1,185 @@
+"""A real OpenID Connect provider for the identity tests: panva's oidc-provider set up like a
+Keycloak realm (deploy/local/oidc/provider.mjs), on a free port, issuer /realms/maas, with test
+users, groups and realm roles, JWT access tokens and a password login page."""
+import base64
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+
+import jwt
+import pytest
+import requests
+from cryptography.hazmat.primitives.asymmetric import rsa
+from django.conf import settings
+from jwt.algorithms import RSAAlgorithm
+from pytest_django.live_server_helper import LiveServer
+
+from tenants.identity import config as identity_config
+from tenants.identity.jwks import keys as jwks_cache
+from tests.conftest import wait_for
+
+PROVIDER_DIR = settings.BASE_DIR / "deploy" / "local" / "oidc"
+CLIENT_ID, CLIENT_SECRET = "maas", "maas-test-secret"
+
+USERS = [
+    {"username": "alice", "password": "alice-pw", "groups": ["/tenants/acme/admin"]},
+    {"username": "olga", "password": "olga-pw", "groups": [], "roles": ["tenant:acme:owner"]},
+    {"username": "vic", "password": "vic-pw", "groups": ["/tenants/acme/viewer", "/other/x"]},
+    {"username": "root", "password": "root-pw", "roles": ["maas-operator"]},
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def new_key(kid: str) -> tuple[dict, object]:
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(RSAAlgorithm.to_jwk(private))
+    jwk.update(kid=kid, use="sig", alg="RS256")
+    jwk.pop("key_ops", None)
+    return jwk, private
+
+
+def ensure_node_modules() -> None:
+    if (PROVIDER_DIR / "node_modules" / "oidc-provider").is_dir():
+        return
+    npm = shutil.which("npm")
+    assert npm, "npm is needed for the test OIDC provider (apt-get install nodejs npm)"
+    subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PROVIDER_DIR, check=True,
+                   capture_output=True, timeout=300)
+
+
+class Provider:
+    """The provider process and what the tests need from it."""
+
+    def __init__(self, workdir, app_url: str):
+        self.port = free_port()
+        self.origin = f"http://127.0.0.1:{self.port}"
+        self.issuer = f"{self.origin}/realms/maas"
+        self.app_url = app_url
+        self.redirect_uri = f"{app_url}/oidc/callback/"
+        self.config_path = workdir / "realm.json"
+        self.log_path = workdir / "provider.log"
+        self.jwk, self.private_key = new_key("realm-key-1")
+        self.keys = [self.jwk]
+        self.proc = None
+
+    def write_config(self) -> None:
+        config = {
+            "port": self.port, "issuer": self.issuer, "realm": "maas", "audience": CLIENT_ID,
+            "jwks": {"keys": self.keys},
+            "clients": [{"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
+                         "redirect_uris": [self.redirect_uri],
+                         "post_logout_redirect_uris": [f"{self.app_url}/accounts/signed-out/"]}],
+            "users": USERS,
+        }
+        self.config_path.write_text(json.dumps(config))
+
+    def start(self) -> None:
+        ensure_node_modules()
+        self.write_config()
+        self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(["node", "provider.mjs", str(self.config_path)],
+                                     cwd=PROVIDER_DIR, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        wait_for(lambda: "listening" in self.log_path.read_text(), 30, what="OIDC provider")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        self.log.close()
+
+    def rotate(self, keys: list[dict]) -> None:
+        """Serves another key set (SIGHUP makes the provider read its config again)."""
+        self.keys = keys
+        self.write_config()
+        before = self.log_path.read_text().count("reloaded")
+        os.kill(self.proc.pid, signal.SIGHUP)
+        wait_for(lambda: self.log_path.read_text().count("reloaded") > before, 10,
+                 what="provider reload")
+
+    def jwks_fetches(self) -> int:
+        return sum(1 for line in self.log_path.read_text().splitlines()
+                   if line.startswith("GET /realms/maas/jwks"))
+
+    def sign(self, claims: dict, *, key=None, kid: str | None = None) -> str:
+        """A token signed with the realm's own key (or another one), for the cases the provider
+        would never issue itself: expired, not yet valid, another audience or issuer."""
+        now = int(time.time())
+        body = {"iss": self.issuer, "aud": CLIENT_ID, "azp": CLIENT_ID, "iat": now,
+                "exp": now + 300, "typ": "Bearer", **claims}
+        return jwt.encode(body, key or self.private_key, algorithm="RS256",
+                          headers={"kid": kid or self.jwk["kid"]})
+
+    def login(self, username: str, password: str) -> dict:
+        """The authorization code flow with PKCE, as a browser would do it, without a browser:
+        returns the token response (access_token, id_token)."""
+        session = requests.Session()
+        verifier = secrets.token_urlsafe(48)
+        challenge = base64.urlsafe_b64encode(
+            hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+        discovery = session.get(f"{self.issuer}/.well-known/openid-configuration").json()
+        response = session.get(discovery["authorization_endpoint"], allow_redirects=False, params={
+            "client_id": CLIENT_ID, "response_type": "code", "scope": "openid email profile",
+            "redirect_uri": self.redirect_uri, "state": "s", "nonce": "n",
+            "code_challenge": challenge, "code_challenge_method": "S256"})
+        login_url = urllib.parse.urljoin(self.origin, response.headers["Location"])
+        assert "/realms/maas/login/" in login_url
+        response = session.post(login_url, data={"username": username, "password": password},
+                                allow_redirects=False)
+        while not response.headers["Location"].startswith(self.redirect_uri):
+            response = session.get(urllib.parse.urljoin(self.origin, response.headers["Location"]),
+                                   allow_redirects=False)
+        code = urllib.parse.parse_qs(urllib.parse.urlsplit(response.headers["Location"]).query)
+        tokens = session.post(discovery["token_endpoint"], data={
+            "grant_type": "authorization_code", "code": code["code"][0],
+            "redirect_uri": self.redirect_uri, "client_id": CLIENT_ID,
+            "client_secret": CLIENT_SECRET, "code_verifier": verifier})
+        assert tokens.status_code == 200, tokens.text
+        return tokens.json()
+
+
+@pytest.fixture(scope="session")
+def app_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory, app_port):
+    provider = Provider(tmp_path_factory.mktemp("oidc"), f"http://127.0.0.1:{app_port}")
+    provider.start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
+def oidc(oidc_provider, settings):
+    """Django configured for the provider, with empty key and discovery caches."""
+    settings.MAAS_OIDC_ISSUER = oidc_provider.issuer
+    settings.MAAS_OIDC_CLIENT_ID = CLIENT_ID
+    settings.MAAS_OIDC_CLIENT_SECRET = CLIENT_SECRET
+    identity_config.forget()
+    jwks_cache.forget()
+    yield oidc_provider
+    identity_config.forget()
+    jwks_cache.forget()
+
+
+@pytest.fixture(scope="session")
+def app_server(django_db_setup, django_db_blocker, app_port):
+    """MaaS served on the port registered with the provider (the callback URL is fixed)."""
+    with django_db_blocker.unblock():
+        server = LiveServer(f"127.0.0.1:{app_port}")
+    yield server
+    server.stop()

@@ -1,0 +1,88 @@
+"""Browser sign-in: headless Chromium (Debian's) signs in on the provider's login page and lands
+in MaaS signed in, with its tenant and role; signing out ends the provider's session too."""
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connections
+from playwright.sync_api import sync_playwright
+
+from tenants import default_plans
+from tenants.models import AddressPlan, AddressSpacePlan, Membership
+from tenants.services import create_tenant
+from tests.conftest import CTX, make_user
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def query(fn):
+    """Runs ORM calls in a plain thread: Playwright's sync API keeps an event loop in this one,
+    where Django would refuse them (or open a connection it never closes)."""
+    def run():
+        try:
+            return fn()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
+@pytest.fixture
+def browser():
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def acme(transactional_db):
+    default_plans.install(AddressPlan, AddressSpacePlan)
+    return create_tenant(ctx=CTX, slug="acme", owner=make_user("founder"))
+
+
+def sign_in(page, app_url: str, username: str, password: str) -> None:
+    page.goto(f"{app_url}/accounts/login/?next=/accounts/me/")
+    page.wait_for_selector("#kc-form-login")
+    page.fill("#username", username)
+    page.fill("#password", password)
+    page.click("#kc-login")
+    page.wait_for_url(f"{app_url}/accounts/me/")
+
+
+def test_a_user_signs_in_at_the_provider_and_lands_signed_in_with_tenant_and_role(
+        oidc, app_server, acme, browser):
+    page = browser.new_page()
+
+    sign_in(page, app_server.url, "alice", "alice-pw")
+
+    assert page.text_content("#username") == "alice"
+    assert page.text_content("tr[data-tenant=acme] .role") == "admin"
+    assert query(lambda: Membership.objects.get(tenant=acme, user__username="alice").role) == "admin"
+
+
+def test_signing_out_ends_the_session_at_the_provider_too(oidc, app_server, acme, browser):
+    page = browser.new_page()
+    sign_in(page, app_server.url, "olga", "olga-pw")
+    assert page.text_content("tr[data-tenant=acme] .role") == "owner"
+
+    page.click("#sign-out")
+    page.wait_for_url(f"{app_server.url}/accounts/signed-out/")
+    page.goto(f"{app_server.url}/accounts/me/")
+
+    # Signed out here and at the provider: it asks for the password again.
+    page.wait_for_selector("#kc-form-login")
+    assert page.url.startswith(oidc.issuer)
+
+
+def test_a_wrong_password_stays_on_the_provider_login_page(oidc, app_server, acme, browser):
+    page = browser.new_page()
+    page.goto(f"{app_server.url}/accounts/login/")
+    page.fill("#username", "alice")
+    page.fill("#password", "wrong")
+    page.click("#kc-login")
+
+    assert "Invalid username or password" in page.text_content("#input-error")
+    assert not query(Membership.objects.filter(user__username="alice").exists)

@@ -1,0 +1,200 @@
+"""Every API endpoint x (anonymous, outsider, viewer, admin, owner, staff) x (read, write) gets
+the code the role table (tenants/roles.py, docs/authorization.md) says.
+
+The cases come from the URL configuration, so a new endpoint is covered without editing this
+file. For a tenant-scoped endpoint the action it needs is the one the view asks tenant_for()
+about (recorded on a rolled-back request by staff); the expected code for each role then comes
+from role_allows(), and DOCUMENTED pins the actions of the resources docs/authorization.md names.
+An endpoint outside a tenant is open to every signed-in user, unless its view says staff_only;
+a read-only endpoint answers a write with 405 to everyone signed in (no tenant is disclosed).
+"""
+import sys
+import uuid
+
+import pytest
+from django.db import transaction
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from config_service.models import ConfigEvent
+from tenants.models import AddressPlan, AddressSpacePlan, Role
+from tenants.roles import Action, role_allows
+from tenants.services import add_member
+from tests.conftest import CTX, address_manifest, b64, client_for, make_user, space_manifest
+
+ROLES = ["anonymous", "outsider", "viewer", "admin", "owner", "staff"]
+WRITES = ("post", "put", "patch", "delete")
+PLAN = "matrix-plan"  # an address space plan and an address plan of the same name
+
+
+def api_endpoints(resolver=None, prefix=""):
+    """(route, url name, view class) of every endpoint under /api/v1/."""
+    for entry in (resolver or get_resolver()).url_patterns:
+        route = prefix + str(entry.pattern)
+        if isinstance(entry, URLResolver):
+            yield from api_endpoints(entry, route)
+        elif isinstance(entry, URLPattern) and route.startswith("api/v1/"):
+            view = getattr(entry.callback, "view_class", None)
+            if view is not None:
+                yield route, entry.name, view
+
+
+CASES = [
+    pytest.param(route, name, view, method, id=f"{name}-{method}")
+    for route, name, view in sorted(api_endpoints(), key=lambda e: e[0])
+    for method in ("get", *WRITES)
+    if hasattr(view, method) or (method == "post" and not any(hasattr(view, w) for w in WRITES))
+]
+
+
+# What docs/authorization.md says each resource's writes need (reads need READ).
+DOCUMENTED = {
+    ("addressspace-list", "post"): Action.MANAGE_SPACES,
+    ("addressspace-detail", "put"): Action.CHANGE_SPACE_PLAN,
+    ("addressspace-detail", "patch"): Action.CHANGE_SPACE_PLAN,
+    ("addressspace-detail", "delete"): Action.MANAGE_SPACES,
+    ("address-list", "post"): Action.MANAGE_ADDRESSES,
+    ("address-detail", "put"): Action.MANAGE_ADDRESSES,
+    ("address-detail", "patch"): Action.MANAGE_ADDRESSES,
+    ("address-detail", "delete"): Action.MANAGE_ADDRESSES,
+    ("messaginguser-list", "post"): Action.MANAGE_USERS,
+    ("messaginguser-detail", "put"): Action.MANAGE_USERS,
+    ("messaginguser-detail", "patch"): Action.MANAGE_USERS,
+    ("messaginguser-detail", "delete"): Action.MANAGE_USERS,
+    ("member-list", "post"): Action.MANAGE_MEMBERS,
+    ("member-detail", "put"): Action.MANAGE_MEMBERS,
+    ("member-detail", "patch"): Action.MANAGE_MEMBERS,
+    ("member-detail", "delete"): Action.MANAGE_MEMBERS,
+    ("tenant-detail", "delete"): Action.DELETE_TENANT,
+    ("tenant-audit", "get"): Action.READ_AUDIT,
+}
+
+
+def user_manifest(name: str) -> dict:
+    return {"kind": "MessagingUser", "metadata": {"name": f"matrix.{name}"},
+            "spec": {"username": name,
+                     "authentication": {"type": "password", "password": b64("s3cret-pass")},
+                     "authorization": [{"addresses": ["orders"], "operations": ["send"]}]}}
+
+
+# Valid input, so that an allowed request succeeds (2xx); other endpoints get {} and must only
+# get past authorization.
+BODIES = {
+    ("tenant-list", "post"): lambda: {"kind": "Tenant",
+                                      "metadata": {"name": f"new-{uuid.uuid4().hex[:6]}"}},
+    ("addressspace-list", "post"): lambda: space_manifest("fresh"),
+    ("addressspace-detail", "put"): lambda: {"spec": {"plan": "brokered-single-broker"}},
+    ("addressspace-detail", "patch"): lambda: {"spec": {"plan": "brokered-single-broker"}},
+    ("address-list", "post"): lambda: address_manifest("matrix", "fresh"),
+    ("address-detail", "put"): lambda: address_manifest("matrix", "orders"),
+    ("address-detail", "patch"): lambda: {"spec": {"plan": "brokered-queue"}},
+    ("messaginguser-list", "post"): lambda: user_manifest("fresh"),
+    ("messaginguser-detail", "put"): lambda: user_manifest("app"),
+    ("messaginguser-detail", "patch"): lambda: user_manifest("app"),
+    ("member-list", "post"): lambda: {"metadata": {"name": "newbie"}, "spec": {"role": "viewer"}},
+    ("member-detail", "put"): lambda: {"spec": {"role": "admin"}},
+    ("member-detail", "patch"): lambda: {"spec": {"role": "admin"}},
+}
+
+
+@pytest.fixture
+def world(tenant, owner, admin_member, viewer, outsider):
+    """The tenant of tests/conftest.py with a space, an address, a messaging user, one more
+    member and a plan; the outsider owns a tenant of their own."""
+    owner_client = client_for(owner)
+    base = f"/api/v1/tenants/{tenant.slug}/addressspaces/"
+    assert owner_client.post(base, space_manifest("matrix"), format="json").status_code == 201
+    assert owner_client.post(f"{base}matrix/addresses/", address_manifest("matrix", "orders"),
+                             format="json").status_code == 201
+    assert owner_client.post(f"{base}matrix/users/", user_manifest("app"),
+                             format="json").status_code == 201
+    add_member(ctx=CTX, tenant=tenant, user=make_user("mia"), role=Role.VIEWER)
+    AddressSpacePlan.objects.create(name=PLAN, address_space_type="brokered")
+    AddressPlan.objects.create(name=PLAN, address_type="queue")
+    users = {"owner": owner, "admin": admin_member, "viewer": viewer, "outsider": outsider,
+             "staff": make_user("sam", staff=True), "anonymous": None}
+    kwargs = {"tenant": tenant.slug, "space": "matrix", "address": "matrix.orders",
+              "user": "matrix.app", "plan": PLAN, "member": "mia"}
+    return users, kwargs
+
+
+def url_for(route: str, kwargs: dict) -> str:
+    path = route
+    for converter in ("slug", "str", "int", "path", "uuid"):
+        for name, value in kwargs.items():
+            path = path.replace(f"<{converter}:{name}>", str(value))
+    assert "<" not in path, f"give the matrix a value for the parameter in {route}"
+    return "/" + path
+
+
+def send(client, method: str, url: str, body):
+    return getattr(client, method)(url, body, format="json") if method != "get" else client.get(url)
+
+
+def required_action(view, client, method: str, url: str, body) -> Action | None:
+    """The action the view asks tenant_for() about, on a request that is rolled back."""
+    module = sys.modules[view.__module__]
+    real = module.tenant_for
+    asked = []
+
+    def recording(user, slug, action):
+        asked.append(action)
+        return real(user, slug, action)
+
+    module.tenant_for = recording
+    try:
+        with transaction.atomic():
+            send(client, method, url, body)
+            transaction.set_rollback(True)
+    finally:
+        module.tenant_for = real
+    return asked[0] if asked else None
+
+
+def expected_code(role: str, view, method: str, action: Action | None, tenant_scoped: bool):
+    if role == "anonymous":
+        return 401
+    if not hasattr(view, method):  # a read-only endpoint: every write is refused alike
+        return 405
+    if tenant_scoped and role == "outsider":
+        return 404
+    if tenant_scoped and role != "staff":
+        return "2xx" if role_allows(role, action) else 403
+    if getattr(view, "staff_only", False) and role != "staff":
+        return 403
+    return "2xx"
+
+
+def outcome(response, strict: bool):
+    """The status, with success as "2xx"; without a known valid body, any status past
+    authorization (not 401, 403, 404 or 5xx) counts as success."""
+    code = response.status_code
+    if 200 <= code < 300 or (not strict and code not in (401, 403, 404) and code < 500):
+        return "2xx"
+    return code
+
+
+@pytest.mark.parametrize("route, name, view, method", CASES)
+def test_each_role_gets_what_the_role_table_says(world, route, name, view, method):
+    users, kwargs = world
+    clients = {role: client_for(user) for role, user in users.items()}
+    url = url_for(route, kwargs)
+    body = BODIES.get((name, method), dict)()
+    tenant_scoped = "<slug:tenant>" in route and hasattr(view, method)
+    action = required_action(view, clients["staff"], method, url, body) if tenant_scoped else None
+    strict = (name, method) in BODIES or method in ("get", "delete") or not hasattr(view, method)
+
+    got, changed = {}, {}
+    for role in ROLES:
+        with transaction.atomic():  # every role meets the same objects
+            events = ConfigEvent.objects.count()
+            got[role] = outcome(send(clients[role], method, url, body), strict)
+            changed[role] = ConfigEvent.objects.count() != events
+            transaction.set_rollback(True)
+
+    if tenant_scoped:
+        assert action is not None, f"{route} never checks the role table"
+        assert action is DOCUMENTED.get((name, method), action)
+        assert (method == "get") == (action in (Action.READ, Action.READ_AUDIT)), action
+    assert got == {role: expected_code(role, view, method, action, tenant_scoped)
+                   for role in ROLES}
+    assert not any(changed[role] for role in ROLES if got[role] != "2xx")

@@ -4,6 +4,7 @@ Each test works in its own vhost `maas-test-<uuid>` and removes it (and its user
 The broker comes from the same environment variables as maas.settings; without a reachable
 management API the tests fail: the set-up (deploy/local/services.sh) starts it.
 """
+import contextlib
 import os
 import socket
 import struct
@@ -11,8 +12,8 @@ import time
 import uuid
 
 import pytest
-from proton import Delivery, Message
-from proton.utils import BlockingConnection
+from proton import Delivery, Message, Timeout
+from proton.utils import BlockingConnection, SendException
 
 from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 from workers.storage.rabbitmq import (
@@ -26,6 +27,7 @@ from workers.storage.rabbitmq import (
     pattern_regex,
     policy_definition,
     policy_name,
+    queue_type,
     user_permissions,
     verify_password,
 )
@@ -179,6 +181,8 @@ def test_policy_definition_maps_plan_settings():
         "message-ttl": 0, "dead-letter-exchange": DLX_EXCHANGE, "delivery-limit": 0,
         "max-length-bytes": 10, "overflow": "reject-publish",
     }
+    assert queue_type(queue) == "quorum"
+    assert queue_type(BrokerQueue("q", "queue", ttl_ms=5, max_length_bytes=10)) == "classic"
     sub = BrokerQueue("t::s", "subscription", topic="t")
     assert policy_definition(sub, BrokerTopic("t", expiry="e", ttl_ms=5)) == {
         "message-ttl": 5, "dead-letter-exchange": DLX_EXCHANGE,
@@ -207,7 +211,10 @@ def test_creates_queue_topic_subscription_deadletter(api, reconciler, vhost):
 
     assert "maas-owned" in api.get_vhost(vhost)["tags"]
     queues = by_name(api.list_queues(vhost))
-    assert {q["type"] for q in queues.values()} == {"quorum"}
+    # Quorum only where a delivery limit needs it; classic queues otherwise.
+    assert {n: q["type"] for n, q in queues.items()} == {
+        "orders": "quorum", "dlq": "classic", "news::s1": "classic"}
+    assert all(q["durable"] for q in queues.values())
     assert queues["news::s1"]["arguments"]["x-single-active-consumer"] is True
     assert "x-message-ttl" not in queues["orders"]["arguments"]  # changeable: in the policy
     exchanges = by_name(api.list_exchanges(vhost))
@@ -235,6 +242,18 @@ def test_second_apply_changes_nothing_and_is_cheap(api, reconciler, vhost):
     assert not result.changed and result.ok, result
     assert result.verified == {"orders", "dlq", "news::s1", "news"}
     assert set(api.calls) == {"GET"} and len(api.calls) <= 8, api.calls
+
+
+def test_a_new_queue_is_verified_by_listing_again_only_what_changed(api, reconciler, vhost):
+    state = full_state(vhost)
+    reconciler.apply(state)
+    state.queues.append(BrokerQueue("extra", "queue"))
+    api.calls.clear()
+    result = reconciler.apply(state)
+    assert result.created == ["queue:extra"] and result.ok, result
+    assert result.verified == {"orders", "dlq", "news::s1", "news", "extra"}
+    # 8 GETs to observe, 1 PUT, then only the queues listed again (not all 8 kinds).
+    assert api.calls.count("PUT") == 1 and api.calls.count("GET") == 8 + 1, api.calls
 
 
 def test_policy_change_applies_live(api, reconciler, vhost):
@@ -395,3 +414,72 @@ def test_dead_letter_routes_by_reason(reconciler, vhost):
     assert receive_all(vhost, app.username, "dlq") == ["bad", "flaky"]
     assert receive_all(vhost, app.username, "expired") == ["late"]
     assert receive_all(vhost, app.username, "work") == []
+
+
+def test_classic_queue_policies_route_dead_letters_and_refuse_when_full(reconciler, vhost):
+    """TTL, the dead-letter exchange, max-length-bytes and reject-publish on classic queues."""
+    app = user(vhost, "app", send=("*",), recv=("*",))
+    queues = [
+        BrokerQueue("work", "queue", deadletter="dlq", expiry="expired", ttl_ms=400),
+        BrokerQueue("small", "queue", max_length_bytes=50),
+        BrokerQueue("dlq", "deadletter"),
+        BrokerQueue("expired", "deadletter"),
+    ]
+    result = reconciler.apply(VhostState(vhost, queues=queues, users=[app]))
+    assert result.ok and result.verified == {"work", "small", "dlq", "expired"}, result
+    assert {q["type"] for q in reconciler.api.list_queues(vhost)} == {"classic"}
+
+    conn = connect(vhost, app.username)
+    try:
+        receiver = conn.create_receiver("/amq/queue/work", credit=1)
+        sender = conn.create_sender("/amq/queue/work")
+        sender.send(Message(body="bad"))
+        assert receiver.receive(timeout=2).body == "bad"
+        receiver.settle(Delivery.REJECTED)
+    finally:
+        conn.close()
+    send(vhost, app.username, "/amq/queue/work", "late")  # nobody consumes it: it expires
+    send(vhost, app.username, "/amq/queue/small", "fits")
+    # overflow reject-publish: the message that would overflow is refused (the 3.10 AMQP 1.0
+    # plugin leaves such a delivery unsettled), and the queue keeps what it had.
+    conn = connect(vhost, app.username)
+    try:
+        with pytest.raises((SendException, Timeout)):
+            conn.create_sender("/amq/queue/small").send(Message(body="x" * 100), timeout=1)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+    time.sleep(0.8)
+    assert receive_all(vhost, app.username, "dlq") == ["bad"]
+    assert receive_all(vhost, app.username, "expired") == ["late"]
+    assert receive_all(vhost, app.username, "small") == ["fits"]
+
+
+def test_queue_type_never_changes_on_a_live_queue(api, reconciler, vhost):
+    app = user(vhost, "app", send=("*",), recv=("*",))
+    classic = BrokerQueue("q", "queue", ttl_ms=60_000)
+    assert reconciler.apply(VhostState(vhost, queues=[classic], users=[app])).is_active("q")
+    send(vhost, app.username, "/amq/queue/q", "kept")
+
+    # A plan change now asks for a delivery limit, which needs a quorum queue: the classic
+    # queue is kept with its message, and the address reports why it is not in place.
+    limited = BrokerQueue("q", "queue", ttl_ms=60_000, max_delivery_attempts=3)
+    result = reconciler.apply(VhostState(vhost, queues=[limited], users=[app]))
+    assert not result.is_active("q")
+    assert "quorum" in result.errors["q"] and "recreate the address" in result.errors["q"]
+    assert "queue:q" not in result.deleted and "queue:q" not in result.created
+    assert by_name(api.list_queues(vhost))["q"]["type"] == "classic"
+    assert "quorum" in reconciler.verify(VhostState(vhost, queues=[limited])).errors["q"]
+    assert receive_all(vhost, app.username, "q") == ["kept"]
+
+    # Recreating the address (delete, then create) gives it a quorum queue.
+    reconciler.apply(VhostState(vhost, users=[app]))
+    assert reconciler.apply(VhostState(vhost, queues=[limited], users=[app])).is_active("q")
+    assert by_name(api.list_queues(vhost))["q"]["type"] == "quorum"
+
+    # Dropping the limit later needs no other type: the quorum queue serves on, unchanged.
+    result = reconciler.apply(VhostState(vhost, queues=[classic], users=[app]))
+    assert result.ok and result.is_active("q") and "queue:q" not in result.deleted
+    assert by_name(api.list_queues(vhost))["q"]["type"] == "quorum"
+    policy = by_name(api.list_policies(vhost))[policy_name("q")]["definition"]
+    assert "delivery-limit" not in policy

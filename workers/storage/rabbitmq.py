@@ -6,10 +6,16 @@ diffs it with the desired state and creates, changes or deletes only objects Maa
 
 How addresses map to RabbitMQ objects (see docs/storage.md):
 
-- queue, deadletter, subscription: a durable *quorum* queue named as the address (clients use
-  `/amq/queue/<name>`). Queue arguments carry only what can never change (queue type, owner
-  marker, single-active-consumer); TTL, dead-lettering, delivery limit and max length come
-  from a per-queue policy, because policies can change on a live queue and arguments cannot.
+- queue, deadletter, subscription: a durable queue named as the address (clients use
+  `/amq/queue/<name>`): a *classic* queue, or a *quorum* queue when the address has a
+  delivery limit (maximum delivery attempts), which only quorum queues enforce. Classic
+  queues cost far less (a quorum queue is a Raft log: thousands of them swamp a node).
+  Queue arguments carry only what can never change (queue type, owner marker,
+  single-active-consumer); TTL, dead-lettering, delivery limit and max length come from a
+  per-queue policy, because policies can change on a live queue and arguments cannot. The
+  type of a live queue never changes: a classic queue whose address later needs a delivery
+  limit keeps its messages and reports an address error; a quorum queue whose address no
+  longer needs one simply stays quorum (it serves a classic address just as well).
 - topic: a durable `topic` exchange named as the address; a subscription `<topic>::<sub>` is
   bound to it with key `#`.
 - dead-lettering: every queue that has a deadletter or expiry target dead-letters into one
@@ -31,7 +37,8 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
 import requests
@@ -199,13 +206,16 @@ class RabbitMQApi:
         except ValueError:
             return None
 
-    def _list(self, path: str, columns=None) -> list[dict]:
-        params = {"columns": ",".join(columns)} if columns else None
-        return self.request("GET", path, params=params) or []
+    def _list(self, path: str, columns=None, stats: bool = True) -> list[dict]:
+        params = {"columns": ",".join(columns)} if columns else {}
+        if not stats:
+            params["disable_stats"] = "true"  # no message rates: much cheaper to list
+        return self.request("GET", path, params=params or None) or []
 
     # vhosts
     def get_vhost(self, vhost: str) -> dict | None:
-        return self.request("GET", f"/vhosts/{_q(vhost)}", missing_ok=True)
+        return self.request("GET", f"/vhosts/{_q(vhost)}", params={"disable_stats": "true"},
+                            missing_ok=True)
 
     def put_vhost(self, vhost: str, description: str = "", tags: tuple[str, ...] = ()) -> None:
         body = {"description": description, "tags": ",".join(tags)}
@@ -226,7 +236,7 @@ class RabbitMQApi:
 
     # queues
     def list_queues(self, vhost: str, columns=QUEUE_COLUMNS) -> list[dict]:
-        return self._list(f"/queues/{_q(vhost)}", columns)
+        return self._list(f"/queues/{_q(vhost)}", columns, stats=False)
 
     def put_queue(self, vhost: str, name: str, arguments: dict, durable: bool = True) -> None:
         body = {"durable": durable, "auto_delete": False, "arguments": arguments}
@@ -240,7 +250,7 @@ class RabbitMQApi:
 
     # exchanges
     def list_exchanges(self, vhost: str, columns=EXCHANGE_COLUMNS) -> list[dict]:
-        return self._list(f"/exchanges/{_q(vhost)}", columns)
+        return self._list(f"/exchanges/{_q(vhost)}", columns, stats=False)
 
     def put_exchange(
         self, vhost: str, name: str, type: str, arguments: dict,
@@ -366,9 +376,14 @@ class _Desired:
     user_errors: dict[str, str] = field(default_factory=dict)
 
 
+def queue_type(queue: BrokerQueue) -> str:
+    """quorum only where needed: RabbitMQ enforces a delivery limit on quorum queues only."""
+    return "quorum" if queue.max_delivery_attempts is not None else "classic"
+
+
 def queue_arguments(queue: BrokerQueue) -> dict:
     """Only what never changes: a different value later would fail (406) on redeclare."""
-    args = {"x-queue-type": "quorum", OWNER_ARG: True}
+    args = {"x-queue-type": queue_type(queue), OWNER_ARG: True}
     if queue.kind == "subscription" and queue.max_consumers == 1:
         args["x-single-active-consumer"] = True
     return args
@@ -561,8 +576,8 @@ class BrokerReconciler:
             actual = self._observe(state.vhost, desired)
         self._converge(state, desired, actual, result)
         if verify:
-            # Nothing changed: what we just listed is the proof; otherwise list again.
-            after = actual if not result.changed else self._observe(state.vhost, desired)
+            # What we listed is the proof for what we did not touch; list again what changed.
+            after = self._reobserve(state.vhost, desired, actual, result)
             self._verify(state, desired, after, result)
         log.info("storage.rabbitmq.applied", extra={
             "vhost": state.vhost, "n_created": len(result.created),
@@ -603,20 +618,51 @@ class BrokerReconciler:
     # observing
 
     def _observe(self, vhost: str, desired: _Desired) -> _Actual:
-        """A handful of list calls; raises BrokerError if the broker cannot be read."""
+        """A handful of list calls, at the same time (the broker answers them in parallel:
+        the time of the slowest, not of all); raises BrokerError if the broker cannot be read.
+        """
         info = self.api.get_vhost(vhost)
         if info is None:
             return _Actual(None, {}, {}, [], {}, self._users(vhost, desired), {}, {})
-        return _Actual(
-            vhost=info,
-            queues={q["name"]: q for q in self.api.list_queues(vhost)},
-            exchanges={x["name"]: x for x in self.api.list_exchanges(vhost)},
-            bindings=[b for b in self.api.list_bindings(vhost) if b["source"]],
-            policies={p["name"]: p for p in self.api.list_policies(vhost)},
-            users=self._users(vhost, desired),
-            permissions={p["user"]: p for p in self.api.list_permissions(vhost)},
-            limits=self.api.get_vhost_limits(vhost),
-        )
+        lists = _concurrently({
+            "queues": lambda: {q["name"]: q for q in self.api.list_queues(vhost)},
+            "exchanges": lambda: {x["name"]: x for x in self.api.list_exchanges(vhost)},
+            "bindings": lambda: [b for b in self.api.list_bindings(vhost) if b["source"]],
+            "policies": lambda: {p["name"]: p for p in self.api.list_policies(vhost)},
+            "users": lambda: self._users(vhost, desired),
+            "permissions": lambda: {p["user"]: p for p in self.api.list_permissions(vhost)},
+            "limits": lambda: self.api.get_vhost_limits(vhost),
+        })
+        return _Actual(vhost=info, **lists)
+
+    def _reobserve(self, vhost: str, desired: _Desired, actual: _Actual,
+                   result: ApplyResult) -> _Actual:
+        """`actual` with the kinds of object this apply created, changed or deleted listed
+        again (one GET each): a steady apply lists nothing more, a new plain queue 1 GET.
+        Only desired objects are verified, so deletions need no second look; a desired
+        binding missing before the apply was created by it (and so is listed again)."""
+        touched = {label.split(":", 1)[0] for label in
+                   result.created + result.updated + result.deleted}
+        if not touched:
+            return actual
+        if "vhost" in touched:
+            return self._observe(vhost, desired)
+        again = replace(actual)
+        if "queue" in touched:
+            again.queues = {q["name"]: q for q in self.api.list_queues(vhost)}
+        if "exchange" in touched:
+            again.exchanges = {x["name"]: x for x in self.api.list_exchanges(vhost)}
+        if "binding" in touched:  # a new queue's bindings are created (touched) after it
+            again.bindings = [b for b in self.api.list_bindings(vhost) if b["source"]]
+        if "policy" in touched:
+            again.policies = {p["name"]: p for p in self.api.list_policies(vhost)}
+        if "user" in touched:
+            again.users = self._users(vhost, desired)
+        if touched & {"user", "permissions"}:  # deleting a user drops its permissions
+            again.permissions = {p["user"]: p for p in self.api.list_permissions(vhost)}
+        if "limit" in touched:
+            again.limits = self.api.get_vhost_limits(vhost)
+        return again
 
     def _users(self, vhost: str, desired: _Desired) -> dict[str, dict]:
         # RabbitMQ users are global and the API cannot filter them: one list for the vhost.
@@ -833,14 +879,37 @@ class BrokerReconciler:
             result.errors.setdefault(address, message)
 
 
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _concurrently(calls: dict) -> dict:
+    """{name: fn()} with the calls run on a small thread pool of this process (made after a
+    fork, never inherited); the first error is raised once all calls are done."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=8,
+                                                 thread_name_prefix="rabbitmq-observe"))
+    futures = {name: _pool[1].submit(fn) for name, fn in calls.items()}
+    wait(futures.values())
+    return {name: future.result() for name, future in futures.items()}
+
+
 def _queue_problem(have: dict, args: dict) -> str | None:
     """Why an existing queue cannot serve as the desired one (None if it can)."""
     if not _owned(have):
         return "a queue with this name exists, not owned by MaaS"
     current = have.get("arguments") or {}
-    for key in ("x-queue-type", "x-single-active-consumer"):
-        if current.get(key, False) != args.get(key, False):
-            return f"queue argument {key} cannot change on a live queue; recreate the address"
+    kind = have.get("type") or current.get("x-queue-type") or "classic"
+    if args.get("x-queue-type") == "quorum" and kind != "quorum":
+        # Never delete the queue to change its type: its messages would be lost.
+        return (f"the {kind} queue cannot enforce maximumDeliveryAttempts (only a quorum queue "
+                "can) and the type of a live queue cannot change; its messages are kept: "
+                "delete and recreate the address to apply the limit")
+    if current.get("x-single-active-consumer", False) != args.get(
+        "x-single-active-consumer", False
+    ):
+        return ("queue argument x-single-active-consumer cannot change on a live queue; "
+                "recreate the address")
     return None
 
 

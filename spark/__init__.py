@@ -1,0 +1,1 @@
+"""PySpark jobs of MaaS: usage rollups and quota evaluation. No Django imports anywhere here."""

@@ -1,0 +1,1 @@
+"""Spark jobs runnable with `python -m` or `spark-submit`."""

@@ -1,0 +1,36 @@
+"""The SparkSession of the usage jobs: one per process, with defaults fit for a small machine.
+
+SPARK_MASTER picks the master (default `local[*]`). Under spark-submit the submitter's master
+and settings win: only the time zone is set, so every timestamp reads as UTC.
+"""
+import logging
+import os
+
+from pyspark.sql import SparkSession
+
+SMALL_MACHINE = {
+    # A few partitions per core; adaptive execution merges the small ones.
+    "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 2))),
+    "spark.sql.adaptive.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
+    "spark.sql.parquet.compression.codec": "zstd",
+}
+
+
+def get_session(app_name: str = "maas-usage") -> SparkSession:
+    """The process's SparkSession, created on first use and reused afterwards."""
+    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    # spark-submit starts the JVM first and hands its port to Python.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ and "SPARK_MASTER" not in os.environ
+    if not submitted:
+        builder = builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
+        for key, value in SMALL_MACHINE.items():
+            builder = builder.config(key, value)
+    # py4j logs every connection at INFO, even from __del__ at interpreter exit, after test
+    # runners have closed the streams its handlers write to.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
+    return spark

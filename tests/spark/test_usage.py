@@ -1,0 +1,215 @@
+"""The usage rollups equal a plain-Python computation of the same definitions (docs/usage.md)
+on generated samples with resets, duplicates, late files, a baseline day and a next day."""
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark.jobs import nightly
+from spark.samples import write_samples
+from spark.usage import daily_address, read_samples, with_deltas
+
+from . import generate
+from .generate import DAY, START, TENANTS
+
+COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
+LINKS = ("connections", "senders", "receivers")
+
+
+def reference(by_date: dict, day=DAY, tenants=TENANTS) -> dict[str, list[tuple]]:
+    """The definitions, computed row by row."""
+    end = START + timedelta(days=1)
+    read = [row for d in (day - timedelta(days=1), day, day + timedelta(days=1))
+            for rows in by_date.get(d, []) for row in rows]
+    unique = {row["sample_id"]: row for row in read}
+    series = defaultdict(list)
+    for row in unique.values():
+        series[(row["source"], row["tenant"], row["space"], row["kind"], row["address"])].append(row)
+    on_day = []  # (row, deltas)
+    for rows in series.values():
+        rows.sort(key=lambda r: (r["ts"], r["sample_id"]))
+        before = [r for r in rows if r["ts"] < START]
+        prev = before[-1] if before else None
+        for row in (r for r in rows if START <= r["ts"] < end):
+            deltas = {}
+            for c in COUNTERS:
+                if prev is None:
+                    deltas[c] = 0
+                elif row[c] >= prev[c]:
+                    deltas[c] = row[c] - prev[c]
+                else:
+                    deltas[c] = row[c]
+            on_day.append((row, deltas))
+            prev = row
+
+    def hour(ts):
+        return ts.replace(minute=0, second=0, microsecond=0)
+
+    address_daily, address_hourly = {}, {}
+    for row, deltas in on_day:
+        if row["kind"] != "address":
+            continue
+        for table, key in ((address_daily, (row["tenant"], row["space"], row["address"], day)),
+                           (address_hourly, (row["tenant"], row["space"], row["address"],
+                                             hour(row["ts"])))):
+            acc = table.setdefault(key, [0, 0, 0, 0, 0, 0])
+            for i, c in enumerate(COUNTERS):
+                acc[i] += deltas[c]
+            acc[4] = max(acc[4], row["stored_messages"])
+            acc[5] = max(acc[5], row["stored_bytes"])
+
+    series_minute = defaultdict(lambda: defaultdict(int))
+    addresses = defaultdict(set)
+    for row, _ in on_day:
+        minute = row["ts"].replace(second=0, microsecond=0)
+        key = (row["source"], row["tenant"], row["space"], row["kind"], row["address"], minute)
+        gauges = series_minute[key]
+        if row["kind"] == "address":
+            gauges["stored_bytes"] = max(gauges["stored_bytes"], row["stored_bytes"])
+            addresses[(row["tenant"], row["space"], hour(row["ts"]))].add(row["address"])
+        else:
+            for g in LINKS:
+                gauges[g] = max(gauges[g], row[g])
+        addresses.setdefault((row["tenant"], row["space"], hour(row["ts"])), set())
+    space_minute = defaultdict(lambda: defaultdict(int))
+    for (_, tenant, space, _, _, minute), gauges in series_minute.items():
+        for g, value in gauges.items():
+            space_minute[(tenant, space, minute)][g] += value
+    peaks = {key: defaultdict(int) for key in addresses}
+    for (tenant, space, minute), gauges in space_minute.items():
+        p = peaks[(tenant, space, hour(minute))]
+        for g, value in gauges.items():
+            p[g] = max(p[g], value)
+    space_peaks = {key: (*(p[g] for g in LINKS), len(addresses[key]), p["stored_bytes"])
+                   for key, p in peaks.items()}
+
+    tenant_daily = {t: [0, 0, 0, 0, 0, 0] for t in tenants}
+    for (tenant, *_), acc in address_daily.items():
+        for i in range(4):
+            tenant_daily.setdefault(tenant, [0] * 6)[i] += acc[i]
+    tenant_hour = defaultdict(lambda: [0, 0])
+    for (tenant, _, h), p in space_peaks.items():
+        tenant_hour[(tenant, h)][0] += p[4]
+        tenant_hour[(tenant, h)][1] += p[0]
+    for (tenant, _), (stored, conns) in tenant_hour.items():
+        acc = tenant_daily.setdefault(tenant, [0] * 6)
+        acc[4], acc[5] = max(acc[4], stored), max(acc[5], conns)
+    return {
+        "address_daily": sorted((*k, *v) for k, v in address_daily.items()),
+        "address_hourly": sorted((*k, *v) for k, v in address_hourly.items()),
+        "space_peaks": sorted((*k, *v) for k, v in space_peaks.items()),
+        "tenant_daily": sorted((t, day, a[0], a[1], a[0] + a[1], a[2], a[3], a[2] + a[3], a[4],
+                                a[5]) for t, a in tenant_daily.items()),
+    }
+
+
+ORDER = {
+    "address_daily": ("tenant", "space", "address", "day", *COUNTERS, "stored_messages",
+                      "stored_bytes"),
+    "address_hourly": ("tenant", "space", "address", "hour", *COUNTERS, "stored_messages",
+                       "stored_bytes"),
+    "space_peaks": ("tenant", "space", "hour", *LINKS, "addresses", "stored_bytes"),
+    "tenant_daily": ("tenant", "day", "messages_in", "messages_out", "messages", "bytes_in",
+                     "bytes_out", "bytes", "stored_bytes", "connections"),
+}
+
+
+def as_tuples(results: dict[str, list[dict]]) -> dict[str, list[tuple]]:
+    return {name: sorted(tuple(row[c] for c in ORDER[name]) for row in results[name])
+            for name in ORDER}
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    by_date = generate.generate()
+    base = str(tmp_path_factory.mktemp("usage") / "samples")
+    generate.write(by_date, base)
+    return base, by_date
+
+
+@pytest.fixture(scope="module")
+def results(spark, samples):
+    base, _ = samples
+    return nightly.run(spark, base, DAY, TENANTS, [], [])
+
+
+def test_the_generated_samples_have_what_the_rollups_must_handle(samples):
+    _, by_date = samples
+    rows = [row for batches in by_date.values() for rows in batches for row in rows]
+    ids = [row["sample_id"] for row in rows]
+    late = [r for r in (row for rows in by_date[DAY + timedelta(days=1)] for row in rows)
+            if r["ts"].date() == DAY]
+    resets = [row for row in rows if row["kind"] == "address" and row["messages_in"] == 0]
+    assert len(ids) > len(set(ids)) and late and resets
+    assert DAY - timedelta(days=2) in by_date and DAY + timedelta(days=1) in by_date
+
+
+def test_the_rollups_equal_the_reference(samples, results):
+    expected = reference(samples[1])
+    assert as_tuples(results) == expected
+    assert ("idle", DAY, 0, 0, 0, 0, 0, 0, 0, 0) in expected["tenant_daily"]
+    assert expected["address_daily"] and expected["space_peaks"]
+
+
+def test_hours_come_back_as_utc_datetimes(results):
+    hours = {row["hour"] for row in results["address_hourly"]}
+    assert hours == {START + timedelta(hours=h) for h in range(24)}
+
+
+def test_resets_duplicates_late_and_next_day_readings_by_hand(spark, tmp_path):
+    base = str(tmp_path / "samples")
+
+    def reading(hours: float, messages_in: int, sample_id: str | None = None, **series) -> dict:
+        row = {"sample_id": sample_id or f"id-{hours}-{series}", "ts": START + timedelta(hours=hours),
+               "tenant": "acme", "space": "shop", "address": "q", "source": "broker:b",
+               "kind": "address", "messages_in": messages_in, "messages_out": 0,
+               "bytes_in": 0, "bytes_out": 0, "stored_messages": 0, "stored_bytes": 0,
+               "connections": 0, "senders": 0, "receivers": 0}
+        return row | series
+
+    def at(hours: float) -> datetime:
+        return START + timedelta(hours=hours)
+
+    write_samples([reading(-30, 40), reading(-2, 100)], base, at(-2))  # baseline: 100
+    write_samples([reading(1, 150), reading(2, 30, sample_id="dup")], base, at(2))  # reset
+    write_samples([reading(2, 30, sample_id="dup")], base, at(3))  # the same reading again
+    write_samples([reading(23.5, 80), reading(25, 5000)], base, at(25))  # late; next day
+    write_samples([reading(9, 10, address="new"), reading(10, 25, address="new")], base, at(10))
+    write_samples([reading(-50, 1, address="old")], base, at(-50))  # a partition not read
+    write_samples([reading(5, 9, address="old")], base, at(5))
+    rows = daily_address(with_deltas(read_samples(spark, base, DAY)), DAY).collect()
+    got = {row["address"]: row["messages_in"] for row in rows}
+    # 50 + 30 (restarted) + 50; new: no baseline, so 15; old: its baseline is not read.
+    assert got == {"q": 130, "new": 15, "old": 0}
+
+
+def test_an_empty_store_reads_as_no_samples(spark, tmp_path):
+    assert read_samples(spark, str(tmp_path / "nothing"), DAY).count() == 0
+
+
+def test_a_cli_rerun_replaces_the_days_partitions(spark, samples, results, tmp_path):
+    out = tmp_path / "out"
+    # What an earlier run of the day left behind: it must go, not add up.
+    for name in ORDER:
+        old = {k: v for k, v in results[name][0].items() if k != "day"} | {"tenant": "ghost"}
+        (out / name / f"day={DAY}").mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist([old]), out / name / f"day={DAY}" / "old.parquet")
+    tenants = tmp_path / "tenants.txt"
+    tenants.write_text("\n".join(TENANTS) + "\n")
+    nightly.main(["--samples", samples[0], "--day", DAY.isoformat(), "--out", str(out),
+                  "--tenants", str(tenants)])
+    written = {name: nightly.collect(spark.read.parquet(f"{out}/{name}")) for name in ORDER}
+    assert as_tuples(written) == as_tuples(results)
+    assert spark.read.parquet(f"{out}/quota").count() == 4 * len(TENANTS)
+
+
+def test_written_timestamps_are_utc(tmp_path):
+    path = write_samples([{"sample_id": "a", "ts": datetime(2026, 11, 20, 1, tzinfo=UTC),
+                           "tenant": "t", "space": "s", "address": "", "source": "router:r",
+                           "kind": "space", **dict.fromkeys(COUNTERS, 0), "stored_messages": 0,
+                           "stored_bytes": 0, **dict.fromkeys(LINKS, 1)}],
+                         str(tmp_path), datetime(2026, 11, 21, 0, 5, tzinfo=UTC))
+    assert "/date=2026-11-21/" in path
+    assert pq.read_table(path).column("ts")[0].as_py() == datetime(2026, 11, 20, 1, tzinfo=UTC)

@@ -30,9 +30,6 @@ Everything else in a vhost is left alone.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import logging
 import os
@@ -42,6 +39,9 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
 import requests
+
+# Re-exported for the storage controller and tests: one implementation of the hash format.
+from config_service.passwords import hash_password, verify_password  # noqa: F401
 
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 
@@ -78,28 +78,6 @@ class BrokerError(Exception):
         super().__init__(message)
         self.message = message
         self.transient = transient
-
-
-# --- passwords -------------------------------------------------------------------------
-
-
-def hash_password(password: str, salt: bytes | None = None) -> str:
-    """RabbitMQ's rabbit_password_hashing_sha256: base64(salt4 + sha256(salt4 + password))."""
-    salt = os.urandom(4) if salt is None else salt
-    if len(salt) != 4:
-        raise ValueError("the salt must be 4 bytes")
-    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
-    return base64.b64encode(salt + digest).decode("ascii")
-
-
-def verify_password(password: str, hashed: str) -> bool:
-    try:
-        raw = base64.b64decode(hashed, validate=True)
-    except (ValueError, TypeError):
-        return False
-    if len(raw) != 4 + 32:
-        return False
-    return hmac.compare_digest(hash_password(password, raw[:4]), hashed)
 
 
 # --- names and permission patterns -----------------------------------------------------

@@ -79,7 +79,10 @@ def create_address_space(*, ctx: Context, tenant: Tenant, name, type, plan, spec
     if type not in validation.ADDRESS_TYPES_BY_SPACE:
         raise Invalid("spec.type must be standard or brokered", "spec.type")
     plan_obj = _space_plan(plan, type)
-    Tenant.objects.select_for_update().filter(pk=tenant.pk).first()  # serialise quota checks
+    # Serialises quota checks, and waits for (then refuses) a deletion of the tenant.
+    locked = Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+    if locked is None or locked.deleted_at is not None:
+        raise NotFound(f"Tenant {tenant.slug} is being deleted.")
     if AddressSpace.objects.filter(tenant=tenant, name=name).exists():
         raise Conflict(f"Address space {name!r} already exists (or is still terminating).",
                        "metadata.name")

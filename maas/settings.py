@@ -127,6 +127,20 @@ MAAS_OIDC_STAFF_VALUE = env("MAAS_OIDC_STAFF_VALUE", "maas-operator")
 if env_bool("MAAS_PRODUCTION", False) and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
     raise RuntimeError("MAAS_OIDC_CLIENT_SECRET must be set with MAAS_OIDC_ISSUER in production")
 
+# Mail, for invitations: SMTP when MAAS_SMTP_HOST is set, else written to the log (one machine).
+MAAS_SMTP_HOST = env("MAAS_SMTP_HOST", "")
+EMAIL_BACKEND = ("django.core.mail.backends.smtp.EmailBackend" if MAAS_SMTP_HOST
+                 else "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = MAAS_SMTP_HOST or "localhost"
+EMAIL_PORT = env_int("MAAS_SMTP_PORT", 587)
+EMAIL_HOST_USER = env("MAAS_SMTP_USER", "")
+EMAIL_HOST_PASSWORD = env("MAAS_SMTP_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("MAAS_SMTP_STARTTLS", True)
+EMAIL_TIMEOUT = env_int("MAAS_SMTP_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env("MAAS_EMAIL_FROM", "MaaS <maas@localhost>")
+MAAS_PUBLIC_URL = env("MAAS_PUBLIC_URL", "")  # for links in mails; else the request's host
+MAAS_INVITATION_DAYS = env_int("MAAS_INVITATION_DAYS", 7)
+
 # Celery: Redis is the broker of the control plane (RabbitMQ belongs to the tenants).
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)

@@ -19,7 +19,7 @@ def tenant_for(user, slug: str, action: Action) -> Tenant:
     Someone who is not a member cannot learn that the tenant exists (404). A member whose role
     does not allow the action gets 403. Staff may do everything.
     """
-    tenant = Tenant.objects.filter(slug=slug).first()
+    tenant = Tenant.objects.live().filter(slug=slug).first()
     if tenant is None:
         raise Http404("No such tenant.")
     if user.is_staff:
@@ -34,5 +34,5 @@ def tenant_for(user, slug: str, action: Action) -> Tenant:
 
 def visible_tenants(user):
     if user.is_staff:
-        return Tenant.objects.all()
-    return Tenant.objects.filter(memberships__user=user).distinct()
+        return Tenant.objects.live()
+    return Tenant.objects.live().filter(memberships__user=user).distinct()

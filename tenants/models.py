@@ -33,13 +33,27 @@ class AddressType(models.TextChoices):
     DEADLETTER = "deadletter"
 
 
+class TenantQuerySet(models.QuerySet):
+    def live(self):
+        """Tenants not deleted: the only ones anybody can see or use."""
+        return self.filter(deleted_at__isnull=True)
+
+
 class Tenant(models.Model):
-    """An organisation: owns address spaces, has members and a quota."""
+    """An organisation: owns address spaces, has members and a quota.
+
+    A deleted tenant keeps its row, so its audit trail and usage history stay; its name is
+    freed (the slug gets a `~<uid>` suffix) once its address spaces are gone.
+    """
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    slug = models.CharField(max_length=63, unique=True, validators=[SLUG])
+    # 63 characters of SLUG, plus room for the suffix a deleted tenant's name gets.
+    slug = models.CharField(max_length=100, unique=True, validators=[SLUG])
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["slug"]
@@ -65,6 +79,43 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.role} of {self.tenant}"
+
+
+class Invitation(models.Model):
+    """An owner's invitation of an email address to a role in a tenant.
+
+    Accepted by whoever signs in with that address (a verified one, from the provider) and opens
+    the link, or at once at sign-in. Only the SHA-256 digest of the link's token is stored.
+    """
+
+    PENDING, ACCEPTED, REVOKED, EXPIRED = "Pending", "Accepted", "Revoked", "Expired"
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    digest = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                   null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                    null=True, blank=True, related_name="+")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "email"])]
+
+    def __str__(self) -> str:
+        return f"{self.email} as {self.role} of {self.tenant}"
+
+    def phase(self, now) -> str:
+        if self.accepted_at:
+            return self.ACCEPTED
+        if self.revoked_at:
+            return self.REVOKED
+        return self.EXPIRED if self.expires_at <= now else self.PENDING
 
 
 class TenantQuota(models.Model):
@@ -172,7 +223,8 @@ from .usage import (  # noqa: E402 - models of the usage results live in their o
 )
 
 __all__ = [
-    "AddressPlan", "AddressSpacePlan", "AddressUsageDaily", "AddressUsageHourly", "Membership",
+    "AddressPlan", "AddressSpacePlan", "AddressUsageDaily", "AddressUsageHourly", "Invitation",
+    "Membership",
     "PersonalAccessToken", "QuotaEvaluation", "SpacePeakHourly", "Tenant", "TenantQuota",
     "TenantUsageDaily", "UsageJobRun",
 ]

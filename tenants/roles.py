@@ -20,6 +20,9 @@ class Action(StrEnum):
     DELETE_TENANT = "delete_tenant"
 
 
+# Which role is higher: claims and invitations only ever raise a membership by this order.
+RANK = {Role.VIEWER: 1, Role.ADMIN: 2, Role.OWNER: 3}
+
 ALLOWED: dict[str, frozenset[Action]] = {
     Role.VIEWER: frozenset({Action.READ}),
     Role.ADMIN: frozenset(

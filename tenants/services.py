@@ -1,13 +1,14 @@
 """Service functions for tenants, members and quotas; each records a tenant config event."""
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from config_service import log
 from config_service.errors import Conflict, Invalid, NotFound
 from config_service.models import EventStream
 from config_service.services import Context
 
-from .models import SLUG, Membership, Role, Tenant, TenantQuota
+from .models import SLUG, Invitation, Membership, Role, Tenant, TenantQuota
 
 QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits",
                 "messages_per_day", "bytes_per_day", "stored_bytes", "peak_connections")
@@ -22,14 +23,64 @@ def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
 def create_tenant(*, ctx: Context, slug, owner, name: str = "") -> Tenant:
     if not isinstance(slug, str) or not SLUG.regex.match(slug):
         raise Invalid(SLUG.message, "metadata.name")
-    if Tenant.objects.filter(slug=slug).exists():
-        raise Conflict(f"Tenant {slug!r} already exists.", "metadata.name")
+    taken = Tenant.objects.select_for_update().filter(slug=slug).first()
+    if taken is not None and not _release_name(taken):
+        raise Conflict(f"Tenant {slug!r} already exists." if taken.deleted_at is None else
+                       f"Tenant {slug!r} is being deleted; its name is free once its address "
+                       "spaces are gone.", "metadata.name")
     tenant = Tenant.objects.create(slug=slug, name=name or slug)
     TenantQuota.objects.create(tenant=tenant)
     log.open_stream(tenant.uid, EventStream.TENANT, tenant)
     _event(tenant, "tenant.created", {"slug": slug, "name": tenant.name}, ctx)
     add_member(ctx=ctx, tenant=tenant, user=owner, role=Role.OWNER)
     return tenant
+
+
+def _release_name(tenant: Tenant) -> bool:
+    """Frees a deleted tenant's name once its address spaces are gone; True if freed.
+
+    Done when the name is wanted again rather than by the finalizer, so that no lock of a
+    space's stream is ever held while the tenant's stream is locked.
+    """
+    from config_service.models import AddressSpace
+
+    if tenant.deleted_at is None or AddressSpace.objects.filter(tenant=tenant).exists():
+        return False
+    tenant.slug = f"{tenant.slug}~{tenant.uid.hex[:12]}"
+    tenant.save(update_fields=["slug"])
+    return True
+
+
+@transaction.atomic
+def delete_tenant(*, ctx: Context, tenant: Tenant) -> list[str]:
+    """Deletes a tenant; returns the names of the address spaces being torn down.
+
+    Members lose access at once and pending invitations end. Every address space is deleted
+    through the usual path (its agents tear down routers and brokers, then the finalizer drops
+    it). The tenant's row stays, marked deleted, with its audit trail and usage history.
+    """
+    from config_service import services as space_services
+    from config_service.models import AddressSpace
+
+    stream = log.lock_stream(tenant.uid)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    if tenant.deleted_at is not None:
+        raise NotFound(f"Tenant {tenant.slug} is already being deleted.")
+    spaces = list(AddressSpace.objects.filter(tenant=tenant).order_by("name"))
+    members = sorted(Membership.objects.filter(tenant=tenant)
+                     .values_list("user__username", flat=True))
+    tenant.deleted_at = timezone.now()
+    tenant.save(update_fields=["deleted_at"])
+    log.append(stream, "tenant.deleted", {"slug": tenant.slug, "members": members,
+                                          "spaces": [s.name for s in spaces]},
+               actor=ctx.actor, request_id=ctx.request_id)
+    Membership.objects.filter(tenant=tenant).delete()
+    Invitation.objects.filter(tenant=tenant, accepted_at__isnull=True,
+                              revoked_at__isnull=True).update(revoked_at=tenant.deleted_at)
+    for space in spaces:
+        if not space.terminating:  # one being deleted already is left to its finalizer
+            space_services.delete_address_space(ctx=ctx, space=space)
+    return [s.name for s in spaces]
 
 
 @transaction.atomic
@@ -90,8 +141,6 @@ def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
     `limits` are the breached limits: [{"limit", "used", "limit_value"}]. The routers of the
     tenant's standard spaces then refuse new senders, without any restart.
     """
-    from django.utils import timezone
-
     quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
     if quota.override_until and quota.override_until > timezone.now():
         return False

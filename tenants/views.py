@@ -1,7 +1,12 @@
-"""The signed-in page: who you are and your role in each of your tenants."""
+"""Signed-in pages outside the portal: who you are, and an invitation to accept."""
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 
+from config_service.errors import ServiceError
+from config_service.services import Context
+
+from . import invitations
 from .access import visible_tenants
 from .models import Membership
 
@@ -12,3 +17,23 @@ def me(request):
                  .values_list("tenant__slug", "role"))
     tenants = [(t, roles.get(t.slug, "staff")) for t in visible_tenants(request.user)]
     return render(request, "tenants/me.html", {"tenants": tenants})
+
+
+@login_required
+def invitation(request, token):
+    """The link of an invitation mail: shows it, and accepts it on POST."""
+    try:
+        found = invitations.find(token)
+    except ServiceError as exc:
+        return render(request, "tenants/invitation.html", {"error": exc.message}, status=404)
+    if request.method == "POST":
+        ctx = Context(actor=f"user:{request.user.get_username()}",
+                      request_id=getattr(request, "request_id", ""))
+        try:
+            membership = invitations.accept(ctx=ctx, invitation=found, user=request.user)
+        except ServiceError as exc:
+            return render(request, "tenants/invitation.html",
+                          {"invitation": found, "error": exc.message}, status=exc.status)
+        messages.success(request, f"You joined {found.tenant.slug} as {membership.role}.")
+        return redirect("portal:spaces", tenant=found.tenant.slug)
+    return render(request, "tenants/invitation.html", {"invitation": found})

@@ -117,13 +117,17 @@ def messaging_user(space, user, states: dict) -> dict:
     }
 
 
-def tenant(t, role: str | None) -> dict:
+def tenant(t, role: str | None, terminating_spaces: list[str] | None = None) -> dict:
+    status = {"role": role, "phase": "Active"}
+    if t.deleted_at is not None:
+        status = {"role": None, "phase": "Terminating", "deletionTimestamp": _ts(t.deleted_at),
+                  "terminatingAddressSpaces": terminating_spaces or []}
     return {
         "apiVersion": MAAS_API,
         "kind": "Tenant",
         "metadata": {"name": t.slug, "uid": str(t.uid), "creationTimestamp": _ts(t.created_at)},
         "spec": {"displayName": t.name},
-        "status": {"role": role},
+        "status": status,
     }
 
 

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from tenants.access import role_of, tenant_for, visible_tenants
 from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.roles import Action
-from tenants.services import create_tenant
+from tenants.services import create_tenant, delete_tenant
 
 from .. import services
 from ..errors import Invalid
@@ -73,6 +73,16 @@ class TenantDetail(APIView):
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ)
         return Response(resources.tenant(t, role_of(request.user, t)))
+
+    @extend_schema(responses={202: RESOURCE},
+                   summary="Delete the tenant (owner): its address spaces are torn down, its "
+                           "members lose access at once; the name is free once the spaces are gone")
+    def delete(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.DELETE_TENANT)
+        spaces = delete_tenant(ctx=_ctx(request), tenant=t)
+        t.refresh_from_db()
+        return Response(resources.tenant(t, None, terminating_spaces=spaces),
+                        status=status.HTTP_202_ACCEPTED)
 
 
 class SpaceMixin:

@@ -64,8 +64,16 @@ if ! listening 5672; then
 fi
 rabbitmqctl -q await_startup >/dev/null 2>&1 || true
 if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT"; then
-  rabbitmqctl -q eval "application:set_env(rabbitmq_mqtt, tcp_listeners, [{\"127.0.0.1\", $RABBITMQ_MQTT_PORT}])." >/dev/null
-  rabbitmq-plugins -q enable rabbitmq_management rabbitmq_amqp1_0 rabbitmq_mqtt >/dev/null
+  # The running broker read rabbitmq.conf before the line above existed: give the MQTT plugin
+  # its port in the node's environment. Loading the app first keeps enabling it from putting
+  # back the default port (1883, Mosquitto's); a second try covers a broker that did anyway.
+  mqtt_env="application:load(rabbitmq_mqtt), application:set_env(rabbitmq_mqtt, tcp_listeners, [{\"127.0.0.1\", $RABBITMQ_MQTT_PORT}])."
+  for attempt in 1 2; do
+    rabbitmqctl -q eval "$mqtt_env" >/dev/null
+    rabbitmq-plugins -q enable rabbitmq_management rabbitmq_amqp1_0 rabbitmq_mqtt >/dev/null 2>&1 && break
+    [ "$attempt" = 2 ] && { log "RabbitMQ's plugins could not be enabled"; exit 1; }
+    log "enabling RabbitMQ's plugins again"
+  done
   wait_port 15672 60
 fi
 log "PostgreSQL, Redis and RabbitMQ are up"

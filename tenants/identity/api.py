@@ -1,7 +1,13 @@
-"""REST API of members (owners invite, change and remove them) and of the audit trail (tenant
-admins read their tenant's, staff read everyone's). Authorization goes through tenant_for."""
+"""REST API of members and invitations (owners invite, change and remove members) and of the
+audit trail (tenant admins read their tenant's, staff read everyone's). Authorization goes
+through tenant_for."""
+import uuid
+
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -15,8 +21,9 @@ from config_service.errors import Conflict, Invalid, NotFound
 from config_service.events import public_payload
 from config_service.models import ConfigEvent
 from config_service.services import Context
+from tenants import invitations
 from tenants.access import tenant_for
-from tenants.models import Membership, Role
+from tenants.models import Invitation, Membership, Role
 from tenants.roles import Action
 from tenants.services import add_member, remove_member
 
@@ -26,6 +33,12 @@ RESOURCE = {"type": "object", "additionalProperties": True}
 def _ctx(request) -> Context:
     actor = getattr(request, "auth_actor", None) or f"user:{request.user.get_username()}"
     return Context(actor=actor, request_id=getattr(request, "request_id", ""))
+
+
+def _paged(view, request, queryset, render, kind: str):
+    paginator = ListPagination()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response([render(o) for o in page], kind, MAAS_API)
 
 
 def member_resource(m: Membership) -> dict:
@@ -55,10 +68,7 @@ class MemberList(APIView):
         t = tenant_for(request.user, tenant, Action.READ)
         members = Membership.objects.filter(tenant=t).select_related("user").order_by(
             "user__username")
-        paginator = ListPagination()
-        page = paginator.paginate_queryset(members, request, view=self)
-        return paginator.get_paginated_response([member_resource(m) for m in page], "MemberList",
-                                                MAAS_API)
+        return _paged(self, request, members, member_resource, "MemberList")
 
     @extend_schema(request=RESOURCE, responses={201: RESOURCE},
                    summary="Invite a member (owner): an existing user, or a new one who signs in "
@@ -116,6 +126,73 @@ class MemberDetail(APIView):
                 _keeps_an_owner(t, member)
             remove_member(ctx=_ctx(request), tenant=t, username=member)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def invitation_link(request, token: str) -> str:
+    path = reverse("invitation", kwargs={"token": token})
+    base = getattr(settings, "MAAS_PUBLIC_URL", "")
+    return base.rstrip("/") + path if base else request.build_absolute_uri(path)
+
+
+def invitation_resource(inv: Invitation, **extra) -> dict:
+    return {"apiVersion": MAAS_API, "kind": "Invitation",
+            "metadata": {"name": str(inv.uid), "creationTimestamp": inv.created_at.isoformat()},
+            "spec": {"email": inv.email, "role": inv.role},
+            "status": {"phase": inv.phase(timezone.now()), "expiresAt": inv.expires_at.isoformat(),
+                       "invitedBy": inv.invited_by.get_username() if inv.invited_by else None,
+                       "acceptedBy": inv.accepted_by.get_username() if inv.accepted_by else None,
+                       **extra}}
+
+
+class InvitationList(APIView):
+    @extend_schema(responses=RESOURCE, summary="The tenant's invitations, newest first")
+    def get(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.READ)
+        found = (Invitation.objects.filter(tenant=t).select_related("invited_by", "accepted_by")
+                 .order_by("-created_at"))
+        return _paged(self, request, found, invitation_resource, "InvitationList")
+
+    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
+                   summary="Invite an email address to a role (owner); the link is mailed and "
+                           "returned once, in status.acceptUrl")
+    def post(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
+        data = request.data if isinstance(request.data, dict) else {}
+        spec = data.get("spec") if isinstance(data.get("spec"), dict) else data
+        invitation, token = invitations.invite(
+            ctx=_ctx(request), tenant=t, email=spec.get("email"), role=_role(data),
+            invited_by=request.user)
+        link = invitation_link(request, token)
+        mailed = invitations.send(invitation, link)
+        return Response(invitation_resource(invitation, acceptUrl=link, emailSent=mailed),
+                        status=status.HTTP_201_CREATED)
+
+
+class InvitationDetail(APIView):
+    def _get(self, t, uid) -> Invitation:
+        found = Invitation.objects.filter(tenant=t, uid=uid).first() if _is_uuid(uid) else None
+        if found is None:
+            raise NotFound(f"No invitation {uid} in {t.slug}.")
+        return found
+
+    @extend_schema(responses=RESOURCE)
+    def get(self, request, tenant, invitation):
+        t = tenant_for(request.user, tenant, Action.READ)
+        return Response(invitation_resource(self._get(t, invitation)))
+
+    @extend_schema(responses={204: None}, summary="Revoke a pending invitation (owner)")
+    def delete(self, request, tenant, invitation):
+        t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
+        invitations.revoke(ctx=_ctx(request), invitation=self._get(t, invitation))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+        return True
+    except ValueError:
+        return False
 
 
 AUDIT_PARAMS = [

@@ -8,6 +8,9 @@ T = "tenants/<slug:tenant>"
 urlpatterns = [
     path(f"{T}/members/", api.MemberList.as_view(), name="member-list"),
     path(f"{T}/members/<str:member>/", api.MemberDetail.as_view(), name="member-detail"),
+    path(f"{T}/invitations/", api.InvitationList.as_view(), name="invitation-list"),
+    path(f"{T}/invitations/<str:invitation>/", api.InvitationDetail.as_view(),
+         name="invitation-detail"),
     path(f"{T}/audit/", api.TenantAudit.as_view(), name="tenant-audit"),
     path("audit/", api.Audit.as_view(), name="audit"),
 ]

@@ -7,10 +7,9 @@ MAAS_OIDC_ROLES_CLAIMS) both map; the highest role per tenant wins.
 import re
 
 from tenants.models import Role
+from tenants.roles import RANK
 
 from . import config
-
-RANK = {Role.VIEWER: 1, Role.ADMIN: 2, Role.OWNER: 3}
 
 
 def values_at(claims: dict, path: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Users from claims: the first sign-in provisions the user, every sign-in applies the claims'
 memberships and operator flag through the tenant service functions (so each change is a config
-event). A bearer token whose claims map as before writes nothing."""
+event) and accepts the invitations of a verified email address. A bearer token whose claims map
+as before writes nothing."""
 import hashlib
 import json
 import logging
@@ -10,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from config_service.services import Context
+from tenants import invitations
 from tenants.models import Membership, Tenant
 from tenants.services import add_member, remove_member
 
@@ -77,6 +79,9 @@ def user_for_claims(claims: dict, *, request_id: str = "", force: bool = True):
         user.save(update_fields=changed)
     ctx = Context(actor=f"oidc-claims:{user.get_username()}", request_id=request_id)
     identity.claim_roles = _apply_roles(user, roles, identity.claim_roles or {}, ctx)
+    if claims.get("email_verified") is True and claims.get("email"):
+        # The provider vouches for the address: the invitations of it are this person's.
+        invitations.accept_for_verified_email(user, claims["email"], ctx)
     identity.claims_digest = digest
     identity.last_sign_in = timezone.now()
     identity.save(update_fields=["claim_roles", "claims_digest", "last_sign_in"])
@@ -90,7 +95,7 @@ def _apply_roles(user, roles: dict[str, str], previous: dict[str, str], ctx: Con
     in the product is only ever raised, never lowered. A membership the claims granted before and
     no longer name is removed, unless it was changed in the product since.
     """
-    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=set(roles) | set(previous))}
+    tenants = {t.slug: t for t in Tenant.objects.live().filter(slug__in=set(roles) | set(previous))}
     current = {m.tenant.slug: m.role for m in
                Membership.objects.filter(user=user, tenant__in=tenants.values())
                .select_related("tenant")}

@@ -10,6 +10,7 @@ urlpatterns = [
     path("accounts/logout/", views.logout, name="logout"),
     path("accounts/signed-out/", views.signed_out, name="signed-out"),
     path("accounts/me/", tenant_views.me, name="account"),
+    path("invitations/<str:token>/", tenant_views.invitation, name="invitation"),
     path("oidc/authenticate/", views.OidcAuthenticate.as_view(), name="oidc_authentication_init"),
     path("oidc/callback/", views.OidcCallback.as_view(), name="oidc_authentication_callback"),
 ]

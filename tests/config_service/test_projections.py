@@ -5,8 +5,16 @@ from config_service import services
 from config_service.events import EVENT_TYPES
 from config_service.models import ConfigEvent, EventStream
 from config_service.rebuild import rebuild, snapshot
+from tenants import invitations
 from tenants.models import Role
-from tenants.services import add_member, remove_member, set_quota, throttle, unthrottle
+from tenants.services import (
+    add_member,
+    delete_tenant,
+    remove_member,
+    set_quota,
+    throttle,
+    unthrottle,
+)
 from tests.conftest import CTX, b64
 
 
@@ -20,6 +28,8 @@ def assert_rebuild_equals_live():
 
 def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
     ctx = CTX
+    viewer.email = "vera@example.com"
+    viewer.save()
     steps = [
         lambda: set_quota(ctx=ctx, tenant=tenant, max_addresses=500),
         lambda: add_member(ctx=ctx, tenant=tenant, user=viewer, role=Role.ADMIN),
@@ -27,6 +37,10 @@ def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
         lambda: throttle(ctx=ctx, tenant=tenant, limits=[
             {"limit": "messages_per_day", "used": 2, "limit_value": 1}]),
         lambda: unthrottle(ctx=ctx, tenant=tenant, reason="test"),
+        lambda: invitations.revoke(ctx=ctx, invitation=invitations.invite(
+            ctx=ctx, tenant=tenant, email="x@example.com", role="viewer", invited_by=None)[0]),
+        lambda: invitations.accept(ctx=ctx, user=viewer, invitation=invitations.invite(
+            ctx=ctx, tenant=tenant, email=viewer.email, role="viewer", invited_by=None)[0]),
     ]
     for step in steps:
         step()
@@ -66,6 +80,7 @@ def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
                                                    plan="standard-medium"),
         lambda: services.delete_address_space(ctx=ctx, space=space),
         lambda: services.remove_address_space(uid=space.uid),
+        lambda: delete_tenant(ctx=ctx, tenant=tenant),
     ]
     for step in steps:
         step()

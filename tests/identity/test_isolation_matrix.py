@@ -16,6 +16,7 @@ from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from config_service.models import ConfigEvent
+from tenants.invitations import invite
 from tenants.models import AddressPlan, AddressSpacePlan, Role
 from tenants.roles import Action, role_allows
 from tenants.services import add_member
@@ -64,6 +65,8 @@ DOCUMENTED = {
     ("member-detail", "put"): Action.MANAGE_MEMBERS,
     ("member-detail", "patch"): Action.MANAGE_MEMBERS,
     ("member-detail", "delete"): Action.MANAGE_MEMBERS,
+    ("invitation-list", "post"): Action.MANAGE_MEMBERS,
+    ("invitation-detail", "delete"): Action.MANAGE_MEMBERS,
     ("tenant-detail", "delete"): Action.DELETE_TENANT,
     ("tenant-audit", "get"): Action.READ_AUDIT,
 }
@@ -93,6 +96,7 @@ BODIES = {
     ("member-list", "post"): lambda: {"metadata": {"name": "newbie"}, "spec": {"role": "viewer"}},
     ("member-detail", "put"): lambda: {"spec": {"role": "admin"}},
     ("member-detail", "patch"): lambda: {"spec": {"role": "admin"}},
+    ("invitation-list", "post"): lambda: {"spec": {"email": "new@example.com", "role": "viewer"}},
 }
 
 
@@ -110,10 +114,13 @@ def world(tenant, owner, admin_member, viewer, outsider):
     add_member(ctx=CTX, tenant=tenant, user=make_user("mia"), role=Role.VIEWER)
     AddressSpacePlan.objects.create(name=PLAN, address_space_type="brokered")
     AddressPlan.objects.create(name=PLAN, address_type="queue")
+    invitation, _ = invite(ctx=CTX, tenant=tenant, email="ivy@example.com", role=Role.VIEWER,
+                           invited_by=owner)
     users = {"owner": owner, "admin": admin_member, "viewer": viewer, "outsider": outsider,
              "staff": make_user("sam", staff=True), "anonymous": None}
     kwargs = {"tenant": tenant.slug, "space": "matrix", "address": "matrix.orders",
-              "user": "matrix.app", "plan": PLAN, "member": "mia"}
+              "user": "matrix.app", "plan": PLAN, "member": "mia",
+              "invitation": invitation.uid}
     return users, kwargs
 
 

@@ -85,10 +85,11 @@ def enforce(day: datetime.date) -> dict[str, int]:
         breached.setdefault(q.tenant_id, []).append(
             {"limit": q.limit, "used": q.used, "limit_value": q.limit_value})
     changed = {"throttled": 0, "unthrottled": 0}
-    for tenant in Tenant.objects.filter(pk__in=breached):
+    for tenant in Tenant.objects.live().filter(pk__in=breached):
         changed["throttled"] += tenant_services.throttle(ctx=ACTOR, tenant=tenant,
                                                          limits=breached[tenant.pk])
-    for quota in TenantQuota.objects.filter(throttled=True).exclude(tenant_id__in=breached):
+    for quota in (TenantQuota.objects.filter(throttled=True, tenant__deleted_at__isnull=True)
+                  .exclude(tenant_id__in=breached)):
         changed["unthrottled"] += tenant_services.unthrottle(
             ctx=ACTOR, tenant=quota.tenant, reason="usage back under quota")
     return changed

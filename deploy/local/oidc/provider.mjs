@@ -103,8 +103,9 @@ function build(config) {
     async extraTokenClaims(ctx, token) {
       const user = users.get(token.accountId);
       if (!user) return undefined;
-      const { groups, realm_access, preferred_username, email } = userClaims(user);
-      return { groups, realm_access, preferred_username, email, typ: 'Bearer' };
+      // Keycloak's access tokens carry these with the default scopes.
+      const { groups, realm_access, preferred_username, email, email_verified } = userClaims(user);
+      return { groups, realm_access, preferred_username, email, email_verified, typ: 'Bearer' };
     },
     ttl: { AccessToken: config.accessTokenTTL || 300, IdToken: 300, Interaction: 600,
       Session: 3600, Grant: 3600, AuthorizationCode: 60, RefreshToken: 3600 },

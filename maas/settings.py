@@ -39,6 +39,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tenants.identity.session.SessionRefreshMiddleware",  # provider sign-ins check back
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "maas.request_id.RequestIdMiddleware",
@@ -126,6 +127,11 @@ MAAS_OIDC_STAFF_CLAIM = env("MAAS_OIDC_STAFF_CLAIM", "realm_access.roles")
 MAAS_OIDC_STAFF_VALUE = env("MAAS_OIDC_STAFF_VALUE", "maas-operator")
 if env_bool("MAAS_PRODUCTION", False) and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
     raise RuntimeError("MAAS_OIDC_CLIENT_SECRET must be set with MAAS_OIDC_ISSUER in production")
+
+# A browser session from a provider sign-in checks back with the provider (a refresh-token
+# grant) whenever its access token expires; one disabled or signed out there is signed out here.
+# An unreachable provider is tolerated for this many seconds (docs/identity.md).
+MAAS_OIDC_REFRESH_GRACE = env_int("MAAS_OIDC_REFRESH_GRACE", 300)
 
 # Mail, for invitations: SMTP when MAAS_SMTP_HOST is set, else written to the log (one machine).
 MAAS_SMTP_HOST = env("MAAS_SMTP_HOST", "")

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import SuspiciousOperation
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from . import config, provisioning
+from . import config, provisioning, session
 from .tokens import TokenRejected, validate_access_token, validate_id_token
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,10 @@ class OidcBackend(OIDCAuthenticationBackend):
             logger.warning("oidc.sign_in_refused", extra={"reason": str(exc)})
             return None
 
+    def get_token(self, payload):
+        self.token_info = super().get_token(payload)  # with the refresh token, for session.py
+        return self.token_info
+
     def verify_token(self, token, **kwargs):
         return validate_id_token(token, kwargs.get("nonce"))
 
@@ -67,4 +71,6 @@ class OidcBackend(OIDCAuthenticationBackend):
         if not self.verify_claims(claims):
             raise SuspiciousOperation("the claims name no subject")
         request_id = getattr(self.request, "request_id", "")
-        return provisioning.user_for_claims(claims, request_id=request_id, force=True)
+        user = provisioning.user_for_claims(claims, request_id=request_id, force=True)
+        session.remember(self.request.session, getattr(self, "token_info", {}), claims["sub"])
+        return user

@@ -81,3 +81,13 @@ def validate_id_token(token: str, nonce: str | None) -> dict:
     if claims.get("nonce") != nonce:
         raise TokenRejected("bad_nonce", "the ID token's nonce is not this sign-in's")
     return claims
+
+
+def validate_refreshed_id_token(token: str, subject: str) -> dict:
+    """The claims of an ID token from a refresh-token grant: same checks, for the same subject
+    (it carries the first sign-in's nonce, if any, which this side does not keep)."""
+    _, claims = _decode(token)
+    _check_audience(claims, [config.client_id()])
+    if claims.get("sub") != subject:
+        raise TokenRejected("wrong_subject", "the refreshed ID token is for another subject")
+    return claims

@@ -72,6 +72,7 @@ class Provider:
         self.log_path = workdir / "provider.log"
         self.jwk, self.private_key = new_key("realm-key-1")
         self.keys = [self.jwk]
+        self.users = USERS
         self.proc = None
 
     def write_config(self) -> None:
@@ -81,7 +82,7 @@ class Provider:
             "clients": [{"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
                          "redirect_uris": [self.redirect_uri],
                          "post_logout_redirect_uris": [f"{self.app_url}/accounts/signed-out/"]}],
-            "users": USERS,
+            "users": self.users,
         }
         self.config_path.write_text(json.dumps(config))
 
@@ -101,8 +102,17 @@ class Provider:
         self.log.close()
 
     def rotate(self, keys: list[dict]) -> None:
-        """Serves another key set (SIGHUP makes the provider read its config again)."""
+        """Serves another key set."""
         self.keys = keys
+        self.reload()
+
+    def set_users(self, users: list[dict]) -> None:
+        """Changes the realm's users (groups, roles; a user left out is disabled)."""
+        self.users = users
+        self.reload()
+
+    def reload(self) -> None:
+        """SIGHUP makes the provider read its config again; its sessions and grants stay."""
         self.write_config()
         before = self.log_path.read_text().count("reloaded")
         os.kill(self.proc.pid, signal.SIGHUP)

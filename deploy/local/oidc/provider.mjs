@@ -10,7 +10,8 @@
 //          "clients": [{"client_id", "client_secret", "redirect_uris", "post_logout_redirect_uris"}],
 //          "audience": "maas", "accessTokenTTL": 300,
 //          "users": [{"username", "password", "email", "name", "groups": [], "roles": []}]}
-// SIGHUP reads CONFIG again (key rotation); every request is logged to stdout, one line each.
+// SIGHUP reads CONFIG again (key rotation, changed users) and keeps sessions and grants; every
+// request is logged to stdout, one line each.
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { Provider } from 'oidc-provider';
@@ -36,6 +37,60 @@ function userClaims(user) {
   };
 }
 
+// Sessions, grants and tokens, kept outside the Provider object so that they survive a SIGHUP
+// rebuild (a key rotation or a changed user must not sign everybody out).
+const store = new Map();
+
+function live(key) {
+  const entry = store.get(key);
+  if (entry && entry.expiresAt <= Date.now()) {
+    store.delete(key);
+    return undefined;
+  }
+  return entry?.value;
+}
+
+class SharedAdapter {
+  constructor(model) { this.model = model; }
+
+  key(id) { return `${this.model}:${id}`; }
+
+  async upsert(id, payload, expiresIn) {
+    const expiresAt = expiresIn ? Date.now() + expiresIn * 1000 : Infinity;
+    store.set(this.key(id), { value: payload, expiresAt });
+    if (payload.grantId) {
+      const members = live(`grant:${payload.grantId}`) || [];
+      store.set(`grant:${payload.grantId}`, { value: [...members, this.key(id)], expiresAt: Infinity });
+    }
+    if (payload.uid) store.set(`sessionUid:${payload.uid}`, { value: id, expiresAt });
+    if (payload.userCode) store.set(`userCode:${payload.userCode}`, { value: id, expiresAt });
+  }
+
+  async find(id) { return live(this.key(id)); }
+
+  async findByUid(uid) {
+    const id = live(`sessionUid:${uid}`);
+    return id && this.find(id);
+  }
+
+  async findByUserCode(userCode) {
+    const id = live(`userCode:${userCode}`);
+    return id && this.find(id);
+  }
+
+  async consume(id) {
+    const payload = live(this.key(id));
+    if (payload) payload.consumed = Math.floor(Date.now() / 1000);
+  }
+
+  async destroy(id) { store.delete(this.key(id)); }
+
+  async revokeByGrantId(grantId) {
+    for (const key of live(`grant:${grantId}`) || []) store.delete(key);
+    store.delete(`grant:${grantId}`);
+  }
+}
+
 function build(config) {
   const users = new Map(config.users.map((u) => [u.sub || u.username, u]));
   const byName = new Map(config.users.map((u) => [u.username, u]));
@@ -47,8 +102,14 @@ function build(config) {
       token_endpoint_auth_method: 'client_secret_post',
       ...c,
     })),
+    adapter: SharedAdapter,
     jwks: config.jwks,
     pkce: { required: () => true },
+    // Keycloak gives a standard-flow client a refresh token bound to the user's SSO session:
+    // it stops working when that session ends or the user is disabled.
+    async issueRefreshToken(ctx, client) {
+      return client.grantTypeAllowed('refresh_token');
+    },
     conformIdTokenClaims: false, // like Keycloak: the ID token carries the profile claims
     claims: {
       openid: ['sub', 'groups', 'realm_access'],
@@ -113,6 +174,10 @@ function build(config) {
     interactions: { url: async (ctx, interaction) => `${new URL(config.issuer).pathname}/login/${interaction.uid}` },
   });
   provider.byName = byName;
+  // Why a token request failed, in the log (oidc-provider keeps it out of the response).
+  provider.on('grant.error', (ctx, err) => {
+    process.stdout.write(`grant.error ${err.error}: ${err.error_detail || err.message}\n`);
+  });
   return provider;
 }
 

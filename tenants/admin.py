@@ -5,6 +5,7 @@ from .models import (
     AddressPlan,
     AddressSpacePlan,
     AddressUsageDaily,
+    Invitation,
     Membership,
     PersonalAccessToken,
     QuotaEvaluation,
@@ -28,15 +29,37 @@ class QuotaInline(admin.StackedInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "created_at", "throttled"]
+    list_display = ["slug", "name", "created_at", "deleted_at", "throttled"]
+    list_filter = [("deleted_at", admin.EmptyFieldListFilter)]
 
     @admin.display(boolean=True, description="Throttled")
     def throttled(self, obj):
         return TenantQuota.objects.filter(tenant=obj, throttled=True).exists()
 
     search_fields = ["slug", "name"]
-    readonly_fields = ["uid", "created_at"]
+    # Deleting goes through the API or portal (tenants.services.delete_tenant), so that the
+    # address spaces are torn down and the audit trail stays.
+    readonly_fields = ["uid", "created_at", "deleted_at"]
     inlines = [QuotaInline, MembershipInline]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Read-only: invitations are made, accepted and revoked through their service functions."""
+
+    list_display = ["email", "tenant", "role", "invited_by", "created_at", "expires_at",
+                    "accepted_at", "revoked_at"]
+    list_filter = ["role"]
+    search_fields = ["email", "tenant__slug"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Membership)

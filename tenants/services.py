@@ -100,6 +100,14 @@ def add_member(*, ctx: Context, tenant: Tenant, user, role: str) -> Membership:
     return membership
 
 
+def keep_an_owner(tenant: Tenant, username: str) -> None:
+    """Refuses to leave a tenant without an owner (when `username` stops being one)."""
+    owners = (Membership.objects.select_for_update(of=("self",)).select_related("user")
+              .filter(tenant=tenant, role=Role.OWNER))
+    if not [m for m in owners if m.user.get_username() != username]:
+        raise Conflict("A tenant keeps at least one owner.", "spec.role")
+
+
 @transaction.atomic
 def remove_member(*, ctx: Context, tenant: Tenant, username: str) -> None:
     user = get_user_model().objects.filter(username=username).first()

@@ -1,6 +1,7 @@
 """Fixtures for every test: users in each role, a tenant built through the service functions,
 and API clients that authenticate with personal access tokens."""
 import base64
+import email
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from aiosmtpd.controller import Controller
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
@@ -104,9 +106,48 @@ def address_manifest(space: str, address: str, type_: str = "queue", plan: str =
             "spec": {"address": address, "type": type_, "plan": plan, **spec}}
 
 
+# Mail: a real SMTP server (aiosmtpd) that keeps what it accepts -----------------------------
+
+class Inbox:
+    """aiosmtpd's handler: keeps every message the server accepted."""
+
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append(email.message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+@pytest.fixture(scope="session")
+def smtp_server():
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_tcp_port())
+    controller.start()
+    yield controller.port, inbox
+    controller.stop()
+
+
+@pytest.fixture
+def mailer(settings, smtp_server):
+    """MaaS sending through the real SMTP server, as an operator would configure it."""
+    port, inbox = smtp_server
+    inbox.messages.clear()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_USE_TLS = "127.0.0.1", port, False
+    settings.MAAS_PUBLIC_URL = "https://maas.example.com"
+    return inbox
+
+
 # Processes: a Redis of the tests' own and a real Celery worker ------------------------------
 
 REDIS_PORT = int(os.environ.get("MAAS_TEST_REDIS_PORT", "6390"))
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def port_open(port: int) -> bool:

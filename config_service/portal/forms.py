@@ -65,3 +65,21 @@ def rules(send: str, recv: str) -> list[dict]:
         if patterns:
             out.append({"addresses": patterns, "operations": [op]})
     return out
+
+
+ROLE_CHOICES = [("viewer", "viewer: reads"),
+                ("admin", "admin: manages address spaces, addresses and messaging users"),
+                ("owner", "owner: also members, plans and deleting the tenant")]
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField(label="Email address")
+    role = forms.ChoiceField(label="Role", choices=ROLE_CHOICES, initial="viewer")
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(label="Role", choices=ROLE_CHOICES)
+
+
+class DeleteTenantForm(forms.Form):
+    name = forms.CharField(label="Type the tenant's name to confirm")

@@ -25,7 +25,7 @@ from tenants import invitations
 from tenants.access import tenant_for
 from tenants.models import Invitation, Membership, Role
 from tenants.roles import Action
-from tenants.services import add_member, remove_member
+from tenants.services import add_member, keep_an_owner, remove_member
 
 RESOURCE = {"type": "object", "additionalProperties": True}
 
@@ -54,12 +54,6 @@ def _role(data) -> str:
     if role not in Role.values:
         raise Invalid(f"role must be one of {', '.join(Role.values)}", "spec.role")
     return role
-
-
-def _keeps_an_owner(tenant, username: str) -> None:
-    owners = Membership.objects.filter(tenant=tenant, role=Role.OWNER)
-    if not owners.exclude(user__username=username).exists():
-        raise Conflict("A tenant keeps at least one owner.", "spec.role")
 
 
 class MemberList(APIView):
@@ -111,7 +105,7 @@ class MemberDetail(APIView):
         role = _role(request.data)
         with transaction.atomic():
             if m.role == Role.OWNER and role != Role.OWNER:
-                _keeps_an_owner(t, member)
+                keep_an_owner(t, member)
             m = add_member(ctx=_ctx(request), tenant=t, user=m.user, role=role)
         return Response(member_resource(m))
 
@@ -123,7 +117,7 @@ class MemberDetail(APIView):
         m = self._get(t, member)
         with transaction.atomic():
             if m.role == Role.OWNER:
-                _keeps_an_owner(t, member)
+                keep_an_owner(t, member)
             remove_member(ctx=_ctx(request), tenant=t, username=member)
         return Response(status=status.HTTP_204_NO_CONTENT)
 

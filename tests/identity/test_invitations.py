@@ -2,49 +2,15 @@
 person with that address accepts it (in the browser pages, or at once at a provider sign-in
 that verified the address); everyone else is refused and nothing changes."""
 import datetime
-import email
 import re
 
 import pytest
-from aiosmtpd.controller import Controller
 from django.test import Client
 
 from config_service.models import ConfigEvent
 from tenants.models import Invitation, Membership, Role, Tenant
 from tenants.services import create_tenant
-from tests.conftest import CTX, client_for, make_user
-from tests.identity.conftest import free_port
-
-
-class Inbox:
-    """aiosmtpd's handler: keeps every message the server accepted."""
-
-    def __init__(self):
-        self.messages = []
-
-    async def handle_DATA(self, server, session, envelope):
-        self.messages.append(email.message_from_bytes(envelope.content))
-        return "250 OK"
-
-
-@pytest.fixture(scope="module")
-def smtp_server():
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
-    controller.start()
-    yield controller.port, inbox
-    controller.stop()
-
-
-@pytest.fixture
-def mailer(settings, smtp_server):
-    """MaaS sending through the real SMTP server, as an operator would configure it."""
-    port, inbox = smtp_server
-    inbox.messages.clear()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_USE_TLS = "127.0.0.1", port, False
-    settings.MAAS_PUBLIC_URL = "https://maas.example.com"
-    return inbox
+from tests.conftest import CTX, client_for, free_tcp_port, make_user
 
 
 def invite(client, tenant, address="nina@example.com", role="admin"):
@@ -165,7 +131,7 @@ def test_bad_input_is_refused_with_its_field_and_changes_nothing(tenant, clients
 
 
 def test_an_unreachable_mail_server_still_gives_the_owner_the_link(tenant, clients, settings):
-    closed = free_port()  # nobody listens there
+    closed = free_tcp_port()  # nobody listens there
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_USE_TLS = "127.0.0.1", closed, False
     response = invite(clients["owner"], tenant)

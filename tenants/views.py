@@ -26,6 +26,9 @@ def invitation(request, token):
         found = invitations.find(token)
     except ServiceError as exc:
         return render(request, "tenants/invitation.html", {"error": exc.message}, status=404)
+    if found.accepted_by_id == request.user.pk:  # accepted already, e.g. at this sign-in
+        messages.success(request, f"You are a member of {found.tenant.slug}.")
+        return redirect("portal:spaces", tenant=found.tenant.slug)
     if request.method == "POST":
         ctx = Context(actor=f"user:{request.user.get_username()}",
                       request_id=getattr(request, "request_id", ""))

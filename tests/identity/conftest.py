@@ -33,6 +33,7 @@ USERS = [
     {"username": "olga", "password": "olga-pw", "groups": [], "roles": ["tenant:acme:owner"]},
     {"username": "vic", "password": "vic-pw", "groups": ["/tenants/acme/viewer", "/other/x"]},
     {"username": "root", "password": "root-pw", "roles": ["maas-operator"]},
+    {"username": "nina", "password": "nina-pw", "groups": []},  # in no tenant until invited
 ]
 
 

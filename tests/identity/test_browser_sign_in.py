@@ -86,3 +86,29 @@ def test_a_wrong_password_stays_on_the_provider_login_page(oidc, app_server, acm
 
     assert "Invalid username or password" in page.text_content("#input-error")
     assert not query(Membership.objects.filter(user__username="alice").exists)
+
+
+def test_an_invitation_mailed_from_the_portal_lets_the_invitee_in(oidc, app_server, acme, browser,
+                                                                  mailer):
+    """olga (owner, from a realm role) invites nina's address in the portal; the mail reaches
+    the SMTP server; nina opens its link, signs in at the provider and lands in the tenant."""
+    owner = browser.new_page()
+    sign_in(owner, app_server.url, "olga", "olga-pw")
+    owner.goto(f"{app_server.url}/portal/t/acme/members/")
+    owner.fill("#id_email", "nina@example.test")
+    owner.select_option("#id_role", "admin")
+    owner.click("text=Send invitation")
+    owner.wait_for_selector("[data-testid=invitation-link]")
+    [message] = mailer.messages
+    link = next(line for line in message.get_payload().splitlines() if "/invitations/" in line)
+    assert link in owner.text_content("[data-testid=invitation-link]")
+
+    invitee = browser.new_context().new_page()
+    invitee.goto(link.replace("https://maas.example.com", app_server.url))
+    invitee.wait_for_selector("#kc-form-login")
+    invitee.fill("#username", "nina")
+    invitee.fill("#password", "nina-pw")
+    invitee.click("#kc-login")
+    invitee.wait_for_url(f"{app_server.url}/portal/t/acme/")
+    assert invitee.text_content("[data-testid=role]") == "admin"
+    assert query(lambda: Membership.objects.get(tenant=acme, user__username="nina").role) == "admin"

@@ -59,8 +59,13 @@ def test_an_owner_invites_by_email_and_the_invitee_accepts(tenant, clients, mail
                      ("tenant.member_added", "user:nina"),
                      ("tenant.invitation_accepted", "user:nina")]
     assert types[0][1].endswith(":olivia")
-    # A link works once.
-    assert browser_of(nina).post(f"/invitations/{token}/").status_code == 410
+    # A link works once: nina is sent on to the tenant, anyone else is told it was used.
+    assert browser_of(nina).get(f"/invitations/{token}/")["Location"] == f"/portal/t/{tenant.slug}/"
+    twin = make_user("nina2")
+    twin.email = "nina@example.com"
+    twin.save()
+    assert browser_of(twin).post(f"/invitations/{token}/").status_code == 410
+    assert not Membership.objects.filter(tenant=tenant, user=twin).exists()
 
 
 def test_someone_with_another_address_is_refused(tenant, clients, mailer):

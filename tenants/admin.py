@@ -45,6 +45,10 @@ class TenantAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def get_readonly_fields(self, request, obj=None):
+        # The name is part of every vhost and broker username of the tenant's spaces.
+        return self.readonly_fields + (["slug"] if obj is not None else [])
+
 
 @admin.register(Invitation)
 class InvitationAdmin(admin.ModelAdmin):

@@ -55,3 +55,21 @@ def test_the_admin_shows_spaces_with_connection_details_and_the_event_log(client
     assert b"amqp 127.0.0.1:" in page.content
     log = client.get("/admin/config_service/configevent/?type=address_space.created")
     assert log.status_code == 200 and b"address_space.created" in log.content
+
+
+def test_the_admin_shows_tenants_and_invitations_but_never_deletes_or_renames_a_tenant(client,
+                                                                                       tenant):
+    from tenants.invitations import invite
+    from tests.conftest import make_user
+
+    invite(ctx=CTX, tenant=tenant, email="ivy@example.com", role="viewer", invited_by=None)
+    staff = make_user("root-operator", staff=True)
+    staff.is_superuser = True
+    staff.save()
+    client.force_login(staff)
+    page = client.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
+    assert page.status_code == 200
+    assert b'name="slug"' not in page.content  # read-only: vhosts and usernames carry it
+    assert client.get(f"/admin/tenants/tenant/{tenant.pk}/delete/").status_code == 403
+    listing = client.get("/admin/tenants/invitation/")
+    assert listing.status_code == 200 and b"ivy@example.com" in listing.content

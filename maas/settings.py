@@ -90,7 +90,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PAGINATION_CLASS": "config_service.api.pagination.ListPagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "maas.schema.MaasAutoSchema",
     "EXCEPTION_HANDLER": "config_service.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {

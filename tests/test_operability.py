@@ -39,6 +39,17 @@ def test_the_openapi_schema_lists_the_api(client, db):
     schema = client.get("/api/schema/?format=json").json()
     assert "/api/v1/tenants/{tenant}/addressspaces/{space}/addresses/" in schema["paths"]
     assert "/api/v1/tenants/{tenant}/events/" in schema["paths"]
+    assert "delete" in schema["paths"]["/api/v1/tenants/{tenant}/"]
+    assert "post" in schema["paths"]["/api/v1/tenants/{tenant}/invitations/"]
+    operations = [op["operationId"] for path in schema["paths"].values() for op in path.values()]
+    assert len(operations) == len(set(operations))
+    assert "v1_tenants_list" in operations
+
+
+def test_the_schema_generates_without_a_warning(db, tmp_path):
+    from django.core.management import call_command
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", tmp_path / "s.yaml")
 
 
 def test_the_admin_shows_spaces_with_connection_details_and_the_event_log(client, tenant):

@@ -24,7 +24,7 @@ from . import resources
 from .pagination import ListPagination
 
 PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
-RESOURCE = {"type": "object", "additionalProperties": True}
+RESOURCE = OpenApiTypes.OBJECT  # EnMasse-shaped resources, documented in docs/api.md
 
 
 def _ctx(request) -> services.Context:

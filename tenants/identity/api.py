@@ -27,7 +27,7 @@ from tenants.models import Invitation, Membership, Role
 from tenants.roles import Action
 from tenants.services import add_member, keep_an_owner, remove_member
 
-RESOURCE = {"type": "object", "additionalProperties": True}
+RESOURCE = OpenApiTypes.OBJECT  # EnMasse-shaped resources, documented in docs/api.md
 
 
 def _ctx(request) -> Context:

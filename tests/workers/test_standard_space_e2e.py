@@ -122,6 +122,35 @@ def test_topic_reaches_every_subscriber_and_a_durable_subscription_keeps_message
     conn.close()
 
 
+def test_a_topic_receiver_chooses_its_subtopics_by_key(router, space):
+    add(space, "news", "topic", "standard-small-topic")
+    user(space)
+    sync(space)
+    receivers = {}
+    conns = [connect(router, space) for _ in range(4)]
+    for conn, source in zip(conns, ("news", "news/sports.*", "news/sports.#", "news/weather.rain"),
+                            strict=False):
+        receivers[source] = conn.create_receiver(source, credit=20)
+    time.sleep(0.3)  # RabbitMQ binds the receivers' queues
+    cs = connect(router, space)
+    for address, body in (("news/sports.football", "goal"), ("news/sports.tennis.final", "ace"),
+                          ("news/weather.rain", "wet"), ("news/weather.sun", "dry")):
+        cs.create_sender(address).send(Message(body=body))
+    cs.create_sender("news").send(Message(body="by subject", subject="sports.chess"))
+
+    def got(source, n):
+        return sorted(receive_bodies(receivers[source], n))
+
+    assert got("news", 5) == ["ace", "by subject", "dry", "goal", "wet"]
+    assert got("news/sports.*", 2) == ["by subject", "goal"]
+    assert got("news/sports.#", 3) == ["ace", "by subject", "goal"]
+    assert got("news/weather.rain", 1) == ["wet"]
+    pump(*conns, seconds=0.5)
+    assert [len(r.fetcher.incoming) for r in receivers.values()] == [0, 0, 0, 0]  # nothing else
+    for conn in (*conns, cs):
+        conn.close()
+
+
 def test_anycast_gives_credit_only_with_a_consumer_and_returns_its_outcome(router, space):
     add(space, "rpc", "anycast", "standard-small-anycast")
     user(space)

@@ -97,12 +97,17 @@ def desired_entities(space, addresses, users, broker_username: str,
                     direction=direction, connection=connection,
                     externalAddress=f"/amq/queue/{a.address}")
         elif a.type == "topic":
-            # Senders publish to the exchange (routing key: the rest of the address, or the
-            # message subject); receivers get every message of the topic (binding key '#').
+            # Senders publish to the exchange; the routing key is the rest of the address
+            # (`news/sports.football`) or else the message subject. Receivers of `news/<key>`
+            # bind with that key (RabbitMQ's topic syntax: `.` between levels, `*` one level,
+            # `#` any), and receivers of the bare topic get all of it (binding key '#'): an
+            # exact pattern is more specific than the prefix, in qdrouterd and here alike.
             add(LINK_ROUTE, f"linkroute:{a.address}:in", a, prefix=qualified, direction="in",
                 connection=connection, addExternalPrefix="/exchange/")
             add(LINK_ROUTE, f"linkroute:{a.address}:out", a, prefix=qualified, direction="out",
-                connection=connection, delExternalPrefix=a.address,
+                connection=connection, addExternalPrefix="/exchange/")
+            add(LINK_ROUTE, f"linkroute:{a.address}:out-all", a, pattern=qualified,
+                direction="out", connection=connection, delExternalPrefix=a.address,
                 addExternalPrefix=f"/exchange/{a.address}/#")
         elif a.type == "subscription":
             queue = f"{a.topic}::{a.address}"

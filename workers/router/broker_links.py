@@ -211,6 +211,8 @@ class BrokerLinks:
         for ent in self.engine.store.all(E.LINK_ROUTE):
             if ent["direction"] != direction:
                 continue
+            if ent.get("pattern") == qualified:  # exact: the most specific match there is
+                return ent
             if ent.get("prefix") is not None:
                 if prefix_matches(ent["prefix"], qualified) and len(ent["prefix"]) > best_len:
                     best, best_len = ent, len(ent["prefix"])

@@ -91,13 +91,21 @@ def pending(tenant: Tenant):
 
 @transaction.atomic
 def revoke(*, ctx: Context, invitation: Invitation) -> None:
-    invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
+    invitation = _locked(invitation)
     if invitation.phase(timezone.now()) != Invitation.PENDING:
         raise Gone(f"The invitation of {invitation.email} is {invitation.phase(timezone.now())}.")
     invitation.revoked_at = timezone.now()
     invitation.save(update_fields=["revoked_at"])
     _event(invitation.tenant, "tenant.invitation_revoked",
            {"id": str(invitation.uid), "email": invitation.email}, ctx)
+
+
+def _locked(invitation: Invitation) -> Invitation:
+    """The invitation's row, locked after its tenant's stream: the order delete_tenant takes
+    them in, so the two never wait on each other."""
+    log.lock_stream(invitation.tenant.uid)
+    return (Invitation.objects.select_for_update(of=("self",)).select_related("tenant")
+            .get(pk=invitation.pk))
 
 
 def find(token: str) -> Invitation:
@@ -114,8 +122,7 @@ def accept(*, ctx: Context, invitation: Invitation, user) -> Membership:
 
     A member already holding a higher role keeps it: an invitation never lowers a role.
     """
-    invitation = (Invitation.objects.select_for_update().select_related("tenant")
-                  .get(pk=invitation.pk))
+    invitation = _locked(invitation)
     now = timezone.now()
     if invitation.phase(now) != Invitation.PENDING:
         raise Gone(f"This invitation is {invitation.phase(now).lower()}; ask an owner of "

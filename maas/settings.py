@@ -156,7 +156,16 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("MAAS_CELERY_VISIBILITY", 300)}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_TASK_DEFAULT_QUEUE = env("MAAS_CELERY_QUEUE", "maas")
+CELERY_TASK_DEFAULT_QUEUE = env("MAAS_CELERY_QUEUE", "maas")  # changes: reconcile_space
+# Resync and usage work have queues of their own, so that a change never waits behind them;
+# a worker started without -Q consumes all three.
+MAAS_RESYNC_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-resync"
+MAAS_USAGE_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-usage"
+CELERY_TASK_QUEUES = {q: {} for q in (CELERY_TASK_DEFAULT_QUEUE, MAAS_RESYNC_QUEUE,
+                                      MAAS_USAGE_QUEUE)}
+CELERY_TASK_ROUTES = {"maas.workers.resync_all": {"queue": MAAS_RESYNC_QUEUE},
+                      "maas.workers.sample_usage": {"queue": MAAS_USAGE_QUEUE},
+                      "maas.workers.run_usage_job": {"queue": MAAS_USAGE_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     "outbox-relay": {
         "task": "maas.workers.relay_outbox",

@@ -3,12 +3,25 @@
 In "inline" mode the Celery worker runs the agents; in "process" mode one `run_agent` process
 per address space waits on a Redis channel for the same wake-up. Either way the outbox relay
 re-sends what was not acknowledged, so a lost message only delays a change.
+
+Tasks are coalesced: at most one reconcile task per space waits in a queue. A Redis key, set
+with SET NX next to the queue, marks it pending; the task deletes the key as it starts, before
+it reads the space, so a change that lands while it runs queues exactly one follow-up.
 """
+import functools
 import logging
 
+import redis
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
+
+PENDING_KEY = "maas:reconcile-pending:{queue}:{uid}"
+# How long a key may outlive a task that never started (its worker was killed): then the
+# next change or the outbox relay queues a new one. Resync tasks may wait behind many others
+# (in resync runs), and must not be queued again meanwhile.
+CHANGE_PENDING_SECONDS = 30
+RESYNC_PENDING_RUNS = 5
 
 
 def notify_space(space_uid) -> None:
@@ -18,8 +31,53 @@ def notify_space(space_uid) -> None:
 
             publish(space_uid)  # run_agent processes (on Kubernetes: each space's agent pod)
         if settings.MAAS_AGENT_MODE != "process":
-            from .tasks import reconcile_space
-
-            reconcile_space.delay(str(space_uid))
+            queue_reconcile(space_uid)
     except Exception:  # broker down: the outbox relay will deliver it later
         logger.warning("fanout.deferred", extra={"space": str(space_uid)}, exc_info=True)
+
+
+def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = False) -> bool:
+    """Queues `reconcile_space` unless one for the space already waits; True if queued.
+
+    Changes go to the default queue; `resync` tasks to a queue of their own, so a change never
+    waits behind resync work."""
+    from .tasks import reconcile_space
+
+    key = _pending_key(space_uid, resync)
+    ttl = RESYNC_PENDING_RUNS * settings.MAAS_RESYNC_INTERVAL if resync \
+        else CHANGE_PENDING_SECONDS
+    if not _redis().set(key, 1, nx=True, ex=max(int(ttl), 1)):
+        return False
+    kwargs = {"resync": resync, "only_behind": only_behind}
+    try:
+        reconcile_space.apply_async((str(space_uid),), kwargs, queue=_queue(resync))
+    except Exception:
+        _redis().delete(key)  # nothing is pending after all
+        raise
+    return True
+
+
+def claim(space_uid, *, resync: bool = False) -> None:
+    """The task has started: a change from now on needs a task of its own."""
+    try:
+        _redis().delete(_pending_key(space_uid, resync))
+    except redis.RedisError:  # the key expires; the relay re-sends what is left unapplied
+        logger.warning("fanout.claim_failed", extra={"space": str(space_uid)}, exc_info=True)
+
+
+def _queue(resync: bool) -> str:
+    return settings.MAAS_RESYNC_QUEUE if resync else settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def _pending_key(space_uid, resync: bool) -> str:
+    return PENDING_KEY.format(queue=_queue(resync), uid=space_uid)
+
+
+def _redis() -> redis.Redis:
+    # The keys live in Celery's broker: a Redis restart loses them with the tasks they mark.
+    return _client(settings.CELERY_BROKER_URL)
+
+
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)

@@ -4,6 +4,7 @@ Tasks take ids, never model objects; a missing space is logged and dropped; only
 errors of a target (broker unreachable) are retried, with backoff.
 """
 import logging
+import math
 from datetime import timedelta
 
 from celery import shared_task
@@ -11,29 +12,45 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from config_service.models import AddressSpace, Outbox
+from config_service.models import AddressSpace, AgentState, Outbox
+from config_service.status import AGENTS_BY_SPACE_TYPE
 
+from . import dispatch
 from .agents import base
 from .dispatch import notify_space
 
 logger = logging.getLogger(__name__)
 
+# Every reconcile is a full one (query actual, diff, apply), so a space that changes often is
+# checked for drift all the time; a quiet one is checked at least every this many resyncs.
+DRIFT_CHECK_EVERY = 5
+
 
 @shared_task(name="maas.workers.reconcile_space", bind=True, max_retries=None,
              acks_late=True)
-def reconcile_space(self, space_uid: str) -> None:
+def reconcile_space(self, space_uid: str, resync: bool = False,
+                    only_behind: bool = False) -> None:
+    """Runs the space's agents; `only_behind`: only those that have not applied its last
+    sequence (a resync that is no drift check)."""
+    dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
     space = AddressSpace.objects.filter(uid=space_uid).only("type").first()
-    kinds = base.installed_kinds(space.type) if space else list(base.installed_agents())
-    if space and space.type == "standard" and settings.MAAS_INFRA_BACKEND == "kubernetes":
-        kinds = [k for k in kinds if k == "infra"]  # storage and router: the space's agent pod
+    kinds = agent_kinds(space.type) if space else list(base.installed_agents())
     try:
         for kind in kinds:
-            base.run(space_uid, kind)
+            base.run(space_uid, kind, only_if_behind=only_behind)
     except base.TransientError as exc:
         delay = min(2 ** self.request.retries, 60)
         logger.warning("agent.retry", extra={"space": space_uid, "error": str(exc),
                                              "countdown": delay})
         raise self.retry(exc=exc, countdown=delay) from exc
+
+
+def agent_kinds(space_type: str) -> list[str]:
+    """The agents this worker runs for a space of the type."""
+    kinds = base.installed_kinds(space_type)
+    if space_type == "standard" and settings.MAAS_INFRA_BACKEND == "kubernetes":
+        kinds = [k for k in kinds if k == "infra"]  # storage and router: the space's agent pod
+    return kinds
 
 
 @shared_task(name="maas.workers.relay_outbox")
@@ -56,13 +73,45 @@ def relay_outbox() -> int:
 
 @shared_task(name="maas.workers.resync_all")
 def resync_all() -> int:
-    """Level-triggered repair: every space is reconciled again (drift, restarted brokers)."""
+    """Level-triggered repair, in the resync queue: the spaces whose agents are behind, and a
+    share of the others, those reconciled longest ago (drift, restarted brokers)."""
     if settings.MAAS_AGENT_MODE == "process":
         return 0  # each run_agent process resyncs its own space on a timer
-    uids = list(AddressSpace.objects.values_list("uid", flat=True))
-    for uid in uids:
-        reconcile_space.delay(str(uid))
-    return len(uids)
+    behind, drifting = resync_candidates(timezone.now())
+    for uid in behind:
+        dispatch.queue_reconcile(uid, resync=True, only_behind=True)
+    for uid in drifting:
+        dispatch.queue_reconcile(uid, resync=True)
+    logger.info("resync.queued", extra={"behind": len(behind), "drift_checks": len(drifting)})
+    return len(behind) + len(drifting)
+
+
+def resync_candidates(now) -> tuple[list, list]:
+    """(spaces some agent has not applied yet, spaces due a drift check), from two queries."""
+    applied = _applied_by_space()
+    kinds = {space_type: agent_kinds(space_type) for space_type in AGENTS_BY_SPACE_TYPE}
+    behind, quiet = [], []
+    spaces = list(AddressSpace.objects.values_list("uid", "type", "last_sequence"))
+    for uid, space_type, last_sequence in spaces:
+        states = [applied.get(uid, {}).get(k) for k in kinds.get(space_type, ())]
+        if any(s is None or s[0] < last_sequence or s[1] is None for s in states):
+            behind.append(uid)
+        elif states:
+            quiet.append((min(at for _, at in states), uid))
+    fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
+    share = math.ceil(len(spaces) / DRIFT_CHECK_EVERY)
+    drifting = [uid for at, uid in sorted(quiet) if at < fresh][:share]
+    return behind, drifting
+
+
+def _applied_by_space() -> dict:
+    """{space uid: {agent kind: (applied sequence, applied at)}} of the existing spaces."""
+    applied: dict = {}
+    states = AgentState.objects.filter(space_uid__in=AddressSpace.objects.values("uid"))
+    for uid, kind, sequence, at in states.values_list(
+            "space_uid", "kind", "applied_sequence", "applied_at"):
+        applied.setdefault(uid, {})[kind] = (sequence, at)
+    return applied
 
 
 @shared_task(name="maas.workers.sample_usage")

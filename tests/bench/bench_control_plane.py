@@ -20,6 +20,10 @@ creates go round-robin over the spaces, one at a time. Time to Active is measure
 The tenant keeps an address quota (at least the number created), so the tenant-wide check is
 part of every create. At the end the spaces are deleted and the script waits until the agents
 removed them (and their RabbitMQ vhosts). `--log FILE` keeps the platform's output.
+
+With --start the platform gets Celery queues of its own (`maas-bench-*`, with their `-resync`
+and `-usage` queues), so tasks other runs left in Redis are not in its way; they are deleted
+when it stops. Point DATABASE_URL at a database of its own to keep its data apart.
 """
 import argparse
 import json
@@ -76,12 +80,13 @@ def main():
                         help="poll every Nth address for Active (0: only the recorded times)")
     args = parser.parse_args()
 
-    platform = None
+    platform = queue = None
     if args.start:
         out = open(args.log, "w") if args.log else subprocess.DEVNULL  # noqa: SIM115
         # A Celery queue of its own: tasks other runs left in the shared one are not ours.
         env = dict(os.environ)
-        env.setdefault("MAAS_CELERY_QUEUE", f"maas-bench-{uuid.uuid4().hex[:6]}")
+        if "MAAS_CELERY_QUEUE" not in env:
+            queue = env["MAAS_CELERY_QUEUE"] = f"maas-bench-{uuid.uuid4().hex[:6]}"
         platform = subprocess.Popen([sys.executable, "manage.py", "runplatform"], cwd=ROOT,
                                     stdout=out, stderr=subprocess.STDOUT, env=env)
         for _ in range(60):
@@ -179,6 +184,20 @@ def main():
     if platform:
         platform.terminate()
         platform.wait(timeout=30)
+    if queue:
+        delete_queues(queue)
+
+
+def delete_queues(queue: str) -> None:
+    """Drops the run's Celery queues and fan-out markers, so they do not pile up in Redis."""
+    import redis
+
+    url = os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL",
+                                                                "redis://127.0.0.1:6379/0")
+    client = redis.Redis.from_url(url)
+    client.delete(queue, f"{queue}-resync", f"{queue}-usage")
+    for key in client.scan_iter(f"maas:reconcile-pending:{queue}*"):
+        client.delete(key)
 
 
 if __name__ == "__main__":

@@ -65,8 +65,12 @@ def installed_kinds(space_type: str) -> list[str]:
     return [k for k in AGENTS_BY_SPACE_TYPE.get(space_type, ()) if k in installed]
 
 
-def run(space_uid, kind: str, agent: Agent | None = None) -> int | None:
-    """Reconciles one space with one agent; returns the sequence applied (None: space gone)."""
+def run(space_uid, kind: str, agent: Agent | None = None, *,
+        only_if_behind: bool = False) -> int | None:
+    """Reconciles one space with one agent; returns the sequence applied (None: space gone).
+
+    `only_if_behind`: nothing to do if the agent already applied the space's last sequence.
+    Not for wake-ups: a tenant throttle or an operator's resync changes no sequence."""
     agent = agent or installed_agents()[kind]
     AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
     with transaction.atomic():
@@ -78,6 +82,8 @@ def run(space_uid, kind: str, agent: Agent | None = None) -> int | None:
         if kind not in AGENTS_BY_SPACE_TYPE[space.type]:
             return None
         target = space.last_sequence
+        if only_if_behind and state.applied_sequence >= target and not space.terminating:
+            return target
         if space.terminating:
             agent.teardown(space)
             state.torn_down = True

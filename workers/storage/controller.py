@@ -5,6 +5,7 @@ one local RabbitMQ every placement maps to the same server, one vhost per addres
 """
 import hashlib
 import logging
+import os
 
 from django.conf import settings
 
@@ -42,11 +43,22 @@ def max_length_bytes(address: Address) -> int | None:
     return int(credit / partitions * settings.MAAS_BROKER_GLOBAL_MAX_SIZE)
 
 
-def desired_state(space: AddressSpace) -> VhostState:
+def stored_addresses(space: AddressSpace) -> list[Address]:
+    """The space's scheduled addresses that live on a broker, by name."""
+    addresses = Address.objects.filter(space=space, scheduled=True, type__in=STORED_TYPES)
+    return list(addresses.select_related("space").order_by("name"))
+
+
+def wire_name(address: Address) -> str:
+    """The broker object's name: a subscription's queue is `<topic>::<subscription>`."""
+    return f"{address.topic}::{address.address}" if address.type == "subscription" \
+        else address.address
+
+
+def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
     state = VhostState(vhost=space.vhost,
                        max_connections=space.plan_status.get("maxConnections"))
-    addresses = Address.objects.filter(space=space, scheduled=True, type__in=STORED_TYPES)
-    for a in addresses.select_related("space").order_by("name"):
+    for a in stored_addresses(space) if addresses is None else addresses:
         ps, spec = a.plan_status, a.spec
         ttl = effective_ttl(ps.get("messageTtl"), spec.get("messageTtl"))
         if a.type == "topic":
@@ -54,7 +66,7 @@ def desired_state(space: AddressSpace) -> VhostState:
                                             expiry=a.expiry or None, ttl_ms=ttl))
             continue
         state.queues.append(BrokerQueue(
-            name=f"{a.topic}::{a.address}" if a.type == "subscription" else a.address,
+            name=wire_name(a),
             kind=a.type,
             topic=a.topic or None,
             deadletter=a.deadletter or None,
@@ -96,29 +108,40 @@ def router_broker_user(space: AddressSpace) -> BrokerUser:
     )
 
 
+_api: tuple[tuple, rabbitmq.RabbitMQApi] | None = None
+
+
+def _management_api() -> rabbitmq.RabbitMQApi:
+    """One keep-alive HTTP session per process (made after a fork, never inherited), shared
+    by the agent's threads: a connection per reconcile would cost a TCP set-up each time."""
+    global _api
+    key = (os.getpid(), settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
+           settings.RABBITMQ_API_PASSWORD)
+    if _api is None or _api[0] != key:
+        if _api is not None and _api[0][0] == key[0]:
+            _api[1].close()  # the settings changed (tests): not a copy inherited by a fork
+        _api = (key, rabbitmq.RabbitMQApi(*key[1:]))
+    return _api[1]
+
+
 def _reconciler() -> "rabbitmq.BrokerReconciler":
-    api = rabbitmq.RabbitMQApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
-                               settings.RABBITMQ_API_PASSWORD)
-    return rabbitmq.BrokerReconciler(api)
+    return rabbitmq.BrokerReconciler(_management_api())
 
 
 class StorageController(Agent):
     kind = "storage"
 
     def reconcile(self, space: AddressSpace) -> Report:
-        desired = desired_state(space)
+        addresses = stored_addresses(space)
         try:
-            result = _reconciler().apply(desired)
+            result = _reconciler().apply(desired_state(space, addresses))
         except rabbitmq.BrokerError as exc:
             if exc.transient:
                 raise TransientError(str(exc)) from exc
             return Report(space_error=f"Broker refused the configuration: {exc}")
         if result.transient:
             raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
-        wire_to_name = {}
-        for a in Address.objects.filter(space=space, scheduled=True, type__in=STORED_TYPES):
-            wire = f"{a.topic}::{a.address}" if a.type == "subscription" else a.address
-            wire_to_name[wire] = a.name
+        wire_to_name = {wire_name(a): a.name for a in addresses}
         errors = {
             name: {"message": result.errors.get(wire) or "Not yet verified on the broker",
                    "permanent": False}
@@ -136,12 +159,5 @@ class StorageController(Agent):
 
 def purge(space: AddressSpace, address: Address) -> None:
     """Drops every stored message of a queue, subscription or deadletter address."""
-    wire = f"{address.topic}::{address.address}" if address.type == "subscription" \
-        else address.address
-    api = rabbitmq.RabbitMQApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
-                               settings.RABBITMQ_API_PASSWORD)
-    try:
-        api.purge_queue(space.vhost, wire)
-    finally:
-        api.close()
+    _management_api().purge_queue(space.vhost, wire_name(address))
     logger.info("storage.purged", extra={"space": str(space.uid), "address": address.name})

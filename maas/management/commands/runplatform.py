@@ -1,9 +1,9 @@
 """manage.py runplatform: the whole platform on one machine, in the foreground.
 
-Starts the web server (127.0.0.1:8000), a Celery worker running every agent, Celery beat (outbox
-relay, resync), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 5674, management 5675) and the
-processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if
-one of them dies.
+Starts the web server (127.0.0.1:8000), a Celery worker running the agents on changes, a second
+one for resync and usage work, Celery beat (outbox relay, resync, usage sampling), the embedded
+AMQP 1.0 router (AMQP 5673, AMQPS 5674, management 5675) and the processes listed in
+MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if one of them dies.
 """
 import os
 import signal
@@ -23,7 +23,12 @@ def processes(bind: str) -> dict[str, list[str]]:
                 str(settings.MAAS_WEB_WORKERS), "--access-logfile", "-"],
         "worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
                    "--concurrency", str(settings.MAAS_WORKER_CONCURRENCY), "-Q",
-                   settings.CELERY_TASK_DEFAULT_QUEUE],
+                   settings.CELERY_TASK_DEFAULT_QUEUE, "-n", "agents@%h"],
+        # Resync, usage sampling and the usage job: never in the way of a change.
+        "background-worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
+                              "--concurrency", "2", "-Q",
+                              f"{settings.MAAS_RESYNC_QUEUE},{settings.MAAS_USAGE_QUEUE}",
+                              "-n", "background@%h"],
         "beat": [py, "-m", "celery", "-A", "maas", "beat", "--loglevel", "INFO",
                  "--schedule", str(settings.BASE_DIR / "var" / "celerybeat-schedule")],
     }

@@ -1,0 +1,87 @@
+"""Fan-out coalescing: many changes to one space wait as one reconcile task, and a change that
+lands while a reconcile runs gets a follow-up, so every accepted change is applied once."""
+import threading
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from config_service import services
+from config_service.models import AddressSpace, AgentState, AppliedEvent, ConfigEvent
+from tests.conftest import CTX, Worker, wait_for
+from tests.workers import celery_queue, rabbit
+from workers.agents import base
+from workers.storage.controller import StorageController
+from workers.tasks import reconcile_space
+
+QUEUE = settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+@pytest.fixture
+def space(transactional_db, redis_server, tenant):
+    """A brokered space whose changes fan out after each commit, with no worker running."""
+    celery_queue.take_all(QUEUE)
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name="burst", type="brokered",
+                                      plan="brokered-single-broker")
+    yield s
+    services.delete_address_space(ctx=CTX, space=s)
+    base.run(s.uid, "storage")
+
+
+@pytest.fixture
+def worker(transactional_db, redis_server):
+    """A real worker, started by the test when its tasks are queued."""
+    w = Worker(settings.DATABASES["default"]["NAME"])
+    yield w
+    w.stop()
+
+
+def queue(space, name):
+    services.create_address(ctx=CTX, space=space, address=name, type="queue",
+                            plan="brokered-queue")
+
+
+def storage_caught_up(space) -> bool:
+    last = AddressSpace.objects.get(uid=space.uid).last_sequence
+    return AgentState.objects.filter(space_uid=space.uid, kind="storage",
+                                     applied_sequence=last).exists()
+
+
+def each_event_applied_once(space) -> bool:
+    events = ConfigEvent.objects.filter(stream_id=space.uid).count()
+    return AppliedEvent.objects.filter(event__stream_id=space.uid, kind="storage").count() == events
+
+
+def test_many_changes_to_one_space_wait_as_one_task_and_are_all_applied(space, worker):
+    names = [f"q{i:02d}" for i in range(20)]
+    for name in names:
+        queue(space, name)
+    assert len(celery_queue.waiting(QUEUE, space.uid)) == 1  # 21 changes, one task
+    worker.start()
+    wait_for(lambda: storage_caught_up(space), 60, what="the storage agent to catch up")
+    assert set(names) <= rabbit.queue_names(space.vhost)
+    assert each_event_applied_once(space)
+
+
+def test_a_change_made_while_a_reconcile_runs_gets_a_follow_up_and_is_applied(
+        space, worker, monkeypatch):
+    queue(space, "first")
+    celery_queue.take_all(QUEUE)  # this test runs the waiting task itself, below
+    reconcile = StorageController.reconcile
+
+    def reconcile_with_a_change_meanwhile(self, target):
+        # The space was read; another request commits a change before the agent is done.
+        change = threading.Thread(target=lambda: (queue(space, "second"), connection.close()))
+        change.start()
+        change.join()
+        return reconcile(self, target)
+
+    monkeypatch.setattr(StorageController, "reconcile", reconcile_with_a_change_meanwhile)
+    reconcile_space(str(space.uid))
+    monkeypatch.undo()
+    assert not storage_caught_up(space)  # that reconcile could not account for the change
+    assert len(celery_queue.waiting(QUEUE, space.uid)) == 1  # the follow-up
+    worker.start()
+    wait_for(lambda: storage_caught_up(space), 60, what="the follow-up to apply the change")
+    assert {"first", "second"} <= rabbit.queue_names(space.vhost)
+    assert each_event_applied_once(space)

@@ -1,0 +1,95 @@
+"""The periodic resync: it queues, in a queue of its own, the spaces whose agents are behind and
+a share of the quiet ones (longest unchecked first), never every space; a wake-up is never
+skipped."""
+import datetime
+import uuid
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from config_service import services
+from config_service.models import AgentState
+from tests.conftest import CTX
+from tests.workers import celery_queue, rabbit
+from workers.agents import base
+from workers.tasks import reconcile_space, resync_all
+
+RESYNC = settings.MAAS_RESYNC_QUEUE
+
+
+def new_space(tenant, name=None):
+    return services.create_address_space(ctx=CTX, tenant=tenant,
+                                         name=name or f"s{uuid.uuid4().hex[:6]}",
+                                         type="brokered", plan="brokered-single-broker")
+
+
+def queue(space, name):
+    services.create_address(ctx=CTX, space=space, address=name, type="queue",
+                            plan="brokered-queue")
+
+
+@pytest.fixture
+def spaces(redis_server, tenant):
+    """Four reconciled spaces: two quiet for an hour, one checked just now, one with a change
+    its agent has not applied yet."""
+    made = {name: new_space(tenant, name) for name in ("quiet", "quieter", "fresh", "behind")}
+    for s in made.values():
+        base.run(s.uid, "storage")
+    an_hour_ago = timezone.now() - datetime.timedelta(hours=1)
+    AgentState.objects.filter(space_uid=made["quiet"].uid).update(applied_at=an_hour_ago)
+    AgentState.objects.filter(space_uid=made["quieter"].uid).update(
+        applied_at=an_hour_ago - datetime.timedelta(minutes=1))
+    queue(made["behind"], "orders")
+    yield made
+    for s in made.values():
+        services.delete_address_space(ctx=CTX, space=s)
+        base.run(s.uid, "storage")
+
+
+def resync_tasks(spaces) -> dict[str, dict]:
+    names = {str(s.uid): name for name, s in spaces.items()}
+    return {names[args[0]]: kwargs for _, args, kwargs in celery_queue.waiting(RESYNC)
+            if args[0] in names}
+
+
+def test_resync_skips_up_to_date_spaces_but_for_a_share_of_drift_checks(spaces):
+    celery_queue.take_all(RESYNC)
+    resync_all()
+    # One drift check per run for four spaces (a share of 1/5, rounded up): the longest quiet.
+    assert resync_tasks(spaces) == {
+        "behind": {"resync": True, "only_behind": True},
+        "quieter": {"resync": True, "only_behind": False},
+    }
+
+
+def test_a_space_still_waiting_for_its_resync_is_not_queued_again(spaces):
+    celery_queue.take_all(RESYNC)
+    resync_all()
+    resync_all()
+    assert sorted(resync_tasks(spaces)) == ["behind", "quieter"]
+
+
+def test_a_resync_of_an_up_to_date_space_leaves_it_alone_but_a_wake_up_repairs_it(
+        redis_server, tenant):
+    space = new_space(tenant)
+    queue(space, "orders")
+    base.run(space.uid, "storage")
+    rabbit.delete_queue(space.vhost, "orders")
+    reconcile_space(str(space.uid), resync=True, only_behind=True)
+    assert "orders" not in rabbit.queue_names(space.vhost)  # nothing behind: not even looked at
+    # A wake-up (a tenant throttled, an operator's "resync now") may change no sequence.
+    reconcile_space(str(space.uid))
+    assert "orders" in rabbit.queue_names(space.vhost)
+    services.delete_address_space(ctx=CTX, space=space)
+    base.run(space.uid, "storage")
+
+
+def test_a_resync_of_a_space_behind_applies_its_change(redis_server, tenant):
+    space = new_space(tenant)
+    base.run(space.uid, "storage")
+    queue(space, "orders")
+    reconcile_space(str(space.uid), resync=True, only_behind=True)
+    assert "orders" in rabbit.queue_names(space.vhost)
+    services.delete_address_space(ctx=CTX, space=space)
+    base.run(space.uid, "storage")

@@ -9,7 +9,6 @@ import logging
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
-from urllib.parse import quote
 
 from django.conf import settings
 
@@ -22,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 CONNECTION = "org.apache.qpid.dispatch.connection"
-QUEUE_COLUMNS = "name,messages,message_bytes,consumers,message_stats.publish,message_stats.deliver_get"
+QUEUE_COLUMNS = "vhost,name,messages,message_bytes,consumers,message_stats.publish,message_stats.deliver_get"
 
 
 def _row(now, source, space, address, kind, **values) -> dict:
@@ -65,9 +64,12 @@ def router_counters() -> tuple[dict, dict]:
     return per_address, gauges
 
 
-def broker_queues(api: rabbitmq.RabbitMQApi, vhost: str) -> list[dict]:
-    return api.request("GET", f"/queues/{quote(vhost, safe='')}",
-                       params={"columns": QUEUE_COLUMNS}, missing_ok=True) or []
+def broker_queues(api: rabbitmq.RabbitMQApi) -> dict[str, dict[str, dict]]:
+    """{vhost: {queue name: counters}} for the whole broker in one call, not one per space."""
+    per_vhost: dict = defaultdict(dict)
+    for row in api.request("GET", "/queues", params={"columns": QUEUE_COLUMNS}) or []:
+        per_vhost[row.get("vhost")][row.get("name")] = row
+    return per_vhost
 
 
 def broker_connections(api: rabbitmq.RabbitMQApi) -> dict:
@@ -88,24 +90,34 @@ def collect(now: datetime | None = None) -> list[dict]:
             router, gauges = router_counters()
         except RouterUnreachable:
             logger.warning("usage.router_unreachable", exc_info=True)
+    # One listing of every queue with its counters takes seconds on a busy broker with
+    # thousands of queues: allow most of the interval (this runs in its own worker).
+    timeout = max(10.0, 0.8 * settings.MAAS_USAGE_SAMPLE_INTERVAL)
     api = rabbitmq.RabbitMQApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
-                               settings.RABBITMQ_API_PASSWORD)
+                               settings.RABBITMQ_API_PASSWORD, timeout=timeout)
     try:
-        broker_conns = broker_connections(api)
+        broker_conns, queues = broker_connections(api), broker_queues(api)
+        names = wire_names(spaces)
         for space in spaces:
-            rows += _space_rows(now, space, api, router, gauges, broker_conns)
+            rows += _space_rows(now, space, names.get(space.pk, {}),
+                                queues.get(space.vhost, {}), router, gauges, broker_conns)
     finally:
         api.close()
     return rows
 
 
-def _space_rows(now, space, api, router, gauges, broker_conns) -> list[dict]:
-    rows = []
-    names = {}
-    for a in Address.objects.filter(space=space, scheduled=True).only("address", "type", "topic"):
+def wire_names(spaces) -> dict:
+    """{space pk: {wire name: address}} of the scheduled addresses, in one query."""
+    names: dict = defaultdict(dict)
+    addresses = Address.objects.filter(space__in=spaces, scheduled=True)
+    for a in addresses.only("space_id", "address", "type", "topic"):
         wire = f"{a.topic}::{a.address}" if a.type == "subscription" else a.address
-        names[wire] = a.address
-    queues = {q["name"]: q for q in broker_queues(api, space.vhost)}
+        names[a.space_id][wire] = a.address
+    return names
+
+
+def _space_rows(now, space, names, queues, router, gauges, broker_conns) -> list[dict]:
+    rows = []
     router_source = f"router:{settings.MAAS_ROUTER_MANAGEMENT_URL}"
     broker_source = f"broker:{space.vhost}"
     for wire, address in names.items():

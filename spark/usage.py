@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -37,7 +37,8 @@ def day_start(day: date) -> datetime:
 
 
 def read_samples(spark: SparkSession, base: str, day: date) -> DataFrame:
-    """The readings that `day` needs, deduplicated: its own and each series' baseline.
+    """The readings that `day` needs, deduplicated: its own and each series' baseline,
+    clustered by (tenant, space) and sorted by series and time, as with_deltas needs them.
 
     Reads the files written on day-1, day and day+1 (late readings land a day later); a series
     whose last earlier reading is older than that has no baseline on `day`.
@@ -55,40 +56,64 @@ def read_samples(spark: SparkSession, base: str, day: date) -> DataFrame:
 def select_day(samples: DataFrame, day: date) -> DataFrame:
     """Keeps the readings of `day` and the last reading before it per series, once each."""
     start, end = F.lit(day_start(day)), F.lit(day_start(day + timedelta(days=1)))
-    baseline = F.max(F.when(F.col("ts") < start, F.col("ts"))).over(Window.partitionBy(*SERIES))
+    on_day = samples.select(*COLUMNS).where((F.col("ts") >= start) & (F.col("ts") < end))
+    # Of the earlier readings only each series' last one matters: reducing them before the
+    # shuffle keeps the previous day's files out of it. A struct compares field by field, so
+    # its maximum is the last reading by (ts, sample_id).
+    rest = ["ts", "sample_id", *[name for name in COLUMNS if name not in (*SERIES, "ts", "sample_id")]]
+    baselines = (
+        samples.where(F.col("ts") < start)
+        .groupBy(*SERIES)
+        .agg(F.max(F.struct(*rest)).alias("_last"))
+        .select(*SERIES, *[F.col(f"_last.{name}").alias(name) for name in rest])
+    )
+    # Clustering by (tenant, space) satisfies the series windows here and in with_deltas and
+    # every rollup's grouping (all keyed by tenant and space), so no further shuffle is needed.
+    readings = on_day.unionByName(baselines).repartition("tenant", "space")
+    # Copies of a reading tie on (series, ts, sample_id), so they sort next to each other.
+    previous_id = F.lag("sample_id").over(_series_order())
     return (
-        samples.select(*COLUMNS)
-        .where(F.col("ts") < end)
-        .withColumn("_baseline", baseline)
-        .where((F.col("ts") >= start) | (F.col("ts") == F.col("_baseline")))
-        # Copies of one reading share its series: deduplicating inside the series' partitioning
-        # costs no second shuffle, unlike a bare dropDuplicates(["sample_id"]).
-        .dropDuplicates([*SERIES, "sample_id"])
+        readings.withColumn("_previous_id", previous_id)
+        .where(F.col("_previous_id").isNull() | (F.col("_previous_id") != F.col("sample_id")))
         .select(*COLUMNS)
     )
 
 
 def with_deltas(samples: DataFrame) -> DataFrame:
     """Adds `<counter>_delta` per reading: what the counter grew since the series' previous one."""
-    ordered = Window.partitionBy(*SERIES).orderBy("ts", "sample_id")
+    previous = samples.select(
+        *COLUMNS, *[F.lag(name).over(_series_order()).alias(f"_previous_{name}") for name in COUNTERS]
+    )
     deltas = []
     for name, delta in zip(COUNTERS, DELTAS, strict=True):
-        cur, prev = F.col(name), F.lag(name).over(ordered)
+        cur, prev = F.col(name), F.col(f"_previous_{name}")
         deltas.append(
             F.when(prev.isNull(), F.lit(0).cast("long"))
             .when(cur >= prev, cur - prev)
             .otherwise(cur)  # the source restarted from zero
             .alias(delta)
         )
-    return samples.select(*COLUMNS, *deltas)
+    return previous.select(*COLUMNS, *deltas)
+
+
+def rollup_input(deltas: DataFrame, day: date) -> DataFrame:
+    """The readings of `day` with only the columns the rollups read: what a job caches."""
+    return _on_day(deltas, day).select(*SERIES, "ts", *DELTAS, *GAUGES)
 
 
 def daily_address(deltas: DataFrame, day: date) -> DataFrame:
     """Per (tenant, space, address) on `day`: messages and bytes in and out, peak stored."""
+    return daily_from_hourly(hourly_address(deltas, day), day)
+
+
+def daily_from_hourly(address_hourly: DataFrame, day: date) -> DataFrame:
+    """daily_address from hourly_address's rows: sums of the hours' sums, maxima of maxima."""
     return (
-        _address_rows(deltas, day)
-        .groupBy(*ADDRESS_KEYS)
-        .agg(*_address_measures())
+        address_hourly.groupBy(*ADDRESS_KEYS)
+        .agg(
+            *[F.sum(n).alias(n) for n in COUNTERS],
+            *[F.max(n).alias(n) for n in ("stored_messages", "stored_bytes")],
+        )
         .select(*ADDRESS_KEYS, F.lit(day).alias("day"), *_address_names())
     )
 
@@ -109,7 +134,8 @@ def hourly_peaks(deltas: DataFrame, day: date) -> DataFrame:
     number of distinct addresses that reported in the hour."""
     seconds = F.unix_seconds("ts")
     is_space, is_address = F.col("kind") == "space", F.col("kind") == "address"
-    per_series_minute = (
+    gauges = ("stored_bytes", *_LINK_GAUGES)
+    peaks = (
         _on_day(deltas, day)
         .withColumn("minute", seconds - seconds % 60)
         .groupBy(*SERIES, "minute")
@@ -117,25 +143,22 @@ def hourly_peaks(deltas: DataFrame, day: date) -> DataFrame:
             F.max(F.when(is_address, F.col("stored_bytes")).otherwise(0)).alias("stored_bytes"),
             *[F.max(F.when(is_space, F.col(n)).otherwise(0)).alias(n) for n in _LINK_GAUGES],
         )
-    )
-    gauges = ("stored_bytes", *_LINK_GAUGES)
-    peaks = (
-        per_series_minute.groupBy("tenant", "space", "minute")
+        .groupBy("tenant", "space", "minute")
         .agg(*[F.sum(n).alias(n) for n in gauges])
-        .withColumn("hour_s", F.col("minute") - F.col("minute") % 3600)
-        .groupBy("tenant", "space", "hour_s")
+        .groupBy("tenant", "space", _hour(F.col("minute")).alias("hour"))
         .agg(*[F.max(n).alias(n) for n in gauges])
     )
+    # An address that reported in an hour has exactly one hourly_address row for it; a job
+    # that caches hourly_address(deltas, day) has Spark read this identical plan from the cache.
     addresses = (
-        per_series_minute.where(is_address)
-        .withColumn("hour_s", F.col("minute") - F.col("minute") % 3600)
-        .groupBy("tenant", "space", "hour_s")
-        .agg(F.countDistinct("address").alias("addresses"))
+        hourly_address(deltas, day)
+        .groupBy("tenant", "space", "hour")
+        .agg(F.count(F.lit(1)).alias("addresses"))
     )
-    return peaks.join(addresses, on=["tenant", "space", "hour_s"], how="left").select(
+    return peaks.join(addresses, on=["tenant", "space", "hour"], how="left").select(
         "tenant",
         "space",
-        _hour(F.col("hour_s")).alias("hour"),
+        "hour",
         *[F.col(n).cast("long").alias(n) for n in _LINK_GAUGES],
         F.coalesce(F.col("addresses"), F.lit(0)).cast("long").alias("addresses"),
         F.col("stored_bytes").cast("long").alias("stored_bytes"),
@@ -188,6 +211,10 @@ def daily_tenant(
 
 
 _LINK_GAUGES = ("connections", "senders", "receivers")
+
+
+def _series_order() -> WindowSpec:
+    return Window.partitionBy(*SERIES).orderBy("ts", "sample_id")
 
 
 def _on_day(deltas: DataFrame, day: date) -> DataFrame:

@@ -1,8 +1,8 @@
-"""Sign-in and sign-out pages: through the provider when one is configured (sign-out then ends
-the provider's session too), with local accounts otherwise."""
+"""Sign-in and sign-out pages, the portal's and the admin site's: through the provider when one
+is configured (sign-out then ends the provider's session too), with local accounts otherwise."""
 from urllib.parse import urlencode
 
-from django.contrib import auth
+from django.contrib import admin, auth
 from django.contrib.auth import views as auth_views
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render, resolve_url
@@ -49,6 +49,22 @@ def login(request):
     if config.enabled():
         return render(request, "tenants/sign_in_failed.html", status=401)
     return auth_views.LoginView.as_view()(request)
+
+
+def admin_login(request):
+    """The admin site's sign-in: the provider's, like the portal's, when one is configured.
+
+    Operators are staff by their claims (MAAS_OIDC_STAFF_CLAIM), so a password form would only
+    let in accounts that bypass the realm. A signed-in member who is no operator gets 403 here:
+    sending them to the provider again would come straight back, in a loop.
+    """
+    if not config.enabled():
+        return admin.site.login(request)
+    if request.user.is_authenticated:
+        return render(request, "tenants/not_an_operator.html", status=403)
+    next_url = request.GET.get("next") or reverse("admin:index")
+    return HttpResponseRedirect(reverse("oidc_authentication_init") + "?"
+                                + urlencode({"next": next_url}))
 
 
 @require_POST

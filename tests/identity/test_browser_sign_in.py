@@ -112,3 +112,36 @@ def test_an_invitation_mailed_from_the_portal_lets_the_invitee_in(oidc, app_serv
     invitee.wait_for_url(f"{app_server.url}/portal/t/acme/")
     assert invitee.text_content("[data-testid=role]") == "admin"
     assert query(lambda: Membership.objects.get(tenant=acme, user__username="nina").role) == "admin"
+
+
+def test_an_operator_signs_in_to_the_admin_site_at_the_provider_and_out_again(
+        oidc, app_server, acme, browser):
+    """root is an operator by a realm role: /admin/ sends the browser to the provider's login
+    page and back into the admin; the admin's own sign-out ends the provider's session too."""
+    page = browser.new_page()
+    page.goto(f"{app_server.url}/admin/")
+    page.wait_for_selector("#kc-form-login")
+    page.fill("#username", "root")
+    page.fill("#password", "root-pw")
+    page.click("#kc-login")
+    page.wait_for_url(f"{app_server.url}/admin/")
+
+    assert "Site administration" in page.text_content("#content h1")
+    assert page.text_content("#user-tools strong") == "root"
+
+    page.click("#logout-form button")
+    page.wait_for_url(f"{app_server.url}/accounts/signed-out/")
+    page.goto(f"{app_server.url}/admin/")
+    page.wait_for_selector("#kc-form-login")
+    assert page.url.startswith(oidc.issuer)
+
+
+def test_a_member_who_is_no_operator_is_told_so_at_the_admin_site(oidc, app_server, acme,
+                                                                  browser):
+    page = browser.new_page()
+    sign_in(page, app_server.url, "alice", "alice-pw")
+
+    response = page.goto(f"{app_server.url}/admin/")
+
+    assert response.status == 403
+    assert page.text_content("#not-an-operator") == "Operators only"

@@ -43,13 +43,23 @@ def acme(transactional_db):
     return create_tenant(ctx=CTX, slug="acme", owner=make_user("founder"))
 
 
-def sign_in(page, app_url: str, username: str, password: str) -> None:
-    page.goto(f"{app_url}/accounts/login/?next=/accounts/me/")
+def sign_in(page, app_url: str, username: str, password: str,
+            start: str = "/accounts/login/?next=/accounts/me/",
+            lands: str = "/accounts/me/") -> None:
+    page.goto(f"{app_url}{start}")
     page.wait_for_selector("#kc-form-login")
     page.fill("#username", username)
     page.fill("#password", password)
     page.click("#kc-login")
-    page.wait_for_url(f"{app_url}/accounts/me/")
+    page.wait_for_url(f"{app_url}{lands}")
+
+
+def assert_signed_out_at_the_provider(page, app_url: str, issuer: str, then: str) -> None:
+    """After a sign-out, `then` asks for the password again: the provider's session ended."""
+    page.wait_for_url(f"{app_url}/accounts/signed-out/")
+    page.goto(f"{app_url}{then}")
+    page.wait_for_selector("#kc-form-login")
+    assert page.url.startswith(issuer)
 
 
 def test_a_user_signs_in_at_the_provider_and_lands_signed_in_with_tenant_and_role(
@@ -69,12 +79,8 @@ def test_signing_out_ends_the_session_at_the_provider_too(oidc, app_server, acme
     assert page.text_content("tr[data-tenant=acme] .role") == "owner"
 
     page.click("#sign-out")
-    page.wait_for_url(f"{app_server.url}/accounts/signed-out/")
-    page.goto(f"{app_server.url}/accounts/me/")
 
-    # Signed out here and at the provider: it asks for the password again.
-    page.wait_for_selector("#kc-form-login")
-    assert page.url.startswith(oidc.issuer)
+    assert_signed_out_at_the_provider(page, app_server.url, oidc.issuer, then="/accounts/me/")
 
 
 def test_a_wrong_password_stays_on_the_provider_login_page(oidc, app_server, acme, browser):
@@ -119,21 +125,14 @@ def test_an_operator_signs_in_to_the_admin_site_at_the_provider_and_out_again(
     """root is an operator by a realm role: /admin/ sends the browser to the provider's login
     page and back into the admin; the admin's own sign-out ends the provider's session too."""
     page = browser.new_page()
-    page.goto(f"{app_server.url}/admin/")
-    page.wait_for_selector("#kc-form-login")
-    page.fill("#username", "root")
-    page.fill("#password", "root-pw")
-    page.click("#kc-login")
-    page.wait_for_url(f"{app_server.url}/admin/")
+    sign_in(page, app_server.url, "root", "root-pw", start="/admin/", lands="/admin/")
 
     assert "Site administration" in page.text_content("#content h1")
     assert page.text_content("#user-tools strong") == "root"
 
     page.click("#logout-form button")
-    page.wait_for_url(f"{app_server.url}/accounts/signed-out/")
-    page.goto(f"{app_server.url}/admin/")
-    page.wait_for_selector("#kc-form-login")
-    assert page.url.startswith(oidc.issuer)
+
+    assert_signed_out_at_the_provider(page, app_server.url, oidc.issuer, then="/admin/")
 
 
 def test_a_member_who_is_no_operator_is_told_so_at_the_admin_site(oidc, app_server, acme,

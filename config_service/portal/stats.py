@@ -62,6 +62,8 @@ def _broker_rows(vhost: str) -> dict:
             params={"columns": "name,messages,consumers,message_stats.publish,"
                                "message_stats.deliver_get"},
             auth=(settings.RABBITMQ_API_USER, settings.RABBITMQ_API_PASSWORD), timeout=3)
+        if response.status_code == 404:  # the vhost is not made yet (space Configuring)
+            return {}
         response.raise_for_status()
     except Exception:
         logger.warning("portal.broker_stats_failed", exc_info=True)

@@ -1,6 +1,7 @@
 """Portal pages: tenants, address spaces, addresses (paged, filtered, sorted, live stats),
 messaging users, connection examples, usage and history. Role-aware: a viewer sees no edit
-controls, and every write is checked again on the server by tenant_for and the services."""
+controls, and every write is checked again on the server by tenant_for and the services. Pages
+that only show something take GET (and HEAD) alone: a POST to them gets 405."""
 import base64
 import secrets
 from urllib.parse import urlencode
@@ -11,7 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from tenants.models import AddressPlan, QuotaEvaluation, TenantQuota, TenantUsageDaily
 from tenants.roles import Action
@@ -33,6 +34,7 @@ PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
 
 
 @login_required
+@require_safe
 def home(request):
     p_tenants = list(request.user.memberships.select_related("tenant").order_by("tenant__slug"))
     if len(p_tenants) == 1 and not request.user.is_staff:
@@ -61,6 +63,7 @@ def spaces(request, tenant):
 
 
 @login_required
+@require_safe
 def space(request, tenant, space):
     p = page(request, tenant)
     s = space_of(p, space)
@@ -101,6 +104,7 @@ def _address_table(request, s, states) -> dict:
 
 
 @login_required
+@require_safe
 def address_rows(request, tenant, space):
     """The addresses table alone (htmx: filtering, sorting and paging without a reload)."""
     p = page(request, tenant)
@@ -111,6 +115,7 @@ def address_rows(request, tenant, space):
 
 
 @login_required
+@require_safe
 def address_stats_view(request, tenant, space):
     """Live stats for the addresses on the current page (htmx polls it)."""
     p = page(request, tenant)
@@ -208,9 +213,13 @@ def address_purge(request, tenant, space, address):
                                                                      "deadletter"))
     if request.method == "POST":
         from workers.storage.controller import purge
+        from workers.storage.rabbitmq import BrokerError
 
-        purge(s, a)
-        messages.success(request, f"Messages of {a.address} purged.")
+        try:
+            purge(s, a)
+            messages.success(request, f"Messages of {a.address} purged.")
+        except BrokerError as exc:
+            messages.error(request, f"The broker could not purge {a.address}: {exc}")
         return redirect("portal:space", tenant=tenant, space=space)
     return render(request, "portal/confirm.html", p.context(
         title=f"Purge every message of {a.address}?", body="This cannot be undone.",
@@ -310,6 +319,7 @@ def user_delete(request, tenant, space, user):
 
 
 @login_required
+@require_safe
 def connect(request, tenant, space):
     p = page(request, tenant)
     s = space_of(p, space)
@@ -326,6 +336,7 @@ def connect(request, tenant, space):
 
 
 @login_required
+@require_safe
 def usage(request, tenant):
     p = page(request, tenant)
     days = list(TenantUsageDaily.objects.filter(tenant=p.tenant).order_by("-day")[:30])[::-1]
@@ -339,6 +350,7 @@ def usage(request, tenant):
 
 
 @login_required
+@require_safe
 def history(request, tenant):
     p = page(request, tenant)
     events = ConfigEvent.objects.filter(tenant=p.tenant).order_by("-position")

@@ -13,30 +13,30 @@ import uuid
 
 import pytest
 from django.db import transaction
-from django.urls import URLPattern, URLResolver, get_resolver
 
 from config_service.models import ConfigEvent
-from tenants.invitations import invite
-from tenants.models import AddressPlan, AddressSpacePlan, Role
 from tenants.roles import Action, role_allows
-from tenants.services import add_member
-from tests.conftest import CTX, address_manifest, b64, client_for, make_user, space_manifest
+from tests.conftest import address_manifest, client_for, space_manifest
 
-ROLES = ["anonymous", "outsider", "viewer", "admin", "owner", "staff"]
+from .matrix import (
+    ROLES,
+    build_world,
+    endpoints,
+    recording_actions,
+    rolled_back,
+    url_for,
+    user_manifest,
+)
+
 WRITES = ("post", "put", "patch", "delete")
-PLAN = "matrix-plan"  # an address space plan and an address plan of the same name
 
 
-def api_endpoints(resolver=None, prefix=""):
+def api_endpoints():
     """(route, url name, view class) of every endpoint under /api/v1/."""
-    for entry in (resolver or get_resolver()).url_patterns:
-        route = prefix + str(entry.pattern)
-        if isinstance(entry, URLResolver):
-            yield from api_endpoints(entry, route)
-        elif isinstance(entry, URLPattern) and route.startswith("api/v1/"):
-            view = getattr(entry.callback, "view_class", None)
-            if view is not None:
-                yield route, entry.name, view
+    for route, name, callback in endpoints("api/v1/"):
+        view = getattr(callback, "view_class", None)
+        if view is not None:
+            yield route, name, view
 
 
 CASES = [
@@ -72,13 +72,6 @@ DOCUMENTED = {
 }
 
 
-def user_manifest(name: str) -> dict:
-    return {"kind": "MessagingUser", "metadata": {"name": f"matrix.{name}"},
-            "spec": {"username": name,
-                     "authentication": {"type": "password", "password": b64("s3cret-pass")},
-                     "authorization": [{"addresses": ["orders"], "operations": ["send"]}]}}
-
-
 # Valid input, so that an allowed request succeeds (2xx); other endpoints get {} and must only
 # get past authorization.
 BODIES = {
@@ -102,35 +95,7 @@ BODIES = {
 
 @pytest.fixture
 def world(tenant, owner, admin_member, viewer, outsider):
-    """The tenant of tests/conftest.py with a space, an address, a messaging user, one more
-    member and a plan; the outsider owns a tenant of their own."""
-    owner_client = client_for(owner)
-    base = f"/api/v1/tenants/{tenant.slug}/addressspaces/"
-    assert owner_client.post(base, space_manifest("matrix"), format="json").status_code == 201
-    assert owner_client.post(f"{base}matrix/addresses/", address_manifest("matrix", "orders"),
-                             format="json").status_code == 201
-    assert owner_client.post(f"{base}matrix/users/", user_manifest("app"),
-                             format="json").status_code == 201
-    add_member(ctx=CTX, tenant=tenant, user=make_user("mia"), role=Role.VIEWER)
-    AddressSpacePlan.objects.create(name=PLAN, address_space_type="brokered")
-    AddressPlan.objects.create(name=PLAN, address_type="queue")
-    invitation, _ = invite(ctx=CTX, tenant=tenant, email="ivy@example.com", role=Role.VIEWER,
-                           invited_by=owner)
-    users = {"owner": owner, "admin": admin_member, "viewer": viewer, "outsider": outsider,
-             "staff": make_user("sam", staff=True), "anonymous": None}
-    kwargs = {"tenant": tenant.slug, "space": "matrix", "address": "matrix.orders",
-              "user": "matrix.app", "plan": PLAN, "member": "mia",
-              "invitation": invitation.uid}
-    return users, kwargs
-
-
-def url_for(route: str, kwargs: dict) -> str:
-    path = route
-    for converter in ("slug", "str", "int", "path", "uuid"):
-        for name, value in kwargs.items():
-            path = path.replace(f"<{converter}:{name}>", str(value))
-    assert "<" not in path, f"give the matrix a value for the parameter in {route}"
-    return "/" + path
+    return build_world(tenant, owner, admin_member, viewer, outsider)
 
 
 def send(client, method: str, url: str, body):
@@ -139,21 +104,8 @@ def send(client, method: str, url: str, body):
 
 def required_action(view, client, method: str, url: str, body) -> Action | None:
     """The action the view asks tenant_for() about, on a request that is rolled back."""
-    module = sys.modules[view.__module__]
-    real = module.tenant_for
-    asked = []
-
-    def recording(user, slug, action):
-        asked.append(action)
-        return real(user, slug, action)
-
-    module.tenant_for = recording
-    try:
-        with transaction.atomic():
-            send(client, method, url, body)
-            transaction.set_rollback(True)
-    finally:
-        module.tenant_for = real
+    with recording_actions(sys.modules[view.__module__]) as asked:
+        rolled_back(lambda: send(client, method, url, body))
     return asked[0] if asked else None
 
 

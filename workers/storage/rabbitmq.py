@@ -224,7 +224,8 @@ class RabbitMQApi:
         self.request("DELETE", f"/queues/{_q(vhost)}/{_q(name)}", missing_ok=True)
 
     def purge_queue(self, vhost: str, name: str) -> None:
-        self.request("DELETE", f"/queues/{_q(vhost)}/{_q(name)}/contents")
+        # A queue not on the broker yet (its address still Configuring) holds nothing to purge.
+        self.request("DELETE", f"/queues/{_q(vhost)}/{_q(name)}/contents", missing_ok=True)
 
     # exchanges
     def list_exchanges(self, vhost: str, columns=EXCHANGE_COLUMNS) -> list[dict]:

@@ -2,6 +2,7 @@
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from .identity.authentication import bearer_challenge
 from .models import PersonalAccessToken
 
 
@@ -28,4 +29,4 @@ class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
         return pat.user, pat
 
     def authenticate_header(self, request):
-        return self.keyword
+        return bearer_challenge(request)

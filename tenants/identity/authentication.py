@@ -27,6 +27,7 @@ class OidcBearerAuthentication(authentication.BaseAuthentication):
         try:
             claims = validate_access_token(token)
         except TokenRejected as exc:
+            request.bearer_error = exc.reason
             raise exceptions.AuthenticationFailed(f"Invalid bearer token: {exc.reason}.",
                                                   code=exc.code) from None
         user = provisioning.user_for_claims(
@@ -39,4 +40,14 @@ class OidcBearerAuthentication(authentication.BaseAuthentication):
         return user, claims
 
     def authenticate_header(self, request):
-        return self.keyword
+        return bearer_challenge(request)
+
+
+def bearer_challenge(request) -> str:
+    """The WWW-Authenticate header of a 401 (RFC 6750): OAuth clients read a refused token's
+    reason there, as well as in the body."""
+    reason = getattr(request, "bearer_error", None)
+    if reason is None:
+        return 'Bearer realm="maas"'
+    description = reason.replace("\\", "").replace('"', "'")
+    return f'Bearer realm="maas", error="invalid_token", error_description="{description}"'

@@ -117,6 +117,8 @@ def test_a_bad_token_gets_401_with_its_reason_and_changes_nothing(oidc, acme, ca
     assert response.status_code == 401
     assert response.json()["code"] == code
     assert words in response.json()["message"]
+    assert response["WWW-Authenticate"].startswith('Bearer realm="maas", error="invalid_token"')
+    assert words in response["WWW-Authenticate"]
     assert (ConfigEvent.objects.count(), get_user_model().objects.count()) == (events, users)
     assert not AddressSpace.objects.exists()
 

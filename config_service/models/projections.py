@@ -70,6 +70,11 @@ class Address(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def broker_object_name(self) -> str:
+        """The broker object's name: a subscription's queue is `<topic>::<subscription>`."""
+        return f"{self.topic}::{self.address}" if self.type == "subscription" else self.address
+
 
 class MessagingUser(models.Model):
     """A credential for messaging clients in one address space, with authorization rules."""

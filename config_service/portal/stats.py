@@ -78,7 +78,7 @@ def address_stats(space, addresses) -> dict:
     now = time.time()
     out = {}
     for a in addresses:
-        wire = f"{a.topic}::{a.address}" if a.type == "subscription" else a.address
+        wire = a.broker_object_name
         r = router.get(wire, {})
         q = broker.get(wire, {})
         stats = q.get("message_stats") or {}

@@ -110,7 +110,7 @@ def desired_entities(space, addresses, users, broker_username: str,
                 direction="out", connection=connection, delExternalPrefix=a.address,
                 addExternalPrefix=f"/exchange/{a.address}/#")
         elif a.type == "subscription":
-            queue = f"{a.topic}::{a.address}"
+            queue = a.broker_object_name
             add(LINK_ROUTE, f"linkroute:{queue}:out", a, prefix=f"{vhost}/{queue}",
                 direction="out", connection=connection, delExternalPrefix=queue,
                 addExternalPrefix=f"/amq/queue/{queue}")

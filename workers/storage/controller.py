@@ -49,12 +49,6 @@ def stored_addresses(space: AddressSpace) -> list[Address]:
     return list(addresses.select_related("space").order_by("name"))
 
 
-def wire_name(address: Address) -> str:
-    """The broker object's name: a subscription's queue is `<topic>::<subscription>`."""
-    return f"{address.topic}::{address.address}" if address.type == "subscription" \
-        else address.address
-
-
 def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
     state = VhostState(vhost=space.vhost,
                        max_connections=space.plan_status.get("maxConnections"))
@@ -66,7 +60,7 @@ def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -
                                             expiry=a.expiry or None, ttl_ms=ttl))
             continue
         state.queues.append(BrokerQueue(
-            name=wire_name(a),
+            name=a.broker_object_name,
             kind=a.type,
             topic=a.topic or None,
             deadletter=a.deadletter or None,
@@ -141,7 +135,7 @@ class StorageController(Agent):
             return Report(space_error=f"Broker refused the configuration: {exc}")
         if result.transient:
             raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
-        wire_to_name = {wire_name(a): a.name for a in addresses}
+        wire_to_name = {a.broker_object_name: a.name for a in addresses}
         errors = {
             name: {"message": result.errors.get(wire) or "Not yet verified on the broker",
                    "permanent": False}
@@ -159,5 +153,5 @@ class StorageController(Agent):
 
 def purge(space: AddressSpace, address: Address) -> None:
     """Drops every stored message of a queue, subscription or deadletter address."""
-    _management_api().purge_queue(space.vhost, wire_name(address))
+    _management_api().purge_queue(space.vhost, address.broker_object_name)
     logger.info("storage.purged", extra={"space": str(space.uid), "address": address.name})

@@ -111,8 +111,7 @@ def wire_names(spaces) -> dict:
     names: dict = defaultdict(dict)
     addresses = Address.objects.filter(space__in=spaces, scheduled=True)
     for a in addresses.only("space_id", "address", "type", "topic"):
-        wire = f"{a.topic}::{a.address}" if a.type == "subscription" else a.address
-        names[a.space_id][wire] = a.address
+        names[a.space_id][a.broker_object_name] = a.address
     return names
 
 

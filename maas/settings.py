@@ -2,15 +2,19 @@
 from pathlib import Path
 
 from .env import database_from_url, env, env_bool, env_float, env_int, env_list
+from .local_secrets import installation_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("MAAS_DEBUG", False)
+MAAS_PRODUCTION = env_bool("MAAS_PRODUCTION", False)
+# Secrets an installation run without them makes once, at random (never a constant).
+MAAS_SECRETS_DIR = Path(env("MAAS_SECRETS_DIR", str(BASE_DIR / "var" / "secrets")))
 SECRET_KEY = env("MAAS_SECRET_KEY") or ""
 if not SECRET_KEY:
-    if env_bool("MAAS_PRODUCTION", False):
+    if MAAS_PRODUCTION:
         raise RuntimeError("MAAS_SECRET_KEY must be set in production")
-    SECRET_KEY = "maas-insecure-development-key-change-me"  # noqa: S105 - local default only
+    SECRET_KEY = installation_secret(MAAS_SECRETS_DIR, "secret-key")
 ALLOWED_HOSTS = env_list("MAAS_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("MAAS_CSRF_TRUSTED_ORIGINS", "")
 
@@ -125,7 +129,7 @@ MAAS_OIDC_GROUP_PATTERN = env("MAAS_OIDC_GROUP_PATTERN", "/tenants/{tenant}/{rol
 MAAS_OIDC_ROLE_PATTERN = env("MAAS_OIDC_ROLE_PATTERN", "tenant:{tenant}:{role}")
 MAAS_OIDC_STAFF_CLAIM = env("MAAS_OIDC_STAFF_CLAIM", "realm_access.roles")
 MAAS_OIDC_STAFF_VALUE = env("MAAS_OIDC_STAFF_VALUE", "maas-operator")
-if env_bool("MAAS_PRODUCTION", False) and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
+if MAAS_PRODUCTION and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
     raise RuntimeError("MAAS_OIDC_CLIENT_SECRET must be set with MAAS_OIDC_ISSUER in production")
 
 # A browser session from a provider sign-in checks back with the provider (a refresh-token
@@ -215,8 +219,12 @@ MAAS_ROUTER_ENABLED = env_bool("MAAS_ROUTER_ENABLED", True)
 MAAS_RUN_EMBEDDED_ROUTER = env_bool("MAAS_RUN_EMBEDDED_ROUTER", True)
 MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqp://127.0.0.1:5675")
 MAAS_ROUTER_ADMIN_USER = env("MAAS_ROUTER_ADMIN_USER", "admin")
-MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or __import__("hashlib").sha256(
-    f"router-admin:{SECRET_KEY}".encode()).hexdigest()
+# Router management: random per installation unless set; internal to the control plane.
+MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or ""
+if not MAAS_ROUTER_ADMIN_PASSWORD:
+    if MAAS_PRODUCTION and MAAS_ROUTER_ENABLED:
+        raise RuntimeError("MAAS_ROUTER_ADMIN_PASSWORD must be set in production")
+    MAAS_ROUTER_ADMIN_PASSWORD = installation_secret(MAAS_SECRETS_DIR, "router-admin-password")
 MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
 MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from config_service.models import Address, AddressSpace, MessagingUser
 
+from .. import credentials
 from ..agents.base import Agent, Report, TransientError
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -92,12 +93,11 @@ def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -
 
 def router_broker_user(space: AddressSpace) -> BrokerUser:
     """The router's own login on the space's vhost, for its autoLinks and linkRoutes."""
-    from workers.agents import router_config as rc
-
+    user, password = credentials.router_broker(space.vhost)
     salt = hashlib.sha256(space.vhost.encode()).digest()[:4]  # stable: no needless updates
     return BrokerUser(
-        username=rabbitmq.broker_username(space.vhost, rc.ROUTER_BROKER_USER),
-        password_hash=rabbitmq.hash_password(rc.broker_password(space.vhost), salt),
+        username=rabbitmq.broker_username(space.vhost, user),
+        password_hash=rabbitmq.hash_password(password, salt),
         send=("*",), recv=("*",),
     )
 
@@ -145,10 +145,17 @@ class StorageController(Agent):
         return Report(address_errors=errors, space_error="; ".join(problems)[:500])
 
     def teardown(self, space: AddressSpace) -> None:
+        """Deletes the space's vhost (or MaaS's objects in it) and users; any failure is
+        retried, so no vhost is left behind with its queues."""
         try:
-            _reconciler().teardown(space.vhost)
+            result = _reconciler().teardown(space.vhost)
         except rabbitmq.BrokerError as exc:
             raise TransientError(str(exc)) from exc
+        if not result.ok:
+            problems = (result.vhost_errors + list(result.errors.values())
+                        + [f"user {u}: {m}" for u, m in result.user_errors.items()])
+            raise TransientError("; ".join(problems)[:400])
+        credentials.forget(credentials.router_broker_name(space.vhost))
 
 
 def purge(space: AddressSpace, address: Address) -> None:

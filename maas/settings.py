@@ -151,6 +151,10 @@ DEFAULT_FROM_EMAIL = env("MAAS_EMAIL_FROM", "MaaS <maas@localhost>")
 MAAS_PUBLIC_URL = env("MAAS_PUBLIC_URL", "")  # for links in mails; else the request's host
 MAAS_INVITATION_DAYS = env_int("MAAS_INVITATION_DAYS", 7)
 
+# /metrics names every tenant and address space: with a token set, only a scrape that sends
+# `Authorization: Bearer <token>` reads it; without one, only clients on this machine do.
+MAAS_METRICS_TOKEN = env("MAAS_METRICS_TOKEN", "") or ""
+
 # Celery: Redis is the broker of the control plane (RabbitMQ belongs to the tenants).
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
@@ -229,6 +233,7 @@ MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
 MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
+MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
 # Per address space (vhost policy); a space's spec.routerPolicy may override each value.
 MAAS_ROUTER_POLICY = {
     "maxConnections": env_int("MAAS_ROUTER_MAX_CONNECTIONS", 1000),

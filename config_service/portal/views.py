@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
 from tenants.models import AddressPlan, QuotaEvaluation, TenantQuota, TenantUsageDaily
@@ -252,6 +253,7 @@ def space_plan(request, tenant, space):
     return redirect("portal:space", tenant=tenant, space=space)
 
 
+@never_cache  # shows a new password once: no browser or proxy may keep the page
 @login_required
 def users(request, tenant, space):
     p = page(request, tenant)
@@ -274,6 +276,7 @@ def users(request, tenant, space):
         shown=shown))
 
 
+@never_cache  # shows the new password once
 @login_required
 @require_POST
 def user_rotate(request, tenant, space, user):

@@ -213,14 +213,11 @@ def address_purge(request, tenant, space, address):
     a = get_object_or_404(Address, space=s, name=address, type__in=("queue", "subscription",
                                                                      "deadletter"))
     if request.method == "POST":
-        from workers.storage.controller import purge
-        from workers.storage.rabbitmq import BrokerError
-
         try:
-            purge(s, a)
-            messages.success(request, f"Messages of {a.address} purged.")
-        except BrokerError as exc:
-            messages.error(request, f"The broker could not purge {a.address}: {exc}")
+            services.purge_address(ctx=ctx(request), space=s, name=a.name)
+            messages.success(request, f"Purging the messages of {a.address}.")
+        except ServiceError as exc:
+            messages.error(request, exc.message)
         return redirect("portal:space", tenant=tenant, space=space)
     return render(request, "portal/confirm.html", p.context(
         title=f"Purge every message of {a.address}?", body="This cannot be undone.",

@@ -15,6 +15,8 @@ from .models import Address, AddressSpace, AgentState
 _INFRA = ("infra",) if getattr(settings, "MAAS_INFRA_BACKEND", "local") == "kubernetes" else ()
 AGENTS_BY_SPACE_TYPE = {"brokered": ("storage",), "standard": ("storage", "router") + _INFRA}
 ROUTER_ONLY_TYPES = ("anycast", "multicast")
+# Every phase an address space or an address can be in (EnMasse's), in lifecycle order.
+PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
 
 
 def agents_for_address(space_type: str, address_type: str) -> tuple[str, ...]:

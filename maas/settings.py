@@ -105,6 +105,18 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Bodies are typed by config_service/api/schemas.py; update bodies are partial already.
+    "COMPONENT_SPLIT_PATCH": False,
+    # One name per closed set of values, however many fields use it (else: warnings, and
+    # clients with one enum class per field).
+    "ENUM_NAME_OVERRIDES": {
+        "PhaseEnum": "config_service.status.PHASES",
+        "AddressSpaceTypeEnum": "config_service.api.schemas.ADDRESS_SPACE_TYPES",
+        "AddressTypeEnum": "config_service.api.schemas.ADDRESS_TYPES",
+        "OperationEnum": "config_service.api.schemas.OPERATIONS",
+        "RoleEnum": "config_service.api.schemas.ROLES",
+        "AuthenticationTypeEnum": "config_service.api.schemas.AUTHENTICATION_TYPES",
+    },
 }
 
 CACHES = {

@@ -4,6 +4,7 @@ import datetime
 import io
 
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,6 +20,7 @@ from tenants.models import (
 from tenants.roles import Action
 
 from ..errors import Invalid
+from . import schemas
 
 COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out", "stored_messages",
             "stored_bytes")
@@ -40,7 +42,8 @@ class UsageView(APIView):
                     OpenApiParameter("granularity", str, enum=["daily", "hourly"]),
                     OpenApiParameter("space", str),
                     OpenApiParameter("export", str, enum=["csv"], description="CSV download")],
-        responses={200: {"type": "object", "additionalProperties": True}},
+        responses={(200, "application/json"): schemas.UsageReport,
+                   (200, "text/csv"): OpenApiTypes.STR, **schemas.errors(400, 401, 404)},
         summary="Metered usage per address space and address, and the tenant's quota state",
     )
     def get(self, request, tenant):

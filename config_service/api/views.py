@@ -19,12 +19,11 @@ from .. import services
 from ..errors import Invalid
 from ..events import public_payload
 from ..models import Address, AddressSpace, ConfigEvent, MessagingUser
-from ..status import agent_states, phase_filter, space_status
-from . import resources
+from ..status import PHASES, agent_states, phase_filter, space_status
+from . import resources, schemas
 from .pagination import ListPagination
 
-PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
-RESOURCE = OpenApiTypes.OBJECT  # EnMasse-shaped resources, documented in docs/api.md
+READ, WRITE = schemas.errors(401, 404), schemas.errors(400, 401, 403, 404, 409)
 
 
 def _ctx(request) -> services.Context:
@@ -52,14 +51,15 @@ LIST_PARAMS = [
 
 
 class TenantList(APIView):
-    @extend_schema(responses=RESOURCE, summary="Tenants you are a member of (staff: all)")
+    @extend_schema(responses={200: schemas.TenantList, **schemas.errors(401)},
+                   summary="Tenants you are a member of (staff: all)")
     def get(self, request):
         tenants = visible_tenants(request.user).order_by("slug")
         return _paged(self, request, tenants,
                       lambda t: resources.tenant(t, role_of(request.user, t)),
                       "TenantList", resources.MAAS_API)
 
-    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
+    @extend_schema(request=schemas.TenantManifest, responses={201: schemas.Tenant, **WRITE},
                    summary="Create a tenant; you become its owner")
     def post(self, request):
         metadata, spec = resources.read(request.data, "Tenant")
@@ -69,12 +69,12 @@ class TenantList(APIView):
 
 
 class TenantDetail(APIView):
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.Tenant, **READ})
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ)
         return Response(resources.tenant(t, role_of(request.user, t)))
 
-    @extend_schema(responses={202: RESOURCE},
+    @extend_schema(responses={202: schemas.Tenant, **WRITE},
                    summary="Delete the tenant (owner): its address spaces are torn down, its "
                            "members lose access at once; the name is free once the spaces are gone")
     def delete(self, request, tenant):
@@ -93,7 +93,8 @@ class SpaceMixin:
 
 
 class AddressSpaceList(APIView):
-    @extend_schema(parameters=LIST_PARAMS, responses=RESOURCE)
+    @extend_schema(parameters=LIST_PARAMS, responses={200: schemas.AddressSpaceList, **READ,
+                                                      **schemas.errors(400)})
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ)
         spaces = AddressSpace.objects.filter(tenant=t).select_related("tenant").order_by("name")
@@ -108,7 +109,8 @@ class AddressSpaceList(APIView):
                       lambda s: resources.address_space(s, states.get(s.uid, {})),
                       "AddressSpaceList", resources.ENMASSE)
 
-    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
+    @extend_schema(request=schemas.AddressSpaceManifest,
+                   responses={201: schemas.AddressSpace, **WRITE},
                    summary="Create an address space (an EnMasse AddressSpace manifest)")
     def post(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.MANAGE_SPACES)
@@ -122,12 +124,13 @@ class AddressSpaceList(APIView):
 
 
 class AddressSpaceDetail(SpaceMixin, APIView):
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.AddressSpace, **READ})
     def get(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.READ)
         return Response(resources.address_space(s, agent_states([s.uid]).get(s.uid, {})))
 
-    @extend_schema(request=RESOURCE, responses=RESOURCE,
+    @extend_schema(request=schemas.AddressSpaceUpdate,
+                   responses={200: schemas.AddressSpace, **WRITE},
                    summary="Change the plan of an address space (owner)")
     def put(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.CHANGE_SPACE_PLAN)
@@ -142,7 +145,7 @@ class AddressSpaceDetail(SpaceMixin, APIView):
 
     patch = put
 
-    @extend_schema(responses={202: RESOURCE})
+    @extend_schema(responses={202: schemas.AddressSpace, **WRITE})
     def delete(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.MANAGE_SPACES)
         services.delete_address_space(ctx=_ctx(request), space=s,
@@ -154,7 +157,7 @@ class AddressSpaceDetail(SpaceMixin, APIView):
 
 class AddressList(SpaceMixin, APIView):
     @extend_schema(parameters=LIST_PARAMS + [OpenApiParameter("search", str)],
-                   responses=RESOURCE)
+                   responses={200: schemas.AddressList, **READ, **schemas.errors(400)})
     def get(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.READ)
         states = agent_states([s.uid]).get(s.uid, {})
@@ -169,7 +172,7 @@ class AddressList(SpaceMixin, APIView):
         return _paged(self, request, addresses, lambda a: resources.address(s, a, states),
                       "AddressList", resources.ENMASSE)
 
-    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
+    @extend_schema(request=schemas.AddressManifest, responses={201: schemas.Address, **WRITE},
                    summary="Create an address (an EnMasse Address manifest)")
     def post(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
@@ -187,13 +190,13 @@ class AddressDetail(SpaceMixin, APIView):
     def _get(self, s, name):
         return get_object_or_404(Address, space=s, name=name)
 
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.Address, **READ})
     def get(self, request, tenant, space, address):
         s = self.space(request, tenant, space, Action.READ)
         return Response(resources.address(s, self._get(s, address),
                                           agent_states([s.uid]).get(s.uid, {})))
 
-    @extend_schema(request=RESOURCE, responses=RESOURCE,
+    @extend_schema(request=schemas.AddressUpdate, responses={200: schemas.Address, **WRITE},
                    summary="Change plan, deadletter, expiry, TTL or redelivery of an address")
     def put(self, request, tenant, space, address):
         s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
@@ -217,7 +220,7 @@ class AddressDetail(SpaceMixin, APIView):
 
     patch = put
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, **WRITE})
     def delete(self, request, tenant, space, address):
         s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
         self._get(s, address)
@@ -227,7 +230,7 @@ class AddressDetail(SpaceMixin, APIView):
 
 
 class AddressPurge(SpaceMixin, APIView):
-    @extend_schema(request=None, responses={202: RESOURCE},
+    @extend_schema(request=None, responses={202: schemas.Address, **WRITE},
                    summary="Drop every stored message of a queue, subscription or deadletter "
                            "address (carried out by the storage agent, once)")
     def post(self, request, tenant, space, address):
@@ -239,7 +242,7 @@ class AddressPurge(SpaceMixin, APIView):
 
 
 class MessagingUserList(SpaceMixin, APIView):
-    @extend_schema(parameters=LIST_PARAMS[:2], responses=RESOURCE)
+    @extend_schema(parameters=LIST_PARAMS[:2], responses={200: schemas.MessagingUserList, **READ})
     def get(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.READ)
         states = agent_states([s.uid]).get(s.uid, {})
@@ -247,7 +250,8 @@ class MessagingUserList(SpaceMixin, APIView):
         return _paged(self, request, users, lambda u: resources.messaging_user(s, u, states),
                       "MessagingUserList", resources.USER_API)
 
-    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
+    @extend_schema(request=schemas.MessagingUserManifest,
+                   responses={201: schemas.MessagingUser, **WRITE},
                    summary="Create a messaging user (an EnMasse MessagingUser manifest)")
     def post(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.MANAGE_USERS)
@@ -263,13 +267,14 @@ class MessagingUserDetail(SpaceMixin, APIView):
     def _get(self, s, name):
         return get_object_or_404(MessagingUser, space=s, name=name)
 
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.MessagingUser, **READ})
     def get(self, request, tenant, space, user):
         s = self.space(request, tenant, space, Action.READ)
         return Response(resources.messaging_user(s, self._get(s, user),
                                                  agent_states([s.uid]).get(s.uid, {})))
 
-    @extend_schema(request=RESOURCE, responses=RESOURCE,
+    @extend_schema(request=schemas.MessagingUserUpdate,
+                   responses={200: schemas.MessagingUser, **WRITE},
                    summary="Change the password or the authorization rules of a user")
     def put(self, request, tenant, space, user):
         s = self.space(request, tenant, space, Action.MANAGE_USERS)
@@ -285,7 +290,7 @@ class MessagingUserDetail(SpaceMixin, APIView):
 
     patch = put
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, **WRITE})
     def delete(self, request, tenant, space, user):
         s = self.space(request, tenant, space, Action.MANAGE_USERS)
         self._get(s, user)
@@ -295,7 +300,8 @@ class MessagingUserDetail(SpaceMixin, APIView):
 
 
 class AddressSpacePlanList(APIView):
-    @extend_schema(parameters=[OpenApiParameter("type", str)], responses=RESOURCE)
+    @extend_schema(parameters=[OpenApiParameter("type", str)],
+                   responses={200: schemas.AddressSpacePlanList, **schemas.errors(401)})
     def get(self, request):
         plans = AddressSpacePlan.objects.prefetch_related("address_plans").order_by(
             "display_order", "name")
@@ -306,7 +312,7 @@ class AddressSpacePlanList(APIView):
 
 
 class AddressSpacePlanDetail(APIView):
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.AddressSpacePlan, **READ})
     def get(self, request, plan):
         return Response(resources.address_space_plan(get_object_or_404(AddressSpacePlan,
                                                                        name=plan)))
@@ -314,7 +320,8 @@ class AddressSpacePlanDetail(APIView):
 
 class AddressPlanList(APIView):
     @extend_schema(parameters=[OpenApiParameter("type", str),
-                               OpenApiParameter("addressSpacePlan", str)], responses=RESOURCE)
+                               OpenApiParameter("addressSpacePlan", str)],
+                   responses={200: schemas.AddressPlanList, **schemas.errors(401)})
     def get(self, request):
         plans = AddressPlan.objects.order_by("display_order", "name")
         if request.query_params.get("type"):
@@ -326,7 +333,7 @@ class AddressPlanList(APIView):
 
 
 class AddressPlanDetail(APIView):
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.AddressPlan, **READ})
     def get(self, request, plan):
         return Response(resources.address_plan(get_object_or_404(AddressPlan, name=plan)))
 
@@ -336,7 +343,8 @@ class EventList(APIView):
         parameters=[OpenApiParameter("after", OpenApiTypes.INT, description="position"),
                     OpenApiParameter("type", str), OpenApiParameter("space", str),
                     OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
-        responses=RESOURCE, summary="The tenant's own config log, oldest first (read-only)",
+        responses={200: schemas.ConfigEventList, **READ, **schemas.errors(400)},
+        summary="The tenant's own config log, oldest first (read-only)",
     )
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ)

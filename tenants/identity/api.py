@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from config_service.api.pagination import ListPagination
 from config_service.api.resources import MAAS_API, event
+from config_service.api.schemas import errors
 from config_service.errors import Invalid, NotFound
 from config_service.events import public_payload
 from config_service.models import ConfigEvent
@@ -31,7 +32,9 @@ from tenants.models import Invitation, Membership, Role
 from tenants.roles import Action
 from tenants.services import add_member, keep_an_owner, remove_member
 
-RESOURCE = OpenApiTypes.OBJECT  # EnMasse-shaped resources, documented in docs/api.md
+from . import api_schemas as schemas
+
+READ, WRITE = errors(401, 404), errors(400, 401, 403, 404, 409)
 
 
 class InvitationRequired(Invalid):
@@ -67,14 +70,16 @@ def _role(data) -> str:
 
 
 class MemberList(APIView):
-    @extend_schema(responses=RESOURCE, summary="The tenant's members and their roles")
+    @extend_schema(responses={200: schemas.MemberList, **READ},
+                   summary="The tenant's members and their roles")
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ)
         members = Membership.objects.filter(tenant=t).select_related("user").order_by(
             "user__username")
         return _paged(self, request, members, member_resource, "MemberList")
 
-    @extend_schema(request=RESOURCE, responses={202: RESOURCE, 400: RESOURCE},
+    @extend_schema(request=schemas.InvitationManifest,
+                   responses={202: schemas.Invitation, **WRITE},
                    summary="Invite a member by email (owner): the same as POST .../invitations/, "
                            "answered 202 with the Invitation; a username is refused (400)")
     def post(self, request, tenant):
@@ -102,12 +107,13 @@ class MemberDetail(APIView):
             raise NotFound(f"{name} is not a member of {t.slug}.")
         return m
 
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.Member, **READ})
     def get(self, request, tenant, member):
         t = tenant_for(request.user, tenant, Action.READ)
         return Response(member_resource(self._get(t, member)))
 
-    @extend_schema(request=RESOURCE, responses=RESOURCE, summary="Change a member's role (owner)")
+    @extend_schema(request=schemas.MemberUpdate, responses={200: schemas.Member, **WRITE},
+                   summary="Change a member's role (owner)")
     def put(self, request, tenant, member):
         t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
         m = self._get(t, member)
@@ -120,7 +126,7 @@ class MemberDetail(APIView):
 
     patch = put
 
-    @extend_schema(responses={204: None}, summary="Remove a member (owner)")
+    @extend_schema(responses={204: None, **WRITE}, summary="Remove a member (owner)")
     def delete(self, request, tenant, member):
         t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
         m = self._get(t, member)
@@ -160,14 +166,16 @@ def create_invitation(request, t, data: dict) -> tuple[Invitation, dict]:
 
 
 class InvitationList(APIView):
-    @extend_schema(responses=RESOURCE, summary="The tenant's invitations, newest first")
+    @extend_schema(responses={200: schemas.InvitationList, **READ},
+                   summary="The tenant's invitations, newest first")
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ)
         found = (Invitation.objects.filter(tenant=t).select_related("invited_by", "accepted_by")
                  .order_by("-created_at"))
         return _paged(self, request, found, invitation_resource, "InvitationList")
 
-    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
+    @extend_schema(request=schemas.InvitationManifest,
+                   responses={201: schemas.Invitation, **WRITE},
                    summary="Invite an email address to a role (owner); the link is mailed and "
                            "returned once, in status.acceptUrl (Cache-Control: no-store)")
     def post(self, request, tenant):
@@ -186,12 +194,12 @@ class InvitationDetail(APIView):
             raise NotFound(f"No invitation {uid} in {t.slug}.")
         return found
 
-    @extend_schema(responses=RESOURCE)
+    @extend_schema(responses={200: schemas.Invitation, **READ})
     def get(self, request, tenant, invitation):
         t = tenant_for(request.user, tenant, Action.READ)
         return Response(invitation_resource(self._get(t, invitation)))
 
-    @extend_schema(responses={204: None}, summary="Revoke a pending invitation (owner)")
+    @extend_schema(responses={204: None, **WRITE}, summary="Revoke a pending invitation (owner)")
     def delete(self, request, tenant, invitation):
         t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
         invitations.revoke(ctx=_ctx(request), invitation=self._get(t, invitation))
@@ -232,7 +240,8 @@ def _audit(view, request, events):
 
 
 class TenantAudit(APIView):
-    @extend_schema(parameters=AUDIT_PARAMS, responses=RESOURCE,
+    @extend_schema(parameters=AUDIT_PARAMS,
+                   responses={200: schemas.AuditEventList, **READ, **errors(400, 403)},
                    summary="Who changed what in the tenant (admins and owners)")
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ_AUDIT)
@@ -243,7 +252,8 @@ class Audit(APIView):
     staff_only = True  # read by the isolation matrix: no tenant, operators only
 
     @extend_schema(parameters=AUDIT_PARAMS + [OpenApiParameter("tenant", str)],
-                   responses=RESOURCE, summary="Every tenant's audit trail (staff)")
+                   responses={200: schemas.AuditEventList, **errors(400, 401, 403)},
+                   summary="Every tenant's audit trail (staff)")
     def get(self, request):
         if not request.user.is_staff:
             raise PermissionDenied("Only operators (staff) read every tenant's audit trail.")

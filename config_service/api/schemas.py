@@ -1,0 +1,537 @@
+"""OpenAPI types of the API's bodies: serializers that only describe, never render.
+
+The views render with `resources.py`; these say field by field what that returns (and what a
+posted manifest may hold), so that /api/schema/ types every body and a client can be generated
+from it. Enums are closed sets the code checks (phases, address and space types, operations,
+roles); `kind`, `apiVersion` and event types are strings, so that a new value breaks no client.
+"""
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers as s
+
+from tenants.models import AddressSpaceType, AddressType, Role
+
+from .. import validation
+from ..events import EVENT_TYPES
+from ..status import PHASES
+from .resources import ADMIN_API, ENMASSE, MAAS_API, USER_API
+
+ADDRESS_SPACE_TYPES = AddressSpaceType.values
+ADDRESS_TYPES = AddressType.values
+OPERATIONS = list(validation.OPERATIONS)
+ROLES = Role.values
+AUTHENTICATION_TYPES = ["password"]
+
+
+class Described(s.Serializer):
+    # No docstring: drf-spectacular would give it to every body as its description.
+    # These serializers describe a body; they never validate nor render one.
+
+    def create(self, validated_data):  # pragma: no cover - never called
+        raise NotImplementedError
+
+    def update(self, instance, validated_data):  # pragma: no cover - never called
+        raise NotImplementedError
+
+
+def always(value: str) -> s.CharField:
+    """`kind` or `apiVersion` of an answer: one value, typed as a string (see above)."""
+    return s.CharField(help_text=f"Always `{value}`.")
+
+
+# Errors --------------------------------------------------------------------------------------
+
+class Error(Described):
+    """The one error shape of the API (config_service/api/errors.py)."""
+
+    status = s.IntegerField(help_text="The HTTP status again.")
+    code = s.CharField(help_text="Machine-readable: invalid, not_found, conflict, "
+                                 "quota_exceeded, permission_denied, not_authenticated, ...")
+    message = s.CharField()
+    detail = s.CharField(help_text="The same as message (DRF's name for it).")
+    field = s.CharField(required=False, help_text="The bad input, e.g. `spec.plan`.")
+
+
+def errors(*codes: int) -> dict:
+    """Responses entries for the error statuses an operation answers with."""
+    return {code: Error for code in codes}
+
+
+# Shared pieces -------------------------------------------------------------------------------
+
+class ObjectMeta(Described):
+    name = s.CharField()
+    namespace = s.CharField(help_text="The tenant's name.")
+    resourceVersion = s.CharField(help_text="Changes on every change; send it back on a write "
+                                            "(or as If-Match) to be refused with 409 if stale.")
+    creationTimestamp = s.DateTimeField()
+
+
+class AddressSpaceMeta(ObjectMeta):
+    uid = s.UUIDField()
+
+
+class InSpaceMeta(ObjectMeta):
+    """Metadata of an Address or a MessagingUser: its name is `<space>.<name>`."""
+
+    addressSpace = s.CharField()
+
+
+class ManifestMeta(Described):
+    """Metadata of a posted manifest; other keys (labels, annotations, ...) are ignored."""
+
+    name = s.CharField(required=False)
+    resourceVersion = s.CharField(required=False, help_text="The version the change is based "
+                                                            "on: a stale one is refused (409).")
+
+
+class NamedManifestMeta(ManifestMeta):
+    name = s.CharField()
+
+
+class ListMeta(Described):
+    totalItems = s.IntegerField()
+    next = s.URLField(allow_null=True, help_text="The next page, or null.")
+    previous = s.URLField(allow_null=True, help_text="The previous page, or null.")
+
+
+def list_of(item: type[s.Serializer], kind: str, api_version: str) -> type[s.Serializer]:
+    """The list envelope of `pagination.ListPagination`, with items of one kind."""
+    fields = {
+        "apiVersion": always(api_version),
+        "kind": always(kind),
+        "metadata": ListMeta(),
+        "items": item(many=True),
+        "__doc__": f"A page of {item.__name__} items (limit/offset).",
+    }
+    return type(kind, (Described,), fields)
+
+
+class ResourceLimits(Described):
+    """Credits: 1.0 is one router or broker instance; a missing key is no limit."""
+
+    router = s.FloatField(required=False)
+    broker = s.FloatField(required=False)
+    aggregate = s.FloatField(required=False)
+
+
+class AddressResources(Described):
+    """What one address costs, in router and broker credits."""
+
+    router = s.FloatField(required=False)
+    broker = s.FloatField(required=False)
+
+
+class MessageTtl(Described):
+    minimum = s.IntegerField(required=False, min_value=0, help_text="Milliseconds.")
+    maximum = s.IntegerField(required=False, min_value=0, help_text="Milliseconds.")
+
+
+class MessageRedelivery(Described):
+    maximumDeliveryAttempts = s.IntegerField(required=False, min_value=0)
+    redeliveryDelay = s.IntegerField(required=False, min_value=0, help_text="Milliseconds.")
+    redeliveryDelayMultiplier = s.FloatField(required=False, min_value=0)
+    maximumDeliveryDelay = s.IntegerField(required=False, min_value=0,
+                                          help_text="Milliseconds.")
+
+
+class Subscription(Described):
+    maxConsumers = s.IntegerField(min_value=1)
+
+
+# AddressSpace --------------------------------------------------------------------------------
+
+class AddressSpaceSpec(Described):
+    """Other keys of a posted EnMasse spec (authenticationService, ...) are kept as given."""
+
+    type = s.ChoiceField(choices=ADDRESS_SPACE_TYPES)
+    plan = s.CharField(help_text="An AddressSpacePlan of that type.")
+
+
+class ServicePort(Described):
+    name = s.CharField(help_text="amqp, amqps or mqtt.")
+    port = s.IntegerField()
+
+
+class EndpointStatus(Described):
+    name = s.CharField(help_text="messaging or mqtt.")
+    serviceHost = s.CharField()
+    servicePorts = ServicePort(many=True)
+    virtualHost = s.CharField(required=False, help_text="The AMQP open hostname (brokered).")
+    username = s.CharField(help_text="The login pattern, with `<username>` to fill in.")
+
+
+class AddressSpacePlanStatus(Described):
+    name = s.CharField()
+    resourceLimits = ResourceLimits()
+
+
+class AddressSpaceStatus(Described):
+    phase = s.ChoiceField(choices=PHASES)
+    isReady = s.BooleanField()
+    messages = s.ListField(child=s.CharField())
+    endpointStatuses = EndpointStatus(many=True)
+    planStatus = AddressSpacePlanStatus(help_text="The plan as applied.")
+    caCert = s.CharField(required=False,
+                         help_text="Standard spaces with TLS: the CA certificate, base64 PEM.")
+
+
+class AddressSpace(Described):
+    apiVersion = always(ENMASSE)
+    kind = always("AddressSpace")
+    metadata = AddressSpaceMeta()
+    spec = AddressSpaceSpec()
+    status = AddressSpaceStatus()
+
+
+class AddressSpaceManifest(Described):
+    """An EnMasse AddressSpace manifest (JSON or YAML); status, if any, is ignored."""
+
+    apiVersion = s.CharField(required=False)
+    kind = s.CharField(required=False, help_text="AddressSpace, if given.")
+    metadata = NamedManifestMeta()
+    spec = AddressSpaceSpec()
+
+
+class AddressSpaceUpdateSpec(Described):
+    type = s.ChoiceField(choices=ADDRESS_SPACE_TYPES, required=False,
+                         help_text="Cannot change; refused unless the current one.")
+    plan = s.CharField(required=False)
+
+
+class AddressSpaceUpdate(Described):
+    """A plan change: a whole manifest (as read) or just `spec.plan`."""
+
+    apiVersion = s.CharField(required=False)
+    kind = s.CharField(required=False)
+    metadata = ManifestMeta(required=False)
+    spec = AddressSpaceUpdateSpec(required=False)
+
+
+AddressSpaceList = list_of(AddressSpace, "AddressSpaceList", ENMASSE)
+
+
+# Address -------------------------------------------------------------------------------------
+
+class AddressSpec(Described):
+    address = s.CharField(help_text="The wire name: 1 to 200 characters, no spaces.")
+    type = s.ChoiceField(choices=ADDRESS_TYPES)
+    plan = s.CharField(help_text="An AddressPlan of that type, offered by the space's plan.")
+    topic = s.CharField(required=False, help_text="A subscription's topic address.")
+    deadletter = s.CharField(required=False, help_text="A deadletter address (queue, topic).")
+    expiry = s.CharField(required=False, help_text="A deadletter address for expired messages.")
+    messageTtl = MessageTtl(required=False)
+    messageRedelivery = MessageRedelivery(required=False)
+    subscription = Subscription(required=False)
+
+
+class AddressPlanStatus(Described):
+    name = s.CharField(allow_null=True)
+    partitions = s.IntegerField(allow_null=True)
+    resources = AddressResources(allow_null=True)
+
+
+class BrokerStatus(Described):
+    clusterId = s.CharField()
+    containerId = s.CharField()
+    state = s.CharField(help_text="Active once placed.")
+
+
+class AddressStatus(Described):
+    phase = s.ChoiceField(choices=PHASES)
+    isReady = s.BooleanField()
+    messages = s.ListField(child=s.CharField(), help_text="Why not ready, e.g. Quota exceeded.")
+    planStatus = AddressPlanStatus(help_text="The plan as applied.")
+    brokerStatuses = BrokerStatus(many=True, help_text="Where it is placed (empty: pending, or "
+                                                       "router only).")
+
+
+class Address(Described):
+    apiVersion = always(ENMASSE)
+    kind = always("Address")
+    metadata = InSpaceMeta()
+    spec = AddressSpec()
+    status = AddressStatus()
+
+
+class AddressManifest(Described):
+    """An EnMasse Address manifest; metadata.name (`<space>.<name>`) is derived if omitted."""
+
+    apiVersion = s.CharField(required=False)
+    kind = s.CharField(required=False, help_text="Address, if given.")
+    metadata = ManifestMeta(required=False)
+    spec = AddressSpec()
+
+
+class AddressUpdateSpec(Described):
+    """address, type and topic cannot change (refused unless the current ones)."""
+
+    address = s.CharField(required=False)
+    type = s.ChoiceField(choices=ADDRESS_TYPES, required=False)
+    plan = s.CharField(required=False)
+    topic = s.CharField(required=False)
+    deadletter = s.CharField(required=False)
+    expiry = s.CharField(required=False)
+    messageTtl = MessageTtl(required=False)
+    messageRedelivery = MessageRedelivery(required=False)
+    subscription = Subscription(required=False)
+
+
+class AddressUpdate(Described):
+    """PUT replaces deadletter, expiry, TTL and redelivery; PATCH keeps what is not given."""
+
+    apiVersion = s.CharField(required=False)
+    kind = s.CharField(required=False)
+    metadata = ManifestMeta(required=False)
+    spec = AddressUpdateSpec(required=False)
+
+
+AddressList = list_of(Address, "AddressList", ENMASSE)
+
+
+# MessagingUser -------------------------------------------------------------------------------
+
+class AuthorizationRule(Described):
+    addresses = s.ListField(child=s.CharField(), help_text="Address patterns; `*` at the end.")
+    operations = s.ListField(child=s.ChoiceField(choices=OPERATIONS))
+
+
+class Authentication(Described):
+    type = s.ChoiceField(choices=AUTHENTICATION_TYPES)
+
+
+class PasswordAuthentication(Described):
+    type = s.ChoiceField(choices=AUTHENTICATION_TYPES, required=False)
+    password = s.CharField(help_text="Base64 of the password (8 characters or more), as in "
+                                     "EnMasse; stored only as a salted hash.")
+
+
+class MessagingUserSpec(Described):
+    username = s.CharField()
+    authentication = Authentication()
+    authorization = AuthorizationRule(many=True)
+
+
+class MessagingUserStatus(Described):
+    phase = s.ChoiceField(choices=["Configuring", "Active"])
+    message = s.CharField(allow_blank=True)
+    connectionUrl = s.CharField(help_text="An AMQP URL with a `<password>` placeholder.")
+
+
+class MessagingUser(Described):
+    apiVersion = always(USER_API)
+    kind = always("MessagingUser")
+    metadata = InSpaceMeta()
+    spec = MessagingUserSpec()
+    status = MessagingUserStatus()
+
+
+class MessagingUserManifestSpec(Described):
+    username = s.CharField()
+    authentication = PasswordAuthentication()
+    authorization = AuthorizationRule(many=True, required=False)
+
+
+class MessagingUserManifest(Described):
+    """An EnMasse MessagingUser manifest; metadata.name is `<space>.<username>` if omitted."""
+
+    apiVersion = s.CharField(required=False)
+    kind = s.CharField(required=False, help_text="MessagingUser, if given.")
+    metadata = ManifestMeta(required=False)
+    spec = MessagingUserManifestSpec()
+
+
+class MessagingUserUpdateSpec(Described):
+    username = s.CharField(required=False, help_text="Cannot change.")
+    authentication = PasswordAuthentication(required=False, help_text="A new password.")
+    authorization = AuthorizationRule(many=True, required=False,
+                                      help_text="Replaces the rules; omitted keeps them.")
+
+
+class MessagingUserUpdate(Described):
+    apiVersion = s.CharField(required=False)
+    kind = s.CharField(required=False)
+    metadata = ManifestMeta(required=False)
+    spec = MessagingUserUpdateSpec(required=False)
+
+
+MessagingUserList = list_of(MessagingUser, "MessagingUserList", USER_API)
+
+
+# Plans ---------------------------------------------------------------------------------------
+
+class PlanMeta(Described):
+    name = s.CharField()
+    resourceVersion = s.CharField()
+
+
+class PlanStatus(Described):
+    phase = s.ChoiceField(choices=["Active"])
+
+
+class Display(Described):
+    displayName = s.CharField(allow_blank=True)
+    displayOrder = s.IntegerField()
+    shortDescription = s.CharField(allow_blank=True)
+    longDescription = s.CharField(allow_blank=True)
+
+
+class AddressSpacePlanSpec(Display):
+    addressSpaceType = s.ChoiceField(choices=ADDRESS_SPACE_TYPES)
+    resourceLimits = ResourceLimits()
+    addressPlans = s.ListField(child=s.CharField(), help_text="Names of the address plans "
+                                                              "it offers.")
+    infraConfigRef = s.CharField(allow_blank=True)
+
+
+class AddressSpacePlan(Described):
+    apiVersion = always(ADMIN_API)
+    kind = always("AddressSpacePlan")
+    metadata = PlanMeta()
+    spec = AddressSpacePlanSpec()
+    status = PlanStatus()
+
+
+class AddressPlanSpec(Display):
+    addressType = s.ChoiceField(choices=ADDRESS_TYPES)
+    resources = AddressResources()
+    partitions = s.IntegerField()
+    messageTtl = MessageTtl(required=False)
+    messageRedelivery = MessageRedelivery(required=False)
+
+
+class AddressPlan(Described):
+    apiVersion = always(ADMIN_API)
+    kind = always("AddressPlan")
+    metadata = PlanMeta()
+    spec = AddressPlanSpec()
+    status = PlanStatus()
+
+
+AddressSpacePlanList = list_of(AddressSpacePlan, "AddressSpacePlanList",
+                               ADMIN_API)
+AddressPlanList = list_of(AddressPlan, "AddressPlanList", ADMIN_API)
+
+
+# Tenant --------------------------------------------------------------------------------------
+
+class TenantMeta(Described):
+    name = s.CharField()
+    uid = s.UUIDField()
+    creationTimestamp = s.DateTimeField()
+
+
+class TenantSpec(Described):
+    displayName = s.CharField(allow_blank=True, required=False)
+
+
+class TenantStatus(Described):
+    role = s.ChoiceField(choices=ROLES, allow_null=True,
+                         help_text="Yours; null for staff who are not a member, and once "
+                                   "Terminating.")
+    phase = s.ChoiceField(choices=["Active", "Terminating"])
+    deletionTimestamp = s.DateTimeField(required=False)
+    terminatingAddressSpaces = s.ListField(child=s.CharField(), required=False,
+                                           help_text="Being torn down (in the answer to DELETE).")
+
+
+class Tenant(Described):
+    apiVersion = always(MAAS_API)
+    kind = always("Tenant")
+    metadata = TenantMeta()
+    spec = TenantSpec()
+    status = TenantStatus()
+
+
+class TenantManifest(Described):
+    apiVersion = s.CharField(required=False)
+    kind = s.CharField(required=False, help_text="Tenant, if given.")
+    metadata = NamedManifestMeta()
+    spec = TenantSpec(required=False)
+
+
+TenantList = list_of(Tenant, "TenantList", MAAS_API)
+
+
+# Config events -------------------------------------------------------------------------------
+
+@extend_schema_field({"type": "object", "additionalProperties": True,
+                      "description": "The event's fields (per type); password hashes are "
+                                     "`<redacted>`."})
+class Payload(s.DictField):
+    pass
+
+
+class ConfigEvent(Described):
+    position = s.IntegerField(help_text="Global order; pass it as `after` to read on.")
+    stream = s.UUIDField(help_text="The uid of the address space (or tenant) it belongs to.")
+    sequence = s.IntegerField(help_text="Per stream: 1, 2, 3, ...")
+    type = s.CharField(help_text="One of: " + ", ".join(EVENT_TYPES) + " (more may come).")
+    schemaVersion = s.IntegerField()
+    payload = Payload()
+    actor = s.CharField(help_text="Who: `user:<name>`, `token:<token>:<name>`, `system`, ...")
+    requestId = s.CharField(allow_blank=True)
+    time = s.DateTimeField()
+
+
+ConfigEventList = list_of(ConfigEvent, "ConfigEventList", MAAS_API)
+
+
+# Usage ---------------------------------------------------------------------------------------
+
+class UsageCounters(Described):
+    messages_in = s.IntegerField()
+    messages_out = s.IntegerField()
+    bytes_in = s.IntegerField()
+    bytes_out = s.IntegerField()
+    stored_messages = s.IntegerField(help_text="Peak.")
+    stored_bytes = s.IntegerField(help_text="Peak.")
+
+
+class AddressUsage(UsageCounters):
+    """One address over one day (granularity daily) or one hour (hourly)."""
+
+    space = s.CharField()
+    address = s.CharField()
+    day = s.DateField(required=False, help_text="With granularity daily.")
+    hour = s.DateTimeField(required=False, help_text="With granularity hourly.")
+
+
+class TenantUsageDay(Described):
+    day = s.DateField()
+    messages = s.IntegerField(help_text="In + out.")
+    bytes = s.IntegerField(help_text="In + out.")
+    stored_bytes = s.IntegerField(help_text="Peak.")
+    connections = s.IntegerField(help_text="Peak.")
+
+
+class QuotaLimit(Described):
+    name = s.CharField(help_text="messages_per_day, bytes_per_day, stored_bytes, ...")
+    used = s.IntegerField()
+    limit = s.IntegerField(allow_null=True)
+    share = s.FloatField(allow_null=True, help_text="used / limit.")
+    breached = s.BooleanField()
+    forecastDay = s.DateField(allow_null=True, help_text="When the limit will be reached.")
+
+
+class QuotaState(Described):
+    throttled = s.BooleanField()
+    throttledLimits = s.ListField(child=s.CharField())
+    overrideUntil = s.DateTimeField(allow_null=True)
+    evaluatedDay = s.DateField(allow_null=True, help_text="The last evaluation, if any.")
+    limits = QuotaLimit(many=True, help_text="As evaluated on evaluatedDay.")
+
+
+class UsageReport(Described):
+    kind = always("UsageReport")
+    tenant = s.CharField()
+    granularity = s.ChoiceField(choices=["daily", "hourly"])
+    to = s.DateField()
+    items = AddressUsage(many=True)
+    tenantDaily = TenantUsageDay(many=True)
+    quota = QuotaState()
+
+    def get_fields(self):
+        # `from` is a Python keyword: no class attribute can carry that name.
+        fields = super().get_fields()
+        return {"kind": fields.pop("kind"), "tenant": fields.pop("tenant"),
+                "granularity": fields.pop("granularity"), "from": s.DateField(), **fields}

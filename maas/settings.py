@@ -34,6 +34,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "maas.control_characters.ControlCharacterMiddleware",  # NUL in a URL: 400, not a 500
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files straight from the apps
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -83,7 +84,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "config_service.api.parsers.JSONParser",
         "config_service.api.parsers.YAMLParser",
         "config_service.api.parsers.XYAMLParser",
         "config_service.api.parsers.TextYAMLParser",

@@ -222,7 +222,8 @@ MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
 MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
-# Per address space (vhost policy); a space's spec.routerPolicy may override each value.
+# Per address space (vhost policy): the operator's defaults. An address space plan's
+# router_policy (admin) overrides each value for its spaces; a tenant cannot set them.
 MAAS_ROUTER_POLICY = {
     "maxConnections": env_int("MAAS_ROUTER_MAX_CONNECTIONS", 1000),
     "maxSessions": env_int("MAAS_ROUTER_MAX_SESSIONS", 100),

@@ -47,6 +47,7 @@ EVENT_TYPES: dict[str, EventType] = {
         _t("address.spec_changed", _ADDRESS_CHANGE),
         _t("address.scheduled", "name placement"),
         _t("address.deleted", "name"),
+        _t("address.purged", "name"),
         _t("messaging_user.created", "name username password_hash authorization"),
         _t("messaging_user.updated", "name password_hash authorization"),
         _t("messaging_user.deleted", "name"),

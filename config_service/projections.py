@@ -54,6 +54,10 @@ def _space_deleted(event, p):
     _touch_space(event, changed=True)
 
 
+def _address_purged(event, p):
+    _touch_space(event)  # nothing in the projections changes: the storage agent acts on it
+
+
 def _space_removed(event, p):
     AddressSpace.objects.filter(uid=event.stream_id).delete()  # cascades to addresses, users
 
@@ -137,6 +141,7 @@ _HANDLERS = {
     "address.spec_changed": _address_changed,
     "address.scheduled": _address_scheduled,
     "address.deleted": _address_deleted,
+    "address.purged": _address_purged,
     "messaging_user.created": _user_created,
     "messaging_user.updated": _user_updated,
     "messaging_user.deleted": _user_deleted,

@@ -407,6 +407,26 @@ def delete_address(*, ctx: Context, space: AddressSpace, name, expected_version=
     _schedule_pending(stream, space, ctx)
 
 
+STORING_TYPES = ("queue", "subscription", "deadletter")
+
+
+@transaction.atomic
+def purge_address(*, ctx: Context, space: AddressSpace, name) -> Address:
+    """Asks for every stored message of a queue, subscription or deadletter address to be
+    dropped. The storage agent carries out each `address.purged` event once, after it is
+    committed; the event is the audit entry (who, when, request id)."""
+    stream, space = _locked_space(space)
+    _refuse_if_terminating(space)
+    current = Address.objects.filter(space=space, name=name).first()
+    if current is None:
+        raise NotFound(f"No address {name!r} in {space.name}.")
+    if current.type not in STORING_TYPES:
+        raise Invalid(f"a {current.type} address stores no messages; only "
+                      f"{', '.join(STORING_TYPES)} addresses can be purged", "spec.type")
+    _append(stream, "address.purged", {"name": name}, ctx)
+    return current
+
+
 def _schedule_pending(stream, space: AddressSpace, ctx: Context) -> None:
     """Schedules Pending addresses that fit now, oldest first (topics before subscriptions)."""
     pending = Address.objects.filter(space=space, scheduled=False).order_by("created_at", "id")

@@ -70,8 +70,9 @@ def space_status(space: AddressSpace, states: dict) -> Status:
     kinds = AGENTS_BY_SPACE_TYPE[space.type]
     if space.terminating:
         pending = [k for k in kinds if not (states.get(k) and states[k].torn_down)]
-        return Status("Terminating", False, [f"Waiting for the {k} agent to clean up"
-                                             for k in pending])
+        return Status("Terminating", False, [
+            (states[k].space_error if states.get(k) and states[k].space_error
+             else f"Waiting for the {k} agent to clean up") for k in pending])
     messages = []
     for kind in kinds:
         state = states.get(kind)

@@ -3,7 +3,8 @@
 EnMasse's names where they exist (enmasse_addresses_total and per phase,
 enmasse_address_spaces_total), the latency from event appended to event applied per agent
 kind as a histogram, and the outbox backlog. Reading from the database keeps the figures right
-however many web and worker processes run.
+however many web and worker processes run. Only a Prometheus with MAAS_METRICS_TOKEN, or a
+client on this machine, reads them (scrape_access.py).
 """
 from django.db import connection
 from django.http import HttpResponse
@@ -12,6 +13,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
 from config_service.models import Address, AddressSpace, Outbox
 from config_service.status import address_status, agent_states, space_status
+
+from .scrape_access import scrape_protected
 
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
@@ -86,6 +89,7 @@ class ControlPlaneCollector:
         return family
 
 
+@scrape_protected
 def view(request):
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ControlPlaneCollector())

@@ -2,15 +2,19 @@
 from pathlib import Path
 
 from .env import database_from_url, env, env_bool, env_float, env_int, env_list
+from .local_secrets import installation_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("MAAS_DEBUG", False)
+MAAS_PRODUCTION = env_bool("MAAS_PRODUCTION", False)
+# Secrets an installation run without them makes once, at random (never a constant).
+MAAS_SECRETS_DIR = Path(env("MAAS_SECRETS_DIR", str(BASE_DIR / "var" / "secrets")))
 SECRET_KEY = env("MAAS_SECRET_KEY") or ""
 if not SECRET_KEY:
-    if env_bool("MAAS_PRODUCTION", False):
+    if MAAS_PRODUCTION:
         raise RuntimeError("MAAS_SECRET_KEY must be set in production")
-    SECRET_KEY = "maas-insecure-development-key-change-me"  # noqa: S105 - local default only
+    SECRET_KEY = installation_secret(MAAS_SECRETS_DIR, "secret-key")
 ALLOWED_HOSTS = env_list("MAAS_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("MAAS_CSRF_TRUSTED_ORIGINS", "")
 
@@ -126,7 +130,7 @@ MAAS_OIDC_GROUP_PATTERN = env("MAAS_OIDC_GROUP_PATTERN", "/tenants/{tenant}/{rol
 MAAS_OIDC_ROLE_PATTERN = env("MAAS_OIDC_ROLE_PATTERN", "tenant:{tenant}:{role}")
 MAAS_OIDC_STAFF_CLAIM = env("MAAS_OIDC_STAFF_CLAIM", "realm_access.roles")
 MAAS_OIDC_STAFF_VALUE = env("MAAS_OIDC_STAFF_VALUE", "maas-operator")
-if env_bool("MAAS_PRODUCTION", False) and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
+if MAAS_PRODUCTION and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
     raise RuntimeError("MAAS_OIDC_CLIENT_SECRET must be set with MAAS_OIDC_ISSUER in production")
 
 # A browser session from a provider sign-in checks back with the provider (a refresh-token
@@ -147,6 +151,10 @@ EMAIL_TIMEOUT = env_int("MAAS_SMTP_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env("MAAS_EMAIL_FROM", "MaaS <maas@localhost>")
 MAAS_PUBLIC_URL = env("MAAS_PUBLIC_URL", "")  # for links in mails; else the request's host
 MAAS_INVITATION_DAYS = env_int("MAAS_INVITATION_DAYS", 7)
+
+# /metrics names every tenant and address space: with a token set, only a scrape that sends
+# `Authorization: Bearer <token>` reads it; without one, only clients on this machine do.
+MAAS_METRICS_TOKEN = env("MAAS_METRICS_TOKEN", "") or ""
 
 # Celery: Redis is the broker of the control plane (RabbitMQ belongs to the tenants).
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -216,12 +224,17 @@ MAAS_ROUTER_ENABLED = env_bool("MAAS_ROUTER_ENABLED", True)
 MAAS_RUN_EMBEDDED_ROUTER = env_bool("MAAS_RUN_EMBEDDED_ROUTER", True)
 MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqp://127.0.0.1:5675")
 MAAS_ROUTER_ADMIN_USER = env("MAAS_ROUTER_ADMIN_USER", "admin")
-MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or __import__("hashlib").sha256(
-    f"router-admin:{SECRET_KEY}".encode()).hexdigest()
+# Router management: random per installation unless set; internal to the control plane.
+MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or ""
+if not MAAS_ROUTER_ADMIN_PASSWORD:
+    if MAAS_PRODUCTION and MAAS_ROUTER_ENABLED:
+        raise RuntimeError("MAAS_ROUTER_ADMIN_PASSWORD must be set in production")
+    MAAS_ROUTER_ADMIN_PASSWORD = installation_secret(MAAS_SECRETS_DIR, "router-admin-password")
 MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
 MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
+MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
 # Per address space (vhost policy): the operator's defaults. An address space plan's
 # router_policy (admin) overrides each value for its spaces; a tenant cannot set them.
 MAAS_ROUTER_POLICY = {

@@ -2,6 +2,7 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 
 from config_service.errors import ServiceError
 from config_service.services import Context
@@ -19,6 +20,7 @@ def me(request):
     return render(request, "tenants/me.html", {"tenants": tenants})
 
 
+@never_cache  # its URL is the secret: kept nowhere, not even in a shared cache
 @login_required
 def invitation(request, token):
     """The link of an invitation mail: shows it, and accepts it on POST."""

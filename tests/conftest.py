@@ -202,18 +202,22 @@ def redis_server():
 class Worker:
     """A real Celery worker process using the test database, running every agent."""
 
-    def __init__(self, database_name: str, **env):
+    def __init__(self, database_name: str, log_path=None, **env):
         self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="maas.test_settings",
                         DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{database_name}",
                         MAAS_LOG_LEVEL="WARNING", **env)
+        self.log_path = log_path  # the worker's log lines go there (else to the test's stderr)
         self.proc = None
 
     def start(self):
+        log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 - the child's
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "maas", "worker", "-Q",
              settings.CELERY_TASK_DEFAULT_QUEUE, "--concurrency", "2", "--loglevel", "WARNING",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            env=self.env, cwd=settings.BASE_DIR, start_new_session=True)
+            env=self.env, cwd=settings.BASE_DIR, start_new_session=True, stderr=log)
+        if log:
+            log.close()  # the child has its own copy
 
     def kill(self):
         """SIGKILL the whole process group: no chance to finish or acknowledge anything."""

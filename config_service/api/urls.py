@@ -13,6 +13,8 @@ urlpatterns = [
     path(f"{S}/", views.AddressSpaceDetail.as_view(), name="addressspace-detail"),
     path(f"{S}/addresses/", views.AddressList.as_view(), name="address-list"),
     path(f"{S}/addresses/<str:address>/", views.AddressDetail.as_view(), name="address-detail"),
+    path(f"{S}/addresses/<str:address>/purge/", views.AddressPurge.as_view(),
+         name="address-purge"),
     path(f"{S}/users/", views.MessagingUserList.as_view(), name="messaginguser-list"),
     path(f"{S}/users/<str:user>/", views.MessagingUserDetail.as_view(),
          name="messaginguser-detail"),

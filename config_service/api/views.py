@@ -227,6 +227,18 @@ class AddressDetail(SpaceMixin, APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class AddressPurge(SpaceMixin, APIView):
+    @extend_schema(request=None, responses={202: RESOURCE},
+                   summary="Drop every stored message of a queue, subscription or deadletter "
+                           "address (carried out by the storage agent, once)")
+    def post(self, request, tenant, space, address):
+        s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
+        get_object_or_404(Address, space=s, name=address)
+        addr = services.purge_address(ctx=_ctx(request), space=s, name=address)
+        return Response(resources.address(s, addr, agent_states([s.uid]).get(s.uid, {})),
+                        status=status.HTTP_202_ACCEPTED)
+
+
 class MessagingUserList(SpaceMixin, APIView):
     @extend_schema(parameters=LIST_PARAMS[:2], responses=RESOURCE)
     def get(self, request, tenant, space):

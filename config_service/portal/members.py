@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from tenants import invitations
@@ -19,6 +20,7 @@ from . import forms
 from .base import attempt, ctx, page
 
 
+@never_cache  # shows an invitation's link once: no browser or proxy may keep the page
 @login_required
 def members(request, tenant):
     p = page(request, tenant)

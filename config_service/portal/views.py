@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
 from tenants.models import AddressPlan, QuotaEvaluation, TenantQuota, TenantUsageDaily
@@ -225,14 +226,11 @@ def address_purge(request, tenant, space, address):
     a = get_object_or_404(Address, space=s, name=address, type__in=("queue", "subscription",
                                                                      "deadletter"))
     if request.method == "POST":
-        from workers.storage.controller import purge
-        from workers.storage.rabbitmq import BrokerError
-
         try:
-            purge(s, a)
-            messages.success(request, f"Messages of {a.address} purged.")
-        except BrokerError as exc:
-            messages.error(request, f"The broker could not purge {a.address}: {exc}")
+            services.purge_address(ctx=ctx(request), space=s, name=a.name)
+            messages.success(request, f"Purging the messages of {a.address}.")
+        except ServiceError as exc:
+            messages.error(request, exc.message)
         return redirect("portal:space", tenant=tenant, space=space)
     return render(request, "portal/confirm.html", p.context(
         title=f"Purge every message of {a.address}?", body="This cannot be undone.",
@@ -265,6 +263,7 @@ def space_plan(request, tenant, space):
     return redirect("portal:space", tenant=tenant, space=space)
 
 
+@never_cache  # shows a new password once: no browser or proxy may keep the page
 @login_required
 def users(request, tenant, space):
     p = page(request, tenant)
@@ -287,6 +286,7 @@ def users(request, tenant, space):
         shown=shown))
 
 
+@never_cache  # shows the new password once
 @login_required
 @require_POST
 def user_rotate(request, tenant, space, user):

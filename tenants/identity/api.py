@@ -1,13 +1,17 @@
 """REST API of members and invitations (owners invite, change and remove members) and of the
 audit trail (tenant admins read their tenant's, staff read everyone's). Authorization goes
-through tenant_for."""
+through tenant_for.
+
+Members join by invitation only, by email: nothing here looks an account up by name or address
+on an owner's behalf, so no answer differs between an address that has an account and one that
+does not, and no account joins a tenant without accepting."""
 import uuid
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -17,7 +21,7 @@ from rest_framework.views import APIView
 
 from config_service.api.pagination import ListPagination
 from config_service.api.resources import MAAS_API, event
-from config_service.errors import Conflict, Invalid, NotFound
+from config_service.errors import Invalid, NotFound
 from config_service.events import public_payload
 from config_service.models import ConfigEvent
 from config_service.services import Context
@@ -28,6 +32,12 @@ from tenants.roles import Action
 from tenants.services import add_member, keep_an_owner, remove_member
 
 RESOURCE = OpenApiTypes.OBJECT  # EnMasse-shaped resources, documented in docs/api.md
+
+
+class InvitationRequired(Invalid):
+    """A member was asked for by username: members join by invitation, by email."""
+
+    code = "invitation_required"
 
 
 def _ctx(request) -> Context:
@@ -64,26 +74,25 @@ class MemberList(APIView):
             "user__username")
         return _paged(self, request, members, member_resource, "MemberList")
 
-    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
-                   summary="Invite a member (owner): an existing user, or a new one who signs in "
-                           "later with the provider under that username")
+    @extend_schema(request=RESOURCE, responses={202: RESOURCE, 400: RESOURCE},
+                   summary="Invite a member by email (owner): the same as POST .../invitations/, "
+                           "answered 202 with the Invitation; a username is refused (400)")
     def post(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
         data = request.data if isinstance(request.data, dict) else {}
-        name = (data.get("metadata") or {}).get("name") or data.get("username")
-        email = (data.get("spec") or {}).get("email") or data.get("email") or ""
-        role = _role(data)
-        if not isinstance(name, str) or not name or len(name) > 150:
-            raise Invalid("the username is required (metadata.name)", "metadata.name")
-        User = get_user_model()
-        with transaction.atomic():
-            user = User.objects.filter(username=name).first()
-            if user is None:
-                user = User.objects.create_user(name, email=email)  # no password: invited
-            if Membership.objects.filter(tenant=t, user=user).exists():
-                raise Conflict(f"{name} is already a member of {t.slug}.", "metadata.name")
-            m = add_member(ctx=_ctx(request), tenant=t, user=user, role=role)
-        return Response(member_resource(m), status=status.HTTP_201_CREATED)
+        metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        if "name" in metadata or "username" in data:
+            # Refused whatever the name, before any lookup: the answer says nothing of accounts.
+            raise InvitationRequired(
+                "Members join by invitation: send {\"spec\": {\"email\": ..., \"role\": ...}} "
+                f"here or to /api/v1/tenants/{t.slug}/invitations/; the person accepts it "
+                "signed in with that address. A username is not accepted.", "metadata.name")
+        invitation, body = create_invitation(request, t, data)
+        response = Response(body, status=status.HTTP_202_ACCEPTED)
+        response["Location"] = reverse("invitation-detail", kwargs={
+            "tenant": t.slug, "invitation": str(invitation.uid)})
+        add_never_cache_headers(response)  # the body holds the link, a secret shown once
+        return response
 
 
 class MemberDetail(APIView):
@@ -138,6 +147,18 @@ def invitation_resource(inv: Invitation, **extra) -> dict:
                        **extra}}
 
 
+def create_invitation(request, t, data: dict) -> tuple[Invitation, dict]:
+    """Invites spec.email to spec.role, mails the link; the invitation and its resource with
+    the link (status.acceptUrl), which no later read shows again."""
+    spec = data.get("spec") if isinstance(data.get("spec"), dict) else data
+    invitation, token = invitations.invite(
+        ctx=_ctx(request), tenant=t, email=spec.get("email"), role=_role(data),
+        invited_by=request.user)
+    link = invitation_link(request, token)
+    mailed = invitations.send(invitation, link)
+    return invitation, invitation_resource(invitation, acceptUrl=link, emailSent=mailed)
+
+
 class InvitationList(APIView):
     @extend_schema(responses=RESOURCE, summary="The tenant's invitations, newest first")
     def get(self, request, tenant):
@@ -148,18 +169,14 @@ class InvitationList(APIView):
 
     @extend_schema(request=RESOURCE, responses={201: RESOURCE},
                    summary="Invite an email address to a role (owner); the link is mailed and "
-                           "returned once, in status.acceptUrl")
+                           "returned once, in status.acceptUrl (Cache-Control: no-store)")
     def post(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
-        data = request.data if isinstance(request.data, dict) else {}
-        spec = data.get("spec") if isinstance(data.get("spec"), dict) else data
-        invitation, token = invitations.invite(
-            ctx=_ctx(request), tenant=t, email=spec.get("email"), role=_role(data),
-            invited_by=request.user)
-        link = invitation_link(request, token)
-        mailed = invitations.send(invitation, link)
-        return Response(invitation_resource(invitation, acceptUrl=link, emailSent=mailed),
-                        status=status.HTTP_201_CREATED)
+        _, body = create_invitation(request, t, request.data if isinstance(request.data, dict)
+                                    else {})
+        response = Response(body, status=status.HTTP_201_CREATED)
+        add_never_cache_headers(response)  # the body holds the link, a secret shown once
+        return response
 
 
 class InvitationDetail(APIView):

@@ -68,6 +68,7 @@ def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
         lambda: services.update_address(ctx=ctx, space=space, name="s.q",
                                         plan="standard-medium-queue", expiry="dlq"),
         lambda: services.delete_address(ctx=ctx, space=space, name="s.big"),  # schedules big2
+        lambda: services.purge_address(ctx=ctx, space=space, name="s.q"),
         lambda: services.create_messaging_user(
             ctx=ctx, space=space, username="app",
             authentication={"type": "password", "password": b64("password-1")},

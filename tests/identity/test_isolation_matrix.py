@@ -86,7 +86,7 @@ BODIES = {
     ("messaginguser-list", "post"): lambda: user_manifest("fresh"),
     ("messaginguser-detail", "put"): lambda: user_manifest("app"),
     ("messaginguser-detail", "patch"): lambda: user_manifest("app"),
-    ("member-list", "post"): lambda: {"metadata": {"name": "newbie"}, "spec": {"role": "viewer"}},
+    ("member-list", "post"): lambda: {"spec": {"email": "newbie@example.com", "role": "viewer"}},
     ("member-detail", "put"): lambda: {"spec": {"role": "admin"}},
     ("member-detail", "patch"): lambda: {"spec": {"role": "admin"}},
     ("invitation-list", "post"): lambda: {"spec": {"email": "new@example.com", "role": "viewer"}},

@@ -1,26 +1,53 @@
-"""Owners invite members in the product; admins read their tenant's audit trail, staff read
+"""Owners invite members in the product, by email only; admins read their tenant's audit trail, staff read
 every tenant's; local accounts remain the default without a provider."""
 from django.contrib.auth import get_user_model
+from django.test import Client
 
 from config_service.models import ConfigEvent
-from tenants.identity.provisioning import user_for_claims
 from tenants.models import Membership, Role
 from tests.conftest import client_for, make_user, space_manifest
 
 
-def test_an_owner_invites_a_member_who_later_signs_in_with_the_provider(tenant, clients, settings):
+def test_an_owner_adds_a_member_by_email_who_joins_on_accepting(tenant, clients, mailer):
+    response = clients["owner"].post(f"/api/v1/tenants/{tenant.slug}/members/",
+                                     {"spec": {"email": "nina@example.com", "role": "admin"}},
+                                     format="json")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["kind"] == "Invitation" and body["status"]["phase"] == "Pending"
+    assert response["Location"] == (f"/api/v1/tenants/{tenant.slug}/invitations/"
+                                    f"{body['metadata']['name']}/")
+    assert clients["owner"].get(response["Location"]).json()["spec"]["email"] == (
+        "nina@example.com")
+    [message] = mailer.messages
+    assert message["To"] == "nina@example.com"
+    assert not Membership.objects.filter(tenant=tenant, user__username="nina").exists()
+
+    nina = make_user("nina")
+    nina.email = "nina@example.com"
+    nina.save()
+    token = body["status"]["acceptUrl"].rsplit("/", 2)[-2]
+    browser = Client()
+    browser.force_login(nina)
+    assert browser.post(f"/invitations/{token}/").status_code == 302
+
+    assert Membership.objects.get(tenant=tenant, user=nina).role == Role.ADMIN
+    event = ConfigEvent.objects.get(type="tenant.invitation_created",
+                                    payload__email="nina@example.com")
+    assert event.actor == "token:default:olivia"
+
+
+def test_a_member_asked_for_by_username_is_refused_with_a_pointer_to_invitations(tenant, clients):
+    events = ConfigEvent.objects.count()
     response = clients["owner"].post(f"/api/v1/tenants/{tenant.slug}/members/",
                                      {"metadata": {"name": "nina"}, "spec": {"role": "admin"}},
                                      format="json")
-    assert response.status_code == 201, response.content
-    settings.MAAS_OIDC_ISSUER = "http://127.0.0.1:1/realms/maas"
-
-    user = user_for_claims({"sub": "s-nina", "preferred_username": "nina"})
-
-    assert user.username == "nina"
-    assert Membership.objects.get(tenant=tenant, user=user).role == Role.ADMIN
-    event = ConfigEvent.objects.get(type="tenant.member_added", payload__username="nina")
-    assert event.actor == "token:default:olivia"
+    assert response.status_code == 400
+    assert response.json()["code"] == "invitation_required"
+    assert response.json()["field"] == "metadata.name"
+    assert f"/api/v1/tenants/{tenant.slug}/invitations/" in response.json()["message"]
+    assert ConfigEvent.objects.count() == events
+    assert not get_user_model().objects.filter(username="nina").exists()
 
 
 def test_the_last_owner_cannot_be_removed_or_demoted(tenant, clients):

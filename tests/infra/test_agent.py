@@ -31,7 +31,8 @@ def kube():
 
 @pytest.fixture
 def agent(kube):
-    return backend.InfraAgent(InfraController(kube, EmptyDrainer(), spaces.CFG, "k"))
+    return backend.InfraAgent(InfraController(kube, EmptyDrainer(), spaces.CFG,
+                                                      backend.infra_secret))
 
 
 @pytest.fixture

@@ -47,7 +47,8 @@ def drainer():
 
 @pytest.fixture
 def controller(kube, drainer):
-    return InfraController(kube, drainer, spaces.CFG, secret_key="test-secret-key")
+    return InfraController(kube, drainer, spaces.CFG,
+                           secret=lambda purpose, infra: f"test-{purpose}-{infra}")
 
 
 def sts(kube, name):

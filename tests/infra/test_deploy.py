@@ -94,14 +94,27 @@ def test_dev_bundles_postgres_and_rabbitmq_and_production_uses_external_ones(ren
                 ("Secret", "maas-secrets")} & prod  # the operator creates maas-secrets
 
 
+def test_the_dev_secret_holds_every_file_the_config_names(rendered):
+    """A *_FILE naming a key the Secret lacks stops every pod at start-up."""
+    docs = rendered["overlays/dev"]
+    config = by(docs, "ConfigMap", "maas-config")["data"]
+    secret = by(docs, "Secret", "maas-secrets")
+    keys = set(secret.get("data", {})) | set(secret.get("stringData", {}))
+    named = {value.removeprefix("/etc/maas/secrets/") for name, value in config.items()
+             if name.endswith("_FILE") and value.startswith("/etc/maas/secrets/")}
+    assert "metrics-token" in named
+    assert named <= keys, named - keys
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_secrets_are_read_through_file_variables(rendered, target):
     config = by(rendered[target], "ConfigMap", "maas-config")["data"]
     for name, value in config.items():
-        if any(w in name for w in ("PASSWORD", "SECRET", "DATABASE_URL")):
+        if any(w in name for w in ("PASSWORD", "SECRET", "TOKEN", "DATABASE_URL")):
             assert name.endswith("_FILE") and value.startswith("/etc/maas/secrets/"), name
     for required in ("MAAS_OIDC_ISSUER", "MAAS_OIDC_CLIENT_ID", "MAAS_OIDC_CLIENT_SECRET_FILE",
-                     "MAAS_SECRET_KEY_FILE", "DATABASE_URL_FILE", "MAAS_INFRA_BACKEND"):
+                     "MAAS_SECRET_KEY_FILE", "DATABASE_URL_FILE", "MAAS_INFRA_BACKEND",
+                     "MAAS_METRICS_TOKEN_FILE"):
         assert required in config
     for d in rendered[target]:
         if d["kind"] in ("Deployment", "StatefulSet", "Job"):

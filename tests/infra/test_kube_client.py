@@ -77,7 +77,8 @@ def test_refusals_are_errors(wire):
 
 def test_the_controller_reconciles_through_the_real_client(wire):
     fake, client, _ = wire
-    controller = InfraController(client, EmptyDrainer(), spaces.CFG, "k")
+    controller = InfraController(client, EmptyDrainer(), spaces.CFG,
+                                 lambda purpose, infra: f"test-{purpose}")
     controller.reconcile(spaces.small())
     fake.settle()
     assert controller.reconcile(spaces.small()).is_ready

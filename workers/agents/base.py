@@ -81,22 +81,36 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
             return None
         if kind not in AGENTS_BY_SPACE_TYPE[space.type]:
             return None
-        target = space.last_sequence
+        target, teardown_error = space.last_sequence, ""
         if only_if_behind and state.applied_sequence >= target and not space.terminating:
             return target
         if space.terminating:
-            agent.teardown(space)
-            state.torn_down = True
-            state.address_errors, state.space_error = {}, ""
+            try:
+                agent.teardown(space)
+            except TransientError as exc:
+                # Keep the space (Terminating, with the reason in its status) and retry: it is
+                # removed only once every agent has really torn its objects down.
+                teardown_error = f"Cleaning up failed, retrying: {exc}"[:500]
+                state.space_error, state.torn_down = teardown_error, False
+                state.save(update_fields=["space_error", "torn_down"])
+            else:
+                state.torn_down = True
+                state.address_errors, state.space_error = {}, ""
         else:
             report = agent.reconcile(space)
             state.address_errors, state.space_error = report.address_errors, report.space_error
-        now = timezone.now()
-        _record_applied(space_uid, kind, state.applied_sequence, target, now)
-        state.applied_sequence = max(state.applied_sequence, target)
-        state.applied_at = now
-        state.save()
-        _ack_outbox(space_uid, space)
+        if not teardown_error:  # else nothing was applied: the error is kept, a retry comes
+            now = timezone.now()
+            _record_applied(space_uid, kind, state.applied_sequence, target, now)
+            state.applied_sequence = max(state.applied_sequence, target)
+            state.applied_at = now
+            state.save()
+            _ack_outbox(space_uid, space)
+    if teardown_error:
+        logger.warning("agent.teardown_failed", extra={
+            "space": str(space_uid), "agent": kind, "tenant": space.tenant.slug,
+            "vhost": space.vhost, "error": teardown_error})
+        raise TransientError(teardown_error)
     logger.info("agent.applied", extra={"space": str(space_uid), "agent": kind,
                                         "tenant": space.tenant.slug, "sequence": target})
     if space.terminating and _all_torn_down(space):

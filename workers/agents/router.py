@@ -14,6 +14,7 @@ from django.conf import settings
 from config_service.models import Address, AddressSpace, MessagingUser
 from tenants.models import AddressSpacePlan, TenantQuota
 
+from .. import credentials
 from ..storage.rabbitmq import broker_username
 from . import router_config as rc
 from .base import Agent, Report, TransientError
@@ -67,7 +68,8 @@ class RouterAgent(Agent):
     def _desired(self, space: AddressSpace):
         addresses = list(Address.objects.filter(space=space, scheduled=True))
         users = list(MessagingUser.objects.filter(space=space))
-        login = broker_username(space.vhost, rc.ROUTER_BROKER_USER)
+        user, password = credentials.router_broker(space.vhost)
+        login = (broker_username(space.vhost, user), password)
         throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
         # Read at every reconcile, so an operator's change of the plan reaches the routers at
         # the next resync without a config event.

@@ -7,9 +7,6 @@ subscription a linkRoute `out` to its queue. Every address is qualified `<vhost>
 (qdrouterd's vhost name prefix), and every entity name starts with `maas:<vhost>:`, so the agent
 only ever touches what it created for this space.
 """
-import hashlib
-import hmac
-
 from django.conf import settings
 
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
@@ -22,17 +19,10 @@ USER = "io.maas.router.user"  # MaaS extension: a SASL PLAIN credential (salted 
 # Applied in this order, deleted in the reverse order (links before what they refer to).
 ENTITY_TYPES = (USER, VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
-ROUTER_BROKER_USER = "$router"  # no messaging user can have this name
 
 
 def owner_prefix(vhost: str) -> str:
     return f"maas:{vhost}:"
-
-
-def broker_password(vhost: str) -> str:
-    """The router's password on the space's broker vhost, derived so it is never stored."""
-    key = settings.SECRET_KEY.encode()
-    return hmac.new(key, f"router-broker:{vhost}".encode(), hashlib.sha256).hexdigest()
 
 
 def _policy_list(patterns) -> str:
@@ -46,11 +36,12 @@ def router_policy(plan_policy: dict | None) -> dict:
     return {**settings.MAAS_ROUTER_POLICY, **(plan_policy or {})}
 
 
-def desired_entities(space, addresses, users, broker_username: str,
+def desired_entities(space, addresses, users, broker_login: tuple[str, str],
                      throttled: bool = False, plan_policy: dict | None = None
                      ) -> tuple[dict, dict]:
     """({(entity type, name): attributes}, {address name: [its entity keys]}) for one space;
-    `plan_policy` is the router_policy of the space's plan."""
+    `broker_login`: the router's (username, password) on the space's broker vhost;
+    `plan_policy`: the router_policy of the space's plan."""
     vhost, prefix = space.vhost, owner_prefix(space.vhost)
     out: dict = {}
     by_address: dict = {}
@@ -87,7 +78,7 @@ def desired_entities(space, addresses, users, broker_username: str,
     if stored:
         add(CONNECTOR, "broker", host=settings.RABBITMQ_AMQP_HOST,
             port=str(settings.RABBITMQ_AMQP_PORT), role="route-container",
-            saslUsername=broker_username, saslPassword=broker_password(vhost),
+            saslUsername=broker_login[0], saslPassword=broker_login[1],
             virtualHost=f"vhost:{vhost}")
     connection = prefix + "broker"
     for a in addresses:

@@ -13,9 +13,10 @@ from django.conf import settings
 
 from config_service.models import Address, AddressSpace, AgentState
 
+from .. import credentials
 from ..agents.base import Agent, Report, TransientError
 from . import manifests as m
-from .controller import InfraController, InfraStatus, derived_secret
+from .controller import InfraController, InfraStatus
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,11 @@ def report(space: AddressSpace, status: InfraStatus) -> Report:
     return Report(address_errors=errors, space_error="; ".join(status.messages)[:500])
 
 
+def infra_secret(purpose: str, infra: str) -> str:
+    """A space's random infra credential (`broker-admin`, `erlang-cookie`), kept encrypted."""
+    return credentials.value(credentials.infra_name(purpose, infra))
+
+
 class InfraAgent(Agent):
     kind = KIND
 
@@ -92,9 +98,8 @@ class InfraAgent(Agent):
         from .kube import KubernetesClient
 
         cfg = infra_settings()
-        key = settings.SECRET_KEY
-        drainer = RabbitMQDrainer(cfg, lambda infra: derived_secret(key, "broker-admin", infra))
-        return InfraController(KubernetesClient(), drainer, cfg, key)
+        drainer = RabbitMQDrainer(cfg, lambda infra: infra_secret("broker-admin", infra))
+        return InfraController(KubernetesClient(), drainer, cfg, infra_secret)
 
     def reconcile(self, space: AddressSpace) -> Report:
         if space.type != "standard":
@@ -124,6 +129,9 @@ class InfraAgent(Agent):
             raise TransientError(str(exc)) from exc
         if not done:
             raise TransientError("waiting for Kubernetes to collect the space's objects")
+        infra = space_infra_of(space).infra
+        for purpose in ("broker-admin", "erlang-cookie"):
+            credentials.forget(credentials.infra_name(purpose, infra))
 
 
 def infra_agent() -> Agent | None:

@@ -21,9 +21,8 @@ namespace, name)`, `list(api_version, kind, namespace, labels)` and `delete(api_
 namespace, name)`: `kube.KubernetesClient` on a cluster, an in-process fake in the tests.
 """
 import datetime
-import hashlib
-import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -111,12 +110,6 @@ def workload_ready(obj: dict | None) -> tuple[int, int]:
     return desired, min(int(ready), desired)
 
 
-def derived_secret(secret_key: str, purpose: str, infra: str) -> str:
-    """A per-space credential derived from the secret key: stable, so applying is idempotent."""
-    return hmac.new(secret_key.encode(), f"{purpose}:{infra}".encode(),
-                    hashlib.sha256).hexdigest()
-
-
 def make_certificate(hosts: list[str], now: datetime.datetime | None = None) -> m.Certificate:
     """A self-signed certificate for the router's AMQPS listener (EnMasse's `selfsigned`)."""
     from cryptography import x509
@@ -162,9 +155,11 @@ class InfraController:
     """Reconciles the Kubernetes objects of standard address spaces."""
 
     def __init__(self, client: Client, drainer: Drainer, cfg: m.InfraSettings,
-                 secret_key: str, field_manager: str = m.FIELD_MANAGER):
+                 secret: Callable[[str, str], str], field_manager: str = m.FIELD_MANAGER):
+        """`secret(purpose, infra)`: a space's random credential (`broker-admin`,
+        `erlang-cookie`), the same on every call until it is rotated."""
         self.client, self.drainer, self.cfg = client, drainer, cfg
-        self.secret_key, self.field_manager = secret_key, field_manager
+        self.secret, self.field_manager = secret, field_manager
 
     # Reconcile -------------------------------------------------------------------------------
 
@@ -175,8 +170,7 @@ class InfraController:
         space, leaving = self._brokers(desired)
         manifests = m.space_manifests(
             space, self.cfg, owner_uid, self._certificate(space),
-            derived_secret(self.secret_key, "broker-admin", infra),
-            derived_secret(self.secret_key, "erlang-cookie", infra),
+            self.secret("broker-admin", infra), self.secret("erlang-cookie", infra),
         )
         live = {}
         for manifest in manifests:

@@ -39,6 +39,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "loopback listener accepts ANONYMOUS")
     p.add_argument("--metrics-port", type=int, default=int(env("MAAS_ROUTER_METRICS_PORT", "0")),
                    help="Prometheus text endpoint; 0 (default) disables it")
+    # Loopback by default, apart from --host: a router whose AMQP listener faces the tenants
+    # need not show them its traffic counters too.
+    p.add_argument("--metrics-host", default=env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1"))
     p.add_argument("--log-level", default=env("MAAS_ROUTER_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
@@ -60,7 +63,7 @@ def main(argv=None) -> int:
         engine.listen(args.host, args.amqps_port, "client", ssl_domain=domain)
     engine.listen(args.management_host, args.management_port, "management")
     if args.metrics_port:
-        serve(engine, args.host, args.metrics_port)
+        serve(engine, args.metrics_host, args.metrics_port)
 
     def stop(signum, frame):
         engine.loop.running = False

@@ -9,8 +9,9 @@ import os
 
 from django.conf import settings
 
-from config_service.models import Address, AddressSpace, MessagingUser
+from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
 
+from .. import credentials
 from ..agents.base import Agent, Report, TransientError
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -92,12 +93,11 @@ def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -
 
 def router_broker_user(space: AddressSpace) -> BrokerUser:
     """The router's own login on the space's vhost, for its autoLinks and linkRoutes."""
-    from workers.agents import router_config as rc
-
+    user, password = credentials.router_broker(space.vhost)
     salt = hashlib.sha256(space.vhost.encode()).digest()[:4]  # stable: no needless updates
     return BrokerUser(
-        username=rabbitmq.broker_username(space.vhost, rc.ROUTER_BROKER_USER),
-        password_hash=rabbitmq.hash_password(rc.broker_password(space.vhost), salt),
+        username=rabbitmq.broker_username(space.vhost, user),
+        password_hash=rabbitmq.hash_password(password, salt),
         send=("*",), recv=("*",),
     )
 
@@ -136,22 +136,59 @@ class StorageController(Agent):
         if result.transient:
             raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
         wire_to_name = {a.broker_object_name: a.name for a in addresses}
+        purge_errors = self._purge(space, {a.name: a for a in addresses})
         errors = {
             name: {"message": result.errors.get(wire) or "Not yet verified on the broker",
                    "permanent": False}
             for wire, name in wire_to_name.items() if not result.is_active(wire)
         }
+        errors.update(purge_errors)
         problems = result.vhost_errors + [f"user {u}: {m}" for u, m in result.user_errors.items()]
         return Report(address_errors=errors, space_error="; ".join(problems)[:500])
 
+    @staticmethod
+    def _purge(space: AddressSpace, by_name: dict) -> dict:
+        """Carries out the purges asked for since the last reconcile; returns {name: error}
+        for those the broker refused for good. A transient error retries the whole reconcile
+        (the purge is not recorded as done)."""
+        refused = {}
+        for name in purges_to_carry_out(space):
+            address = by_name.get(name)
+            if address is None:
+                continue  # deleted (or not scheduled, so never on the broker) since
+            try:
+                _management_api().purge_queue(space.vhost, address.broker_object_name)
+            except rabbitmq.BrokerError as exc:
+                if exc.transient:
+                    raise TransientError(f"purge of {address.address}: {exc}") from exc
+                refused[name] = {"message": f"The broker refused the purge: {exc}",
+                                 "permanent": False}
+                continue
+            logger.info("storage.purged", extra={"space": str(space.uid), "vhost": space.vhost,
+                                                 "address": address.address})
+        return refused
+
     def teardown(self, space: AddressSpace) -> None:
+        """Deletes the space's vhost (or MaaS's objects in it) and users; any failure is
+        retried, so no vhost is left behind with its queues."""
         try:
-            _reconciler().teardown(space.vhost)
+            result = _reconciler().teardown(space.vhost)
         except rabbitmq.BrokerError as exc:
             raise TransientError(str(exc)) from exc
+        if not result.ok:
+            problems = (result.vhost_errors + list(result.errors.values())
+                        + [f"user {u}: {m}" for u, m in result.user_errors.items()])
+            raise TransientError("; ".join(problems)[:400])
+        credentials.forget(credentials.router_broker_name(space.vhost))
 
 
-def purge(space: AddressSpace, address: Address) -> None:
-    """Drops every stored message of a queue, subscription or deadletter address."""
-    _management_api().purge_queue(space.vhost, address.broker_object_name)
-    logger.info("storage.purged", extra={"space": str(space.uid), "address": address.name})
+def purges_to_carry_out(space: AddressSpace) -> list[str]:
+    """Names of the addresses whose purge (`address.purged`) this agent has not carried out:
+    the events after the sequence it last applied. That sequence is recorded in the same
+    transaction that follows this reconcile, so a duplicate delivery or a resync after it
+    never purges again."""
+    applied = AgentState.objects.filter(space_uid=space.uid, kind="storage").values_list(
+        "applied_sequence", flat=True).first() or 0
+    events = ConfigEvent.objects.filter(stream_id=space.uid, type="address.purged",
+                                        sequence__gt=applied, sequence__lte=space.last_sequence)
+    return list(dict.fromkeys(e.payload["name"] for e in events.order_by("sequence")))

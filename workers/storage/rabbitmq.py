@@ -39,6 +39,8 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 # Re-exported for the storage controller and tests: one implementation of the hash format.
 from config_service.passwords import hash_password, verify_password  # noqa: F401
@@ -157,6 +159,12 @@ class RabbitMQApi:
         self.timeout = timeout
         self.session = requests.Session()
         self.session.auth = (user, password)
+        # RabbitMQ closes idle keep-alive connections; a request that raced such a close finds
+        # the socket gone before any answer. Every call here is idempotent: retry that once.
+        retry = Retry(total=1, connect=1, read=1, status=0, redirect=0, allowed_methods=None,
+                      raise_on_status=False)
+        self.session.mount("http://", HTTPAdapter(max_retries=retry))
+        self.session.mount("https://", HTTPAdapter(max_retries=retry))
 
     def close(self) -> None:
         self.session.close()

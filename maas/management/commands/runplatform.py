@@ -46,6 +46,7 @@ def processes(bind: str) -> dict[str, list[str]]:
             "--management-host", mgmt.hostname or "127.0.0.1",
             "--management-port", str(mgmt.port or 5675),
             "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,
+            "--metrics-host", settings.MAAS_ROUTER_METRICS_HOST,
             "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
         ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)

@@ -1,0 +1,54 @@
+"""Fault injection in front of real services: an HTTP relay that can fail chosen requests.
+
+Not a mock: every request it does not fail goes to the real server and its real answer comes
+back; the failures are what a broker under load gives (503, or no answer until a timeout)."""
+import http.server
+import threading
+
+import requests
+
+
+class HttpFaultProxy:
+    """Relays HTTP to `target` (e.g. RabbitMQ's management API); while `fail_methods` holds a
+    request's method, that request gets 503 and never reaches the server."""
+
+    def __init__(self, target: str):
+        self.target = target.rstrip("/")
+        self.fail_methods: set[str] = set()
+        self.failed: list[str] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if self.command in proxy.fail_methods:
+                    proxy.failed.append(f"{self.command} {self.path}")
+                    self._answer(503, b'{"error":"injected fault"}', "application/json")
+                    return
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length", "connection")}
+                upstream = requests.request(self.command, proxy.target + self.path, data=body,
+                                            headers=headers, timeout=30)
+                self._answer(upstream.status_code, upstream.content,
+                             upstream.headers.get("Content-Type", "application/json"))
+
+            def _answer(self, status: int, content: bytes, content_type: str):
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_PUT = do_POST = do_DELETE = _relay
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

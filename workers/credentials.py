@@ -1,0 +1,118 @@
+"""Random credentials of the data plane's internal users, made on first use, kept encrypted.
+
+Nothing here is derived from the secret key or a constant: each credential is random and
+stored in `InfraCredential`, encrypted with a key derived from SECRET_KEY (Fernet), so a copy of
+the database alone reveals none of them. `rotate` gives credentials new values and a new
+generation; the agents then carry them to the routers and brokers (`manage.py rotate_secrets`).
+A credential that no longer decrypts (SECRET_KEY lost with `var/`) is replaced by a new one on
+first use and logged: the agents push it out as after a rotation (docs/security.md).
+"""
+import base64
+import logging
+import secrets
+from dataclasses import dataclass
+
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .models import InfraCredential
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Credential:
+    value: str
+    generation: int
+
+
+def router_broker_name(vhost: str) -> str:
+    """The router's password on a space's broker vhost."""
+    return f"router-broker:{vhost}"
+
+
+def infra_name(purpose: str, infra: str) -> str:
+    """A per-space secret of the Kubernetes backend (`broker-admin`, `erlang-cookie`)."""
+    return f"{purpose}:{infra}"
+
+
+def get(name: str) -> Credential:
+    """The credential `name`, made at random if there is none yet."""
+    row = InfraCredential.objects.filter(name=name).first()
+    if row is None:
+        row, _ = InfraCredential.objects.get_or_create(
+            name=name, defaults={"ciphertext": _encrypt(_new_value())})
+    value = _decrypt(row.ciphertext)
+    if value is None:
+        return _replace_unreadable(name)
+    return Credential(value, row.generation)
+
+
+def value(name: str) -> str:
+    return get(name).value
+
+
+def rotate(prefix: str = "") -> list[str]:
+    """New values for every credential whose name starts with `prefix`; returns their names."""
+    rotated = []
+    with transaction.atomic():
+        for row in InfraCredential.objects.select_for_update().filter(name__startswith=prefix):
+            row.ciphertext = _encrypt(_new_value())
+            row.generation += 1
+            row.rotated_at = timezone.now()
+            row.save(update_fields=["ciphertext", "generation", "rotated_at"])
+            rotated.append(row.name)
+    logger.info("credentials.rotated", extra={"prefix": prefix, "n_rotated": len(rotated)})
+    return rotated
+
+
+def forget(name: str) -> None:
+    """Drops a credential whose user is gone (its space was torn down)."""
+    InfraCredential.objects.filter(name=name).delete()
+
+
+def _replace_unreadable(name: str) -> Credential:
+    with transaction.atomic():
+        row = InfraCredential.objects.select_for_update().get(name=name)
+        current = _decrypt(row.ciphertext)
+        if current is not None:  # another process replaced it first
+            return Credential(current, row.generation)
+        logger.warning("credentials.unreadable_replaced", extra={"credential": name})
+        new = _new_value()
+        row.ciphertext, row.generation = _encrypt(new), row.generation + 1
+        row.rotated_at = timezone.now()
+        row.save(update_fields=["ciphertext", "generation", "rotated_at"])
+        return Credential(new, row.generation)
+
+
+def _new_value() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _fernet() -> Fernet:
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+               info=b"maas infra credentials at rest").derive(settings.SECRET_KEY.encode())
+    return Fernet(base64.urlsafe_b64encode(key))
+
+
+def _encrypt(value: str) -> str:
+    return _fernet().encrypt(value.encode()).decode("ascii")
+
+
+def _decrypt(ciphertext: str) -> str | None:
+    try:
+        return _fernet().decrypt(ciphertext.encode("ascii")).decode()
+    except InvalidToken:
+        return None
+
+
+def router_broker(vhost: str) -> tuple[str, str]:
+    """(username, password) of the router on a space's broker vhost. The username carries the
+    generation, so a rotated credential is a new broker user and a new router connector: the
+    router cannot report a connector's password, only its username."""
+    credential = get(router_broker_name(vhost))
+    return f"$router-{credential.generation}", credential.value

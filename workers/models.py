@@ -1,0 +1,17 @@
+"""Models of the workers: credentials of the data plane's internal users."""
+from django.db import models
+
+
+class InfraCredential(models.Model):
+    """A random credential of an internal user of the data plane (the router's login on a
+    space's broker vhost, a space's broker admin), encrypted at rest with a key derived from
+    SECRET_KEY. `generation` counts rotations; read and write it through workers.credentials."""
+
+    name = models.CharField(max_length=300, unique=True)
+    generation = models.PositiveIntegerField(default=1)
+    ciphertext = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} (generation {self.generation})"

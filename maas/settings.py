@@ -38,6 +38,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "maas.control_characters.ControlCharacterMiddleware",  # NUL in a URL: 400, not a 500
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files straight from the apps
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -87,7 +88,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "config_service.api.parsers.JSONParser",
         "config_service.api.parsers.YAMLParser",
         "config_service.api.parsers.XYAMLParser",
         "config_service.api.parsers.TextYAMLParser",
@@ -234,7 +235,8 @@ MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
 MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
-# Per address space (vhost policy); a space's spec.routerPolicy may override each value.
+# Per address space (vhost policy): the operator's defaults. An address space plan's
+# router_policy (admin) overrides each value for its spaces; a tenant cannot set them.
 MAAS_ROUTER_POLICY = {
     "maxConnections": env_int("MAAS_ROUTER_MAX_CONNECTIONS", 1000),
     "maxSessions": env_int("MAAS_ROUTER_MAX_SESSIONS", 100),

@@ -139,6 +139,7 @@ def address_space_plan(plan) -> dict:
         "spec": {
             "addressSpaceType": plan.address_space_type,
             "resourceLimits": plan.resource_limits,
+            "routerPolicy": plan.router_policy,
             "addressPlans": sorted(p.name for p in plan.address_plans.all()),
             "infraConfigRef": plan.infra_config_ref,
             "displayName": plan.display_name,

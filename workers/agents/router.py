@@ -12,7 +12,7 @@ import time
 from django.conf import settings
 
 from config_service.models import Address, AddressSpace, MessagingUser
-from tenants.models import TenantQuota
+from tenants.models import AddressSpacePlan, TenantQuota
 
 from .. import credentials
 from ..storage.rabbitmq import broker_username
@@ -71,7 +71,12 @@ class RouterAgent(Agent):
         user, password = credentials.router_broker(space.vhost)
         login = (broker_username(space.vhost, user), password)
         throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
-        return addresses, *rc.desired_entities(space, addresses, users, login, throttled)
+        # Read at every reconcile, so an operator's change of the plan reaches the routers at
+        # the next resync without a config event.
+        plan_policy = (AddressSpacePlan.objects.filter(name=space.plan)
+                       .values_list("router_policy", flat=True).first())
+        return addresses, *rc.desired_entities(space, addresses, users, login, throttled,
+                                               plan_policy=plan_policy)
 
     def reconcile(self, space: AddressSpace) -> Report:
         prefix = rc.owner_prefix(space.vhost)

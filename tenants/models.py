@@ -120,6 +120,11 @@ class Invitation(models.Model):
         return self.EXPIRED if self.expires_at <= now else self.PENDING
 
 
+# The limits an operator sets (tenant.quota_changed carries all of them).
+QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits",
+                "messages_per_day", "bytes_per_day", "stored_bytes", "peak_connections")
+
+
 class TenantQuota(models.Model):
     """Tenant-wide caps across all its address spaces; empty means unlimited."""
 

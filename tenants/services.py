@@ -8,10 +8,7 @@ from config_service.errors import Conflict, Invalid, NotFound
 from config_service.models import EventStream
 from config_service.services import Context
 
-from .models import SLUG, Invitation, Membership, Role, Tenant, TenantQuota
-
-QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits",
-                "messages_per_day", "bytes_per_day", "stored_bytes", "peak_connections")
+from .models import QUOTA_FIELDS, SLUG, Invitation, Membership, Role, Tenant, TenantQuota
 
 
 def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):

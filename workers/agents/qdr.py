@@ -75,6 +75,15 @@ class Management:
             raise ManagementError(501, "The router reports no uptimeSeconds")
         return int(rows[0][0])
 
+    def read(self, entity_type: str, name: str) -> dict | None:
+        """The entity's attributes, or None if the router has no entity of that name."""
+        try:
+            return self.request("READ", None, type=entity_type, name=name)
+        except ManagementError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def create(self, entity_type: str, name: str, attributes: dict) -> dict:
         return self.request("CREATE", attributes, type=entity_type, name=name)
 

@@ -3,8 +3,9 @@
 Per reconcile it builds the desired entities (router_config), QUERYs the router, deletes its
 own entities that are stale or differ, creates what is missing (bounded concurrency is the
 router's request pipeline: one connection, requests in order), re-queries to verify, and waits
-briefly for the queues' autoLinks to attach. A router restarted empty is configured again by
-the next resync. Only entities named `maas:<vhost>:...` are ever touched.
+briefly for the queues' autoLinks to attach. A router restarted empty is configured again at
+once, through this agent, by the router watch (router_watch.py). Only entities named
+`maas:<vhost>:...` are ever touched.
 """
 import logging
 import time

@@ -16,7 +16,7 @@ from config_service.models import AddressSpace, AgentState, Outbox
 from config_service.status import AGENTS_BY_SPACE_TYPE
 
 from . import dispatch
-from .agents import base
+from .agents import base, router_watch
 from .dispatch import notify_space
 
 logger = logging.getLogger(__name__)
@@ -90,12 +90,18 @@ def resync_candidates(now) -> tuple[list, list]:
     """(spaces some agent has not applied yet, spaces due a drift check), from two queries."""
     applied = _applied_by_space()
     kinds = {space_type: agent_kinds(space_type) for space_type in AGENTS_BY_SPACE_TYPE}
+    # A live router watch restores invalidated states itself: queueing them here too would
+    # double the router's load just when it is busiest.
+    watched = router_watch.alive(now)
     behind, quiet = [], []
     spaces = list(AddressSpace.objects.values_list("uid", "type", "last_sequence"))
     for uid, space_type, last_sequence in spaces:
         states = [applied.get(uid, {}).get(k) for k in kinds.get(space_type, ())]
-        if any(s is None or s[0] < last_sequence or s[1] is None or s[2] for s in states):
-            behind.append(uid)  # or its router restarted and the watch has not restored it yet
+        if any(s is None or s[0] < last_sequence or s[1] is None for s in states):
+            behind.append(uid)
+        elif any(s[2] for s in states):
+            if not watched:
+                behind.append(uid)  # its router restarted and no watch restores it
         elif states:
             quiet.append((min(at for _, at, _ in states), uid))
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
@@ -126,8 +132,6 @@ def watch_router() -> dict:
     after one interval: those that queued up during a long restore are dropped, not run."""
     if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
         return {}  # on Kubernetes each space's agent pod resyncs its own router
-    from .agents import router_watch
-
     return vars(router_watch.tick(settings.MAAS_ROUTER_MANAGEMENT_URL))
 
 

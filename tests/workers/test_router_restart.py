@@ -152,12 +152,14 @@ def test_a_new_watch_restores_what_was_applied_before_the_router_it_first_sees_s
     assert round_trip(router, spaces[0], "rpc", "restored") == "restored"
 
 
-def test_a_space_the_watch_has_not_restored_yet_counts_as_behind_for_the_resync(
+def test_the_resync_leaves_invalidated_spaces_to_a_live_watch_and_queues_them_without_one(
         router, spaces):
     from workers.tasks import resync_candidates
 
     router_watch.detect(url())
     router.restart()
-    router_watch.detect(url())  # invalidated; say the watch dies before it restores
-    behind, _ = resync_candidates(timezone.now())
-    assert {s.uid for s in spaces} <= set(behind)
+    router_watch.detect(url())  # invalidated; say the watch stops before it restores them
+    uids = {s.uid for s in spaces}
+    assert uids.isdisjoint(resync_candidates(timezone.now())[0])
+    an_hour_later = timezone.now() + datetime.timedelta(hours=1)
+    assert uids <= set(resync_candidates(an_hour_later)[0])

@@ -61,8 +61,10 @@ class Management:
             raise ManagementError(status, str(reply.properties.get("statusDescription", "")))
         return reply.body
 
-    def query(self, entity_type: str) -> list[dict]:
-        body = self.request("QUERY", {"attributeNames": []}, entityType=entity_type)
+    def query(self, entity_type: str, attributes=()) -> list[dict]:
+        """Every entity of the type, with the given attributes (all if none are given)."""
+        body = self.request("QUERY", {"attributeNames": list(attributes)},
+                            entityType=entity_type)
         names = body["attributeNames"]
         return [dict(zip(names, row, strict=True)) for row in body["results"]]
 

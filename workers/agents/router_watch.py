@@ -19,10 +19,11 @@ agent runs again. One tick (`tick`, run by Celery beat every MAAS_ROUTER_WATCH_I
    queue, and changes do not wait behind them.
 
 The invalidated rows are the work list: a watch killed mid-restore carries on at its next tick,
-and the resync queues them too. A router that did not restart costs two reads and one UPDATE of
-one row per tick, and no reconcile.
+and the resync queues them once no watch has read a router for a resync interval. A router
+that did not restart costs two reads and one UPDATE of one row per tick, and no reconcile.
 """
 import logging
+import queue
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from config_service.models import AddressSpace, AgentState, RouterIncarnation
 from . import base
 from . import router_config as rc
 from .qdr import Management, ManagementError, RouterUnreachable
+from .router import RouterAgent, management_client
 
 logger = logging.getLogger(__name__)
 
@@ -168,30 +170,54 @@ def restore() -> tuple[int, int]:
     if not spaces:
         return 0, 0
     started = timezone.now()
+    work: queue.SimpleQueue = queue.SimpleQueue()
+    for uid in spaces:
+        work.put(uid)
     workers = max(1, min(settings.MAAS_ROUTER_RESTORE_CONCURRENCY, len(spaces)))
     with ThreadPoolExecutor(workers, thread_name_prefix="router-restore") as pool:
-        done = list(pool.map(_restore_one, spaces))
-    restored = sum(done)
+        restored = sum(pool.map(_restore_from, [work] * workers))
     logger.info("router.restored", extra={
         "spaces": restored, "left": len(spaces) - restored,
         "seconds": round((timezone.now() - started).total_seconds(), 3)})
     return restored, len(spaces) - restored
 
 
-def _restore_one(space_uid) -> bool:
+def _restore_from(work: queue.SimpleQueue) -> int:
+    """Restores spaces taken from `work` until it is empty, over one management connection
+    (opening one costs about as much as restoring a small space)."""
     close_old_connections()
+    restored, mgmt = 0, None
     try:
-        base.run(space_uid, KIND)
-        return True
-    except base.TransientError as exc:  # the router went away again: the next tick retries
-        logger.info("router.restore_deferred", extra={"space": str(space_uid),
-                                                       "error": str(exc)})
-        return False
-    except Exception:  # one bad space must not stop the others; the resync retries it
-        logger.exception("router.restore_failed", extra={"space": str(space_uid)})
-        return False
+        while True:
+            try:
+                space_uid = work.get_nowait()
+            except queue.Empty:
+                return restored
+            try:
+                if mgmt is None:
+                    mgmt = management_client()
+                base.run(space_uid, KIND, RouterAgent(management=mgmt))
+                restored += 1
+            except (base.TransientError, RouterUnreachable) as exc:
+                # The router went away again: the next tick retries what is left.
+                logger.info("router.restore_deferred", extra={"space": str(space_uid),
+                                                               "error": str(exc)})
+                if mgmt is not None:
+                    mgmt.close()
+                mgmt = None
+            except Exception:  # one bad space must not stop the others; the next tick retries
+                logger.exception("router.restore_failed", extra={"space": str(space_uid)})
     finally:
-        connection.close()  # each pool thread has a connection of its own
+        if mgmt is not None:
+            mgmt.close()
+        connection.close()  # each pool thread has a database connection of its own
+
+
+def alive(now) -> bool:
+    """Whether a watch read a router lately (a restore may keep a tick busy a while)."""
+    window = max(settings.MAAS_RESYNC_INTERVAL, 10 * settings.MAAS_ROUTER_WATCH_INTERVAL)
+    return RouterIncarnation.objects.filter(
+        checked_at__gte=now - timedelta(seconds=window)).exists()
 
 
 def _public(url: str) -> str:

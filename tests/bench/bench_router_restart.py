@@ -193,13 +193,12 @@ def main():
         killed = time.monotonic()
         router.start()  # same ports, empty
         listening = time.monotonic()
-        detected = wait_until(lambda: not_active(uids) > 0, 60)
-        lowest = total
+        # Polled every 0.2 s: the status of every address costs CPU the restore needs.
+        detected = wait_until(lambda: not_active(uids) > 0, 60, 0.2)
         while (remaining := not_active(uids)) > 0:
-            lowest = min(lowest, remaining)
-            if time.monotonic() - listening > 600:
-                raise SystemExit(f"{remaining} of {total} still not Active after 600 s")
-            time.sleep(0.05)
+            if time.monotonic() - listening > 3600:
+                raise SystemExit(f"{remaining} of {total} still not Active after an hour")
+            time.sleep(0.2)
         restored = time.monotonic()
         checked = [round_trip(router, s) for s in spaces[:: max(1, len(spaces) // 5)]]
         print(f"router down for {listening - killed:.2f} s (stop + start)")

@@ -102,7 +102,10 @@ class RouterAgent(Agent):
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
-                actual = _owned(mgmt, prefix, desired)
+                # Only the autoLinks' status can still change: re-read that alone.
+                for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"]):
+                    if (rc.AUTO_LINK, row["name"]) in actual:
+                        actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row["operStatus"]
         except ManagementError as exc:
             return Report(space_error=f"Router refused the configuration: {exc}")
         except RouterUnreachable as exc:

@@ -102,6 +102,7 @@ def address(space, addr, states: dict) -> dict:
 def messaging_user(space, user, states: dict) -> dict:
     applied = all(
         states.get(kind) is not None and states[kind].applied_sequence >= user.resource_version
+        and not states[kind].invalidated
         for kind in AGENTS_BY_SPACE_TYPE[space.type]
     )
     return {

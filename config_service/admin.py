@@ -2,7 +2,15 @@
 service functions), the event log (read-only, filterable) and a resync action."""
 from django.contrib import admin, messages
 
-from .models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser, Outbox
+from .models import (
+    Address,
+    AddressSpace,
+    AgentState,
+    ConfigEvent,
+    MessagingUser,
+    Outbox,
+    RouterIncarnation,
+)
 from .status import agent_states, space_status
 
 
@@ -79,8 +87,13 @@ class ConfigEventAdmin(ReadOnlyAdmin):
 @admin.register(AgentState)
 class AgentStateAdmin(ReadOnlyAdmin):
     list_display = ["space_uid", "kind", "applied_sequence", "applied_at", "torn_down",
-                    "space_error"]
+                    "space_error", "invalidated"]
     list_filter = ["kind", "torn_down"]
+
+
+@admin.register(RouterIncarnation)
+class RouterIncarnationAdmin(ReadOnlyAdmin):
+    list_display = ["management_url", "started_at", "uptime_seconds", "checked_at", "restarts"]
 
 
 @admin.register(Outbox)

@@ -1,4 +1,4 @@
-"""Errors of the service functions; the API turns them into 400, 403, 404 and 409."""
+"""Errors of the service functions; the API turns them into 400, 403, 404, 409 and 413."""
 
 
 class ServiceError(Exception):
@@ -30,3 +30,10 @@ class Conflict(ServiceError):
 class QuotaExceeded(ServiceError):
     status = 403
     code = "quota_exceeded"
+
+
+class TooLarge(ServiceError):
+    """A request body over the size limit: refused before it is parsed."""
+
+    status = 413
+    code = "too_large"

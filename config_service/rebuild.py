@@ -1,7 +1,17 @@
-"""Rebuilds the projections from the config log and compares them with the live ones."""
+"""Rebuilds the projections from the config log and compares them with the live ones.
+
+Address spaces, addresses and users are projections (`projections.py`). A tenant's members,
+their roles and its quota are written by `tenants.services` beside their tenant events; the
+rebuild folds those events into the same state and sets the tables to it, so the check also
+finds a membership or quota changed without its event (or an event that says otherwise).
+"""
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from tenants.models import QUOTA_FIELDS, Membership, Tenant, TenantQuota
+
 from . import projections
+from .events import upcast
 from .models import Address, AddressSpace, ConfigEvent, MessagingUser
 
 
@@ -26,17 +36,86 @@ def snapshot() -> dict:
             "updated_at")}
         for u in MessagingUser.objects.select_related("space")
     }
-    return {"spaces": spaces, "addresses": addresses, "users": users}
+    return {"spaces": spaces, "addresses": addresses, "users": users, "tenants": _tenants()}
+
+
+def _tenants() -> dict:
+    members: dict = {}
+    for m in Membership.objects.select_related("user"):
+        members.setdefault(m.tenant_id, {})[m.user.get_username()] = m.role
+    quotas = {q.tenant_id: q for q in TenantQuota.objects.all()}
+    out = {}
+    for t in Tenant.objects.all():
+        q = quotas.get(t.pk)
+        out[str(t.uid)] = {
+            "deleted": t.deleted_at is not None,
+            "members": members.get(t.pk, {}),
+            "quota": q and {f: getattr(q, f) for f in QUOTA_FIELDS},
+            "throttled": q and q.throttled,
+            "throttled_limits": q and q.throttled_limits,
+        }
+    return out
 
 
 def replay() -> int:
     """Deletes the projections and applies the whole log again, in order."""
     AddressSpace.objects.all().delete()
     count = 0
+    tenants: dict[int, dict] = {}
     for event in ConfigEvent.objects.order_by("position").iterator(chunk_size=2000):
         projections.apply(event)
+        if event.type.startswith("tenant."):
+            _fold_tenant(tenants, event)
         count += 1
+    _write_tenants(tenants)
     return count
+
+
+def _fold_tenant(tenants: dict[int, dict], event: ConfigEvent) -> None:
+    """One tenant event applied to its tenant's state (members, quota, throttle)."""
+    p = upcast(event.type, event.schema_version, event.payload)
+    t = tenants.setdefault(event.tenant_id, {  # as tenant.created leaves it
+        "deleted_at": None, "members": {},
+        "quota": {f: TenantQuota._meta.get_field(f).get_default() for f in QUOTA_FIELDS},
+        "throttled": False, "throttled_limits": [],
+    })
+    if event.type in ("tenant.member_added", "tenant.member_role_changed"):
+        t["members"][p["username"]] = p["role"]
+    elif event.type == "tenant.member_removed":
+        t["members"].pop(p["username"], None)
+    elif event.type == "tenant.quota_changed":
+        t["quota"].update({f: p["quota"][f] for f in QUOTA_FIELDS})
+    elif event.type == "tenant.throttled":
+        t["throttled"], t["throttled_limits"] = True, p["limits"]
+    elif event.type == "tenant.unthrottled":
+        t["throttled"], t["throttled_limits"] = False, []
+    elif event.type == "tenant.deleted":
+        t["deleted_at"], t["members"] = event.created_at, {}
+    # invitation events change no member: an accepted one comes with tenant.member_added
+
+
+def _write_tenants(tenants: dict[int, dict]) -> None:
+    """Sets each tenant's members, roles, quota limits and throttle to what its log says."""
+    users = get_user_model()
+    for tenant in Tenant.objects.filter(pk__in=tenants):
+        t = tenants[tenant.pk]
+        if (tenant.deleted_at is None) != (t["deleted_at"] is None):
+            tenant.deleted_at = t["deleted_at"]
+            tenant.save(update_fields=["deleted_at"])
+        have = {m.user.get_username(): m for m in
+                Membership.objects.filter(tenant=tenant).select_related("user")}
+        for username, membership in have.items():
+            if username not in t["members"]:
+                membership.delete()
+            elif membership.role != t["members"][username]:
+                membership.role = t["members"][username]
+                membership.save(update_fields=["role"])
+        missing = set(t["members"]) - set(have)
+        for user in users.objects.filter(**{users.USERNAME_FIELD + "__in": missing}):
+            Membership.objects.create(tenant=tenant, user=user,
+                                      role=t["members"][user.get_username()])
+        TenantQuota.objects.update_or_create(tenant=tenant, defaults={
+            **t["quota"], "throttled": t["throttled"], "throttled_limits": t["throttled_limits"]})
 
 
 def differences(before: dict, after: dict) -> list[str]:

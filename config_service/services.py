@@ -76,8 +76,9 @@ def space_plan_status(plan: AddressSpacePlan) -> dict:
 @transaction.atomic
 def create_address_space(*, ctx: Context, tenant: Tenant, name, type, plan, spec=None):
     name = validation.space_name(name)
-    if type not in validation.ADDRESS_TYPES_BY_SPACE:
+    if not isinstance(type, str) or type not in validation.ADDRESS_TYPES_BY_SPACE:
         raise Invalid("spec.type must be standard or brokered", "spec.type")
+    validation.space_spec(spec or {})
     plan_obj = _space_plan(plan, type)
     # Serialises quota checks, and waits for (then refuses) a deletion of the tenant.
     locked = Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
@@ -301,6 +302,8 @@ def create_address(*, ctx: Context, space: AddressSpace, name=None, address=None
     wire = validation.address(address)
     name = validation.resource_name(name, space.name, "Address", wire)
     address_type = validation.address_type(type, space.type)
+    if address_type == "subscription":
+        validation.subscription_queue(wire, topic)
     plan_obj = _address_plan(plan, address_type, space)
     refs = _references(space, address_type, topic, deadletter, expiry)
     extra = _address_spec(address_type, spec or {})

@@ -2,7 +2,8 @@
 
 An address is Active when every agent it needs has applied a sequence at least its
 resourceVersion without an error for it; Pending while unscheduled (with the reason);
-Configuring until then; Failed on a permanent agent error; Terminating with its space.
+Configuring until then; Failed on a permanent agent error; Terminating with its space. A state
+invalidated since it was applied (its router restarted empty) does not count until reapplied.
 """
 from dataclasses import dataclass, field
 
@@ -56,7 +57,9 @@ def address_status(space: AddressSpace, address: Address, states: dict) -> Statu
     for kind in agents_for_address(space.type, address.type):
         state = states.get(kind)
         error = state.address_errors.get(address.name) if state else None
-        if error:
+        if state is not None and state.invalidated:
+            messages.append(state.invalidated)
+        elif error:
             messages.append(error["message"])
             failed = failed or error.get("permanent", False)
         elif state is None or state.applied_sequence < address.resource_version:
@@ -78,7 +81,9 @@ def space_status(space: AddressSpace, states: dict) -> Status:
     messages = []
     for kind in kinds:
         state = states.get(kind)
-        if state and state.space_error:
+        if state and state.invalidated:
+            messages.append(state.invalidated)
+        elif state and state.space_error:
             messages.append(state.space_error)
         elif state is None or state.applied_sequence < space.resource_version:
             messages.append(_waiting(kind, state))
@@ -102,7 +107,7 @@ def phase_filter(space: AddressSpace, phase: str, states: dict):
     for kind in AGENTS_BY_SPACE_TYPE[space.type]:
         state = states.get(kind)
         applies = ~Q(type__in=ROUTER_ONLY_TYPES) if kind == "storage" else Q()
-        if state is None:
+        if state is None or state.invalidated:
             not_ready |= applies
             continue
         for name, error in state.address_errors.items():

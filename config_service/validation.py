@@ -1,9 +1,11 @@
 """Checks of names, address specs and authorization rules; each failure names its field."""
 import base64
 import binascii
+import math
 import re
 
 from .errors import Invalid
+from .limits import has_control, printable
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 RESOURCE_SUFFIX = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,188}[a-z0-9])?$")
@@ -22,6 +24,29 @@ REDELIVERY_KEYS = (
     "redeliveryDelayMultiplier",
     "maximumDeliveryDelay",
 )
+# The keys of an AddressSpace's spec that MaaS implements; EnMasse's others (endpoints,
+# authenticationService, networkPolicy, connectors) have no effect here, and routerPolicy is
+# the operator's (plans and settings), so none of them is accepted, let alone stored.
+SPACE_SPEC_KEYS = ("type", "plan")
+
+# RabbitMQ: a queue or exchange name is at most 255 bytes of UTF-8, and `amq.` is reserved
+# (403 ACCESS_REFUSED). `.` and `..` cannot be named in the management API's URLs.
+MAX_WIRE_NAME_BYTES = 255
+RESERVED_ADDRESSES = (".", "..")
+# `$` and `_!`: EnMasse's; `amq.`: RabbitMQ's; `_$qd`, `_local/`, `_topo/`, `_edge/`: the
+# router's own address classes (qdrouterd); `$maas.` (storage internals) starts with `$`.
+RESERVED_ADDRESS_PREFIXES = ("$", "_!", "amq.", "_$qd", "_local/", "_topo/", "_edge/")
+# C1 controls too: an address is a wire name shown in consoles, never invisible.
+ADDRESS_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+# Numbers end up in RabbitMQ policies and queue arguments (message-ttl is an unsigned 32-bit
+# count of milliseconds, delivery-limit a signed 32-bit integer); beyond these the broker
+# refuses the policy and the address never becomes Active.
+MAX_MILLISECONDS = 2**32 - 1
+MAX_DELIVERY_ATTEMPTS = 2**31 - 1
+MAX_DELAY_MULTIPLIER = 100
+MAX_CONSUMERS = 10_000
+MAX_DISPLAY_NAME = 200
 
 
 def space_name(value) -> str:
@@ -49,12 +74,27 @@ def resource_name(value, space: str, kind: str, derived_from: str) -> str:
 
 
 def address(value) -> str:
-    if not isinstance(value, str) or not ADDRESS.match(value):
-        raise Invalid("spec.address is required: 1 to 200 characters, no spaces", "spec.address")
-    if value.startswith("_!") or value.startswith("$") or "::" in value:
-        raise Invalid("spec.address must not start with '_!' or '$' nor contain '::'",
-                      "spec.address")
+    field = "spec.address"
+    if not isinstance(value, str) or not ADDRESS.match(value) or ADDRESS_CONTROL.search(value):
+        raise Invalid("spec.address is required: 1 to 200 characters, no spaces or control "
+                      "characters", field)
+    if value in RESERVED_ADDRESSES or value.startswith(RESERVED_ADDRESS_PREFIXES):
+        raise Invalid(f"spec.address must not be . or .. nor start with "
+                      f"{', '.join(RESERVED_ADDRESS_PREFIXES)} (reserved by the broker or the "
+                      "router)", field)
+    if "::" in value:
+        raise Invalid("spec.address must not contain '::'", field)
+    if len(value.encode()) > MAX_WIRE_NAME_BYTES:
+        raise Invalid(f"spec.address must be at most {MAX_WIRE_NAME_BYTES} bytes of UTF-8 (a "
+                      "RabbitMQ queue or exchange name)", field)
     return value
+
+
+def subscription_queue(address_: str, topic) -> None:
+    """A subscription's broker queue is `<topic>::<address>`: it must fit RabbitMQ's limit."""
+    if isinstance(topic, str) and len(f"{topic}::{address_}".encode()) > MAX_WIRE_NAME_BYTES:
+        raise Invalid(f"<topic>::<address> (the subscription's queue) must be at most "
+                      f"{MAX_WIRE_NAME_BYTES} bytes of UTF-8", "spec.address")
 
 
 def address_type(value, space_type: str) -> str:
@@ -67,9 +107,9 @@ def address_type(value, space_type: str) -> str:
     return value
 
 
-def _non_negative_int(value, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Invalid("must be a non-negative integer", field)
+def _int_in(value, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Invalid(f"must be an integer from {low} to {high}", field)
     return value
 
 
@@ -78,7 +118,7 @@ def message_ttl(value) -> dict:
         return {}
     if not isinstance(value, dict) or set(value) - set(TTL_KEYS):
         raise Invalid("messageTtl takes minimum and maximum (milliseconds)", "spec.messageTtl")
-    ttl = {k: _non_negative_int(v, f"spec.messageTtl.{k}") for k, v in value.items()}
+    ttl = {k: _int_in(v, f"spec.messageTtl.{k}", 0, MAX_MILLISECONDS) for k, v in value.items()}
     if ttl.get("minimum") and ttl.get("maximum") and ttl["minimum"] > ttl["maximum"]:
         raise Invalid("minimum must not exceed maximum", "spec.messageTtl")
     return ttl
@@ -95,19 +135,44 @@ def message_redelivery(value) -> dict:
     for key, item in value.items():
         field = f"spec.messageRedelivery.{key}"
         if key == "redeliveryDelayMultiplier":
-            if isinstance(item, bool) or not isinstance(item, int | float) or item < 0:
-                raise Invalid("must be a non-negative number", field)
+            if isinstance(item, bool) or not isinstance(item, int | float) or not (
+                math.isfinite(item) and 0 <= item <= MAX_DELAY_MULTIPLIER
+            ):
+                raise Invalid(f"must be a number from 0 to {MAX_DELAY_MULTIPLIER}", field)
             out[key] = item
+        elif key == "maximumDeliveryAttempts":
+            out[key] = _int_in(item, field, 0, MAX_DELIVERY_ATTEMPTS)
         else:
-            out[key] = _non_negative_int(item, field)
+            out[key] = _int_in(item, field, 0, MAX_MILLISECONDS)
     return out
 
 
 def max_consumers(value) -> int:
     if value is None:
         return 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise Invalid("must be a positive integer", "spec.subscription.maxConsumers")
+    return _int_in(value, "spec.subscription.maxConsumers", 1, MAX_CONSUMERS)
+
+
+def space_spec(spec: dict) -> None:
+    """Refuses keys of an AddressSpace's spec that MaaS does not implement."""
+    for key in spec:
+        if key == "routerPolicy":
+            raise Invalid("router limits are set by the operator (the address space plan), "
+                          "not in the address space", "spec.routerPolicy")
+        if key not in SPACE_SPEC_KEYS:
+            raise Invalid(f"unknown field; an address space takes {', '.join(SPACE_SPEC_KEYS)}",
+                          f"spec.{printable(key)}")
+
+
+def display_name(value, field: str = "spec.displayName") -> str:
+    """A tenant's display name: text of at most 200 characters (Tenant.name)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Invalid("must be a string", field)
+    if len(value) > MAX_DISPLAY_NAME or has_control(value):
+        raise Invalid(f"use at most {MAX_DISPLAY_NAME} characters and no control characters",
+                      field)
     return value
 
 

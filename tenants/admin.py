@@ -82,7 +82,8 @@ class AddressPlanAdmin(admin.ModelAdmin):
 
 @admin.register(AddressSpacePlan)
 class AddressSpacePlanAdmin(admin.ModelAdmin):
-    list_display = ["name", "address_space_type", "resource_limits", "infra_config_ref"]
+    list_display = ["name", "address_space_type", "resource_limits", "router_policy",
+                    "infra_config_ref"]
     list_filter = ["address_space_type"]
     filter_horizontal = ["address_plans"]
 

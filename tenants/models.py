@@ -7,6 +7,8 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from .router_policy import validate_router_policy
+
 SLUG = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
     "Use 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit.",
@@ -118,6 +120,11 @@ class Invitation(models.Model):
         return self.EXPIRED if self.expires_at <= now else self.PENDING
 
 
+# The limits an operator sets (tenant.quota_changed carries all of them).
+QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits",
+                "messages_per_day", "bytes_per_day", "stored_bytes", "peak_connections")
+
+
 class TenantQuota(models.Model):
     """Tenant-wide caps across all its address spaces; empty means unlimited."""
 
@@ -183,6 +190,10 @@ class AddressSpacePlan(PlanDisplay):
     resource_limits = models.JSONField(default=dict, blank=True)
     address_plans = models.ManyToManyField(AddressPlan, related_name="space_plans", blank=True)
     infra_config_ref = models.CharField(max_length=100, blank=True, default="default")
+    # {"maxConnections", "maxSessions", "maxSenders", "maxReceivers"} over the operator's
+    # settings.MAAS_ROUTER_POLICY; a missing key keeps the setting.
+    router_policy = models.JSONField(default=dict, blank=True,
+                                     validators=[validate_router_policy])
 
 
 class PersonalAccessToken(models.Model):

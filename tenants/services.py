@@ -3,15 +3,12 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from config_service import log
+from config_service import log, validation
 from config_service.errors import Conflict, Invalid, NotFound
 from config_service.models import EventStream
 from config_service.services import Context
 
-from .models import SLUG, Invitation, Membership, Role, Tenant, TenantQuota
-
-QUOTA_FIELDS = ("max_address_spaces", "max_addresses", "max_messaging_users", "max_credits",
-                "messages_per_day", "bytes_per_day", "stored_bytes", "peak_connections")
+from .models import QUOTA_FIELDS, SLUG, Invitation, Membership, Role, Tenant, TenantQuota
 
 
 def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
@@ -23,6 +20,7 @@ def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
 def create_tenant(*, ctx: Context, slug, owner, name: str = "") -> Tenant:
     if not isinstance(slug, str) or not SLUG.regex.match(slug):
         raise Invalid(SLUG.message, "metadata.name")
+    name = validation.display_name(name)
     taken = Tenant.objects.select_for_update().filter(slug=slug).first()
     if taken is not None and not _release_name(taken):
         raise Conflict(f"Tenant {slug!r} already exists." if taken.deleted_at is None else

@@ -16,7 +16,7 @@ from config_service.models import AddressSpace, AgentState, Outbox
 from config_service.status import AGENTS_BY_SPACE_TYPE
 
 from . import dispatch
-from .agents import base
+from .agents import base, router_watch
 from .dispatch import notify_space
 
 logger = logging.getLogger(__name__)
@@ -90,14 +90,20 @@ def resync_candidates(now) -> tuple[list, list]:
     """(spaces some agent has not applied yet, spaces due a drift check), from two queries."""
     applied = _applied_by_space()
     kinds = {space_type: agent_kinds(space_type) for space_type in AGENTS_BY_SPACE_TYPE}
+    # A live router watch restores invalidated states itself: queueing them here too would
+    # double the router's load just when it is busiest.
+    watched = router_watch.alive(now)
     behind, quiet = [], []
     spaces = list(AddressSpace.objects.values_list("uid", "type", "last_sequence"))
     for uid, space_type, last_sequence in spaces:
         states = [applied.get(uid, {}).get(k) for k in kinds.get(space_type, ())]
         if any(s is None or s[0] < last_sequence or s[1] is None for s in states):
             behind.append(uid)
+        elif any(s[2] for s in states):
+            if not watched:
+                behind.append(uid)  # its router restarted and no watch restores it
         elif states:
-            quiet.append((min(at for _, at in states), uid))
+            quiet.append((min(at for _, at, _ in states), uid))
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
     share = math.ceil(len(spaces) / DRIFT_CHECK_EVERY)
     drifting = [uid for at, uid in sorted(quiet) if at < fresh][:share]
@@ -105,13 +111,28 @@ def resync_candidates(now) -> tuple[list, list]:
 
 
 def _applied_by_space() -> dict:
-    """{space uid: {agent kind: (applied sequence, applied at)}} of the existing spaces."""
+    """{space uid: {agent kind: (applied sequence, applied at, invalidated)}} of the existing
+    spaces."""
     applied: dict = {}
     states = AgentState.objects.filter(space_uid__in=AddressSpace.objects.values("uid"))
-    for uid, kind, sequence, at in states.values_list(
-            "space_uid", "kind", "applied_sequence", "applied_at"):
-        applied.setdefault(uid, {})[kind] = (sequence, at)
+    for uid, kind, sequence, at, invalidated in states.values_list(
+            "space_uid", "kind", "applied_sequence", "applied_at", "invalidated"):
+        applied.setdefault(uid, {})[kind] = (sequence, at, invalidated)
     return applied
+
+
+@shared_task(name="maas.workers.watch_router")
+def watch_router() -> dict:
+    """Notices a router that restarted empty and restores its spaces first (router_watch).
+
+    Why a beat task in a queue of its own, served by a worker of its own (`runplatform`): beat
+    is already the platform's one clock, so there is one watcher however many workers run; a
+    tick never waits behind changes, resyncs or usage jobs; and the restores run inside the
+    tick with bounded concurrency, so they wait behind no queued change either. Ticks expire
+    after one interval: those that queued up during a long restore are dropped, not run."""
+    if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
+        return {}  # on Kubernetes each space's agent pod resyncs its own router
+    return vars(router_watch.tick(settings.MAAS_ROUTER_MANAGEMENT_URL))
 
 
 @shared_task(name="maas.workers.sample_usage")

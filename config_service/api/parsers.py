@@ -1,17 +1,22 @@
-"""A YAML request parser, so an EnMasse manifest can be POSTed as it is."""
-import yaml
-from rest_framework.exceptions import ParseError
+"""The API's request parsers: JSON and YAML (an EnMasse manifest can be POSTed as it is), both
+bounded by `config_service.safe_load` (size, nesting, aliases, duplicate keys, ...)."""
 from rest_framework.parsers import BaseParser
+
+from ..safe_load import load_json, load_yaml, read_bounded
+
+
+class JSONParser(BaseParser):
+    media_type = "application/json"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return load_json(read_bounded(stream))
 
 
 class YAMLParser(BaseParser):
     media_type = "application/yaml"
 
     def parse(self, stream, media_type=None, parser_context=None):
-        try:
-            return yaml.safe_load(stream.read().decode("utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ParseError(f"YAML parse error: {exc}") from exc
+        return load_yaml(read_bounded(stream))
 
 
 class XYAMLParser(YAMLParser):

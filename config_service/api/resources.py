@@ -102,6 +102,7 @@ def address(space, addr, states: dict) -> dict:
 def messaging_user(space, user, states: dict) -> dict:
     applied = all(
         states.get(kind) is not None and states[kind].applied_sequence >= user.resource_version
+        and not states[kind].invalidated
         for kind in AGENTS_BY_SPACE_TYPE[space.type]
     )
     return {
@@ -139,6 +140,7 @@ def address_space_plan(plan) -> dict:
         "spec": {
             "addressSpaceType": plan.address_space_type,
             "resourceLimits": plan.resource_limits,
+            "routerPolicy": plan.router_policy,
             "addressPlans": sorted(p.name for p in plan.address_plans.all()),
             "infraConfigRef": plan.infra_config_ref,
             "displayName": plan.display_name,

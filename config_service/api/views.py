@@ -15,7 +15,7 @@ from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.roles import Action
 from tenants.services import create_tenant, delete_tenant
 
-from .. import services
+from .. import services, validation
 from ..errors import Invalid
 from ..events import public_payload
 from ..models import Address, AddressSpace, ConfigEvent, MessagingUser
@@ -135,6 +135,7 @@ class AddressSpaceDetail(SpaceMixin, APIView):
     def put(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.CHANGE_SPACE_PLAN)
         metadata, spec = resources.read(request.data, "AddressSpace")
+        validation.space_spec(spec)
         if spec.get("type", s.type) != s.type:
             raise Invalid("spec.type cannot be changed", "spec.type")
         s = services.change_address_space_plan(

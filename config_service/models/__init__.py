@@ -1,5 +1,5 @@
 """Models of the config service: the event log, the projections and the agents' reports."""
-from .agents import AgentState, AppliedEvent
+from .agents import AgentState, AppliedEvent, RouterIncarnation
 from .events import ConfigEvent, EventStream, Outbox
 from .projections import Address, AddressSpace, MessagingUser
 
@@ -12,4 +12,5 @@ __all__ = [
     "EventStream",
     "MessagingUser",
     "Outbox",
+    "RouterIncarnation",
 ]

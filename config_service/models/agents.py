@@ -1,4 +1,5 @@
-"""What the agents report: the sequence each applied per address space, and their errors."""
+"""What the agents report: the sequence each applied per address space, and their errors; and
+the incarnation of each router they configure."""
 from django.db import models
 
 
@@ -14,6 +15,9 @@ class AgentState(models.Model):
     space_error = models.CharField(max_length=500, blank=True)
     torn_down = models.BooleanField(default=False)
     last_resync_at = models.DateTimeField(null=True, blank=True)
+    # Why what the agent applied no longer holds (its router restarted empty), shown as the
+    # status message; the agent's next reconcile clears it. Empty: the state counts.
+    invalidated = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [
@@ -39,3 +43,21 @@ class AppliedEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} applied {self.event_id}"
+
+
+class RouterIncarnation(models.Model):
+    """The run of a router the agents configured, by management URL: a new one is empty."""
+
+    management_url = models.CharField(max_length=500, unique=True)
+    # Names this run: the watch leaves it on the router in a marker entity, so a router that
+    # lost its configuration (restarted, however quickly) is told by the marker missing.
+    token = models.CharField(max_length=32)
+    # now - uptimeSeconds when first seen: the same for every reading of one run of the router
+    # (within a second or so), later for a restarted one.
+    started_at = models.DateTimeField()
+    uptime_seconds = models.PositiveBigIntegerField()
+    checked_at = models.DateTimeField()
+    restarts = models.PositiveIntegerField(default=0)  # seen by the watch since first recorded
+
+    def __str__(self) -> str:
+        return f"{self.management_url} started {self.started_at:%Y-%m-%d %H:%M:%S}"

@@ -6,7 +6,6 @@ import base64
 import secrets
 from urllib.parse import urlencode
 
-import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -19,10 +18,12 @@ from tenants.models import AddressPlan, QuotaEvaluation, TenantQuota, TenantUsag
 from tenants.roles import Action
 
 from .. import services
+from ..api import resources
 from ..api.resources import connection_url, endpoints
-from ..errors import ServiceError
+from ..errors import Invalid, ServiceError
 from ..events import public_payload
 from ..models import Address, ConfigEvent, MessagingUser
+from ..safe_load import load_yaml_all, read_bounded
 from ..status import address_status, agent_states, phase_filter, space_status
 from . import forms
 from .base import attempt, ctx, page, space_of
@@ -144,6 +145,19 @@ def address_create(request, tenant, space):
     return redirect("portal:space", tenant=tenant, space=space)
 
 
+def _manifest_items(docs: list) -> list:
+    """The Address documents of an upload: each document, or the items of an AddressList."""
+    items = []
+    for i, doc in enumerate(docs):
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        listed = doc.get("items", []) if isinstance(kind, str) and kind.endswith("List") \
+            else [doc]
+        if not isinstance(listed, list):
+            raise Invalid("items must be a list", f"documents[{i}].items")
+        items += [item for item in listed if item]
+    return items
+
+
 @login_required
 @require_POST
 def address_bulk(request, tenant, space):
@@ -151,24 +165,23 @@ def address_bulk(request, tenant, space):
     s = space_of(p, space)
     upload = request.FILES.get("manifest")
     try:
-        docs = [d for d in yaml.safe_load_all(upload.read().decode()) if d] if upload else []
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        messages.error(request, f"Not a YAML file: {exc}")
+        items = _manifest_items(load_yaml_all(read_bounded(upload)) if upload else [])
+    except ServiceError as exc:
+        messages.error(request, f"Not a usable YAML file: {exc.field}: {exc.message}")
         return redirect("portal:space", tenant=tenant, space=space)
-    items = []
-    for doc in docs:
-        items += doc.get("items", []) if doc.get("kind", "").endswith("List") else [doc]
     created, failed = 0, []
     for doc in items:
-        meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
+        spec = doc.get("spec") if isinstance(doc, dict) else None
+        label = spec.get("address") if isinstance(spec, dict) else None
         try:
+            meta, spec = resources.read(doc, "Address")
             services.create_address(
                 ctx=ctx(request), space=s, name=meta.get("name"), address=spec.get("address"),
                 type=spec.get("type"), plan=spec.get("plan"), topic=spec.get("topic"),
                 deadletter=spec.get("deadletter"), expiry=spec.get("expiry"), spec=spec)
             created += 1
         except ServiceError as exc:
-            failed.append(f"{spec.get('address')}: {exc.message}")
+            failed.append(f"{label}: {exc.message}")
     messages.success(request, f"{created} address(es) created.")
     for line in failed[:20]:
         messages.error(request, line)

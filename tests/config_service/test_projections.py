@@ -6,7 +6,7 @@ from config_service.events import EVENT_TYPES
 from config_service.models import ConfigEvent, EventStream
 from config_service.rebuild import rebuild, snapshot
 from tenants import invitations
-from tenants.models import Role
+from tenants.models import Membership, Role, TenantQuota
 from tenants.services import (
     add_member,
     delete_tenant,
@@ -89,6 +89,22 @@ def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
 
     seen = set(ConfigEvent.objects.values_list("type", flat=True))
     assert seen == set(EVENT_TYPES)
+
+
+def test_members_and_quota_changed_without_their_events_are_found_and_repaired(
+        tenant, admin_member, viewer):
+    Membership.objects.filter(tenant=tenant, user=viewer).update(role=Role.OWNER)
+    Membership.objects.filter(tenant=tenant, user=admin_member).delete()
+    TenantQuota.objects.filter(tenant=tenant).update(max_addresses=1, throttled=True)
+
+    count, diffs = rebuild(check_only=True)
+    assert [d.split(":")[0] for d in diffs] == [f"tenants {tenant.uid}"]
+    rebuild(check_only=False)
+    roles = dict(Membership.objects.filter(tenant=tenant).values_list("user__username", "role"))
+    assert roles[viewer.username] == Role.VIEWER and roles[admin_member.username] == Role.ADMIN
+    quota = TenantQuota.objects.get(tenant=tenant)
+    assert quota.max_addresses == 10000 and not quota.throttled
+    assert_rebuild_equals_live()
 
 
 def test_sequences_are_gap_free_per_stream(tenant):

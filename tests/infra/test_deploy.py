@@ -26,7 +26,26 @@ def render(target: str) -> list[dict]:
     result = subprocess.run([kubectl, "kustomize", str(DEPLOY / target)], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert docs, f"kubectl kustomize {target} rendered no document"
+    return docs
+
+
+def listed(directory: Path) -> set[tuple[str, str]]:
+    """(kind, name) of every object a kustomization names: its resource files, its bases'
+    (recursively) and its generated Secrets and ConfigMaps."""
+    k = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    out = set()
+    for entry in k.get("bases", []) + k.get("resources", []):
+        path = directory / entry
+        if path.is_dir():
+            out |= listed(path)
+        else:
+            out |= {(d["kind"], d["metadata"]["name"])
+                    for d in yaml.safe_load_all(path.read_text()) if d}
+    out |= {("Secret", g["name"]) for g in k.get("secretGenerator", [])}
+    out |= {("ConfigMap", g["name"]) for g in k.get("configMapGenerator", [])}
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +72,16 @@ def test_static_manifests_validate(path):
         kubernetes_validate.validate(doc, VERSION, strict=True)
 
 
+def test_there_are_static_manifests_to_validate():
+    names = {p.name for p in static_files()}
+    assert {"web.yaml", "worker.yaml", "beat.yaml", "migrate.yaml", "rbac.yaml"} <= names
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_rendered_manifests_validate(rendered, target):
+    expected = listed(DEPLOY / target)
+    assert ("Deployment", "maas-web") in expected  # the listing itself found the base
+    assert expected <= {(d["kind"], d["metadata"]["name"]) for d in rendered[target]}
     for doc in rendered[target]:
         kubernetes_validate.validate(doc, VERSION, strict=True)
 

@@ -7,12 +7,12 @@ plugin is off, as here: the queue is then left to its consumers), and reports 0 
 queues are empty, or when the vhost is gone or no broker is left to move them to.
 """
 import os
-import time
 import uuid
 from urllib.parse import quote
 
 import pytest
 
+from tests.conftest import wait_for
 from workers.infra import manifests as m
 from workers.infra.drain import RabbitMQDrainer
 from workers.storage.rabbitmq import RabbitMQApi
@@ -53,17 +53,15 @@ def test_drain_counts_until_the_queues_are_empty(space):
         api.request("POST", f"/exchanges/{vhost}/amq.default/publish", body={
             "properties": {"delivery_mode": 2}, "routing_key": "orders",
             "payload": f"m{i}", "payload_encoding": "string"})
-    deadline = time.monotonic() + 10
-    while stored(api, s.vhost, "orders") < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)  # queue totals are refreshed by the stats interval
+    # queue totals are refreshed by the stats interval
+    wait_for(lambda: stored(api, s.vhost, "orders") == 3, timeout=10, interval=0.2,
+             what="the broker to count the 3 messages")
 
     assert drainer.drain(s, "broker-1", ("broker-0",)) == 3
     assert drainer.drain(s, "broker-1", ()) == 0  # nothing left in the space to keep them for
     api.purge_queue(s.vhost, "orders")  # its consumers drained it
-    deadline = time.monotonic() + 10
-    while drainer.drain(s, "broker-1", ("broker-0",)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert drainer.drain(s, "broker-1", ("broker-0",)) == 0
+    wait_for(lambda: drainer.drain(s, "broker-1", ("broker-0",)) == 0, timeout=10,
+             interval=0.2, what="the drainer to see the purged queue empty")
 
 
 def test_an_unreachable_broker_is_unknown(space):

@@ -1,8 +1,12 @@
 """The $management node: CRUD on qdrouterd entity types and its status codes."""
 
+import time
+
 import pytest
 
-from .conftest import ADDRESS, AUTO_LINK, CONNECTOR, LINK_ROUTE, USER, VHOST
+from .conftest import ADDRESS, AUTO_LINK, CONNECTOR, LINK_ROUTE, USER, VHOST, RouterProcess
+
+ROUTER = "org.apache.qpid.dispatch.router"
 
 
 def test_create_returns_201_with_defaults(mgmt):
@@ -86,5 +90,26 @@ def test_vhost_and_user_entities_round_trip(mgmt):
 
 
 def test_router_entity_counts_links(mgmt):
-    rows = mgmt.query("org.apache.qpid.dispatch.router", ["linkCount", "connectionCount"])
+    rows = mgmt.query(ROUTER, ["linkCount", "connectionCount"])
     assert rows[0]["linkCount"] >= 2 and rows[0]["connectionCount"] >= 1
+
+
+def test_router_entity_reports_an_uptime_that_a_restart_resets():
+    router = RouterProcess()
+    router.start()
+    try:
+        def uptime() -> int:
+            client = router.management()
+            try:
+                return client.query(ROUTER, ["uptimeSeconds"])[0]["uptimeSeconds"]
+            finally:
+                client.close()
+
+        deadline = time.monotonic() + 10
+        while uptime() < 1:  # qdrouterd counts whole seconds
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        router.restart()
+        assert uptime() == 0
+    finally:
+        router.stop()

@@ -8,13 +8,13 @@ import contextlib
 import os
 import socket
 import struct
-import time
 import uuid
 
 import pytest
 from proton import Delivery, Message, Timeout
 from proton.utils import BlockingConnection, SendException
 
+from tests.conftest import wait_for
 from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 from workers.storage.rabbitmq import (
     DLX_EXCHANGE,
@@ -121,6 +121,19 @@ def receive_all(vhost: str, user: str, queue: str, wait: float = 0.5) -> list[st
     finally:
         conn.close()
     return bodies
+
+
+def receive_when_there(vhost: str, user: str, queue: str, count: int) -> list[str]:
+    """What the queue holds once `count` messages have arrived there (dead-lettering after an
+    expiry happens in the broker's own time)."""
+    bodies: list[str] = []
+
+    def arrived() -> bool:
+        bodies.extend(receive_all(vhost, user, queue, wait=0.1))
+        return len(bodies) >= count
+
+    wait_for(arrived, timeout=10, interval=0.05, what=f"{count} messages on {queue}")
+    return bodies + receive_all(vhost, user, queue)  # and nothing more
 
 
 def user(vhost: str, name: str, **rights) -> BrokerUser:
@@ -270,8 +283,7 @@ def test_policy_change_applies_live(api, reconciler, vhost):
     # The same queue lives on (its message is still there) and now expires messages fast.
     assert receive_all(vhost, app.username, "q") == ["kept"]
     send(vhost, app.username, "/amq/queue/q", "short-lived")
-    time.sleep(0.6)
-    assert receive_all(vhost, app.username, "exp") == ["short-lived"]
+    assert receive_when_there(vhost, app.username, "exp", 1) == ["short-lived"]
 
 
 def test_queue_deleted_behind_our_back_is_recreated(api, reconciler, vhost):
@@ -410,9 +422,8 @@ def test_dead_letter_routes_by_reason(reconciler, vhost):
     finally:
         conn.close()  # not receiver.close(): the 3.10 plugin leaves a link detach unanswered
     send(vhost, app.username, "/amq/queue/work", "late")  # nobody consumes it: it expires
-    time.sleep(0.8)
-    assert receive_all(vhost, app.username, "dlq") == ["bad", "flaky"]
-    assert receive_all(vhost, app.username, "expired") == ["late"]
+    assert receive_when_there(vhost, app.username, "expired", 1) == ["late"]
+    assert receive_when_there(vhost, app.username, "dlq", 2) == ["bad", "flaky"]
     assert receive_all(vhost, app.username, "work") == []
 
 
@@ -449,9 +460,8 @@ def test_classic_queue_policies_route_dead_letters_and_refuse_when_full(reconcil
     finally:
         with contextlib.suppress(Exception):
             conn.close()
-    time.sleep(0.8)
-    assert receive_all(vhost, app.username, "dlq") == ["bad"]
-    assert receive_all(vhost, app.username, "expired") == ["late"]
+    assert receive_when_there(vhost, app.username, "expired", 1) == ["late"]
+    assert receive_when_there(vhost, app.username, "dlq", 1) == ["bad"]
     assert receive_all(vhost, app.username, "small") == ["fits"]
 
 

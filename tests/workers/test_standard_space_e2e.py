@@ -11,6 +11,7 @@ from proton.utils import BlockingConnection, LinkDetached
 from config_service import services
 from config_service.models import Address, AddressSpace
 from config_service.status import address_status, agent_states
+from tenants.models import AddressSpacePlan
 from tests.conftest import CTX, b64
 from tests.router.conftest import ADMIN_PASSWORD, pump, pump_until
 from tests.workers.conftest import sync
@@ -202,8 +203,7 @@ def test_rejected_and_expired_messages_end_up_on_the_deadletter_address(router, 
     receiver.receive(5)
     receiver.reject()
     conn.create_sender("short").send(Message(body="too late"))
-    time.sleep(0.5)
-    dead = conn.create_receiver("dlq", credit=10)
+    dead = conn.create_receiver("dlq", credit=10)  # receive_bodies waits for the expiry
     assert sorted(receive_bodies(dead, 2)) == ["bad job", "too late"]
     conn.close()
 
@@ -232,9 +232,16 @@ def test_authorization_is_enforced_with_amqp_conditions(router, space, tenant):
 
 
 def test_per_space_limits_refuse_with_resource_limit_exceeded(router, tenant):
+    # The operator's limits, through the space's plan (a tenant's spec cannot set them).
+    small = AddressSpacePlan.objects.get(name="standard-small")
+    plan = AddressSpacePlan.objects.create(
+        name=f"limited-{uuid.uuid4().hex[:4]}", address_space_type="standard",
+        resource_limits=small.resource_limits,
+        router_policy={"maxConnections": 1, "maxReceivers": 1})
+    plan.address_plans.set(small.address_plans.all())
     s = services.create_address_space(
         ctx=CTX, tenant=tenant, name=f"lim{uuid.uuid4().hex[:4]}", type="standard",
-        plan="standard-small", spec={"routerPolicy": {"maxConnections": 1, "maxReceivers": 1}})
+        plan=plan.name)
     add(s, "rpc", "anycast", "standard-small-anycast")
     user(s)
     sync(s)

@@ -82,7 +82,8 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         if kind not in AGENTS_BY_SPACE_TYPE[space.type]:
             return None
         target, teardown_error = space.last_sequence, ""
-        if only_if_behind and state.applied_sequence >= target and not space.terminating:
+        if (only_if_behind and state.applied_sequence >= target and not space.terminating
+                and not state.invalidated):
             return target
         if space.terminating:
             try:
@@ -104,6 +105,9 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
             _record_applied(space_uid, kind, state.applied_sequence, target, now)
             state.applied_sequence = max(state.applied_sequence, target)
             state.applied_at = now
+            # Whatever invalidated the state (a router restarted empty) happened before this
+            # reconcile took the row lock: what it brought the target to now holds.
+            state.invalidated = ""
             state.save()
             _ack_outbox(space_uid, space)
     if teardown_error:

@@ -12,6 +12,8 @@ from proton.utils import BlockingConnection, LinkDetached
 
 logger = logging.getLogger(__name__)
 
+ROUTER = "org.apache.qpid.dispatch.router"
+
 
 class ManagementError(Exception):
     """The router answered with an error status (4xx, 5xx)."""
@@ -42,7 +44,8 @@ class Management:
         self.timeout = timeout
 
     def request(self, operation: str, body=None, **properties):
-        correlation = next(self._ids)
+        # A string: qdrouterd's Python agent (vhost, connector, ...) echoes no other kind.
+        correlation = str(next(self._ids))
         properties["operation"] = operation
         try:
             self.sender.send(Message(body=body, properties=properties, reply_to=self.reply_to,
@@ -58,10 +61,30 @@ class Management:
             raise ManagementError(status, str(reply.properties.get("statusDescription", "")))
         return reply.body
 
-    def query(self, entity_type: str) -> list[dict]:
-        body = self.request("QUERY", {"attributeNames": []}, entityType=entity_type)
+    def query(self, entity_type: str, attributes=()) -> list[dict]:
+        """Every entity of the type, with the given attributes (all if none are given)."""
+        body = self.request("QUERY", {"attributeNames": list(attributes)},
+                            entityType=entity_type)
         names = body["attributeNames"]
         return [dict(zip(names, row, strict=True)) for row in body["results"]]
+
+    def uptime_seconds(self) -> int:
+        """Seconds since the router started (`uptimeSeconds` of the router entity, qdrouterd
+        1.x and the embedded router); a restart resets it."""
+        rows = self.request("QUERY", {"attributeNames": ["uptimeSeconds"]},
+                            entityType=ROUTER)["results"]
+        if not rows or rows[0][0] is None:
+            raise ManagementError(501, "The router reports no uptimeSeconds")
+        return int(rows[0][0])
+
+    def read(self, entity_type: str, name: str) -> dict | None:
+        """The entity's attributes, or None if the router has no entity of that name."""
+        try:
+            return self.request("READ", None, type=entity_type, name=name)
+        except ManagementError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def create(self, entity_type: str, name: str, attributes: dict) -> dict:
         return self.request("CREATE", attributes, type=entity_type, name=name)

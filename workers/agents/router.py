@@ -3,8 +3,9 @@
 Per reconcile it builds the desired entities (router_config), QUERYs the router, deletes its
 own entities that are stale or differ, creates what is missing (bounded concurrency is the
 router's request pipeline: one connection, requests in order), re-queries to verify, and waits
-briefly for the queues' autoLinks to attach. A router restarted empty is configured again by
-the next resync. Only entities named `maas:<vhost>:...` are ever touched.
+briefly for the queues' autoLinks to attach. A router restarted empty is configured again at
+once, through this agent, by the router watch (router_watch.py). Only entities named
+`maas:<vhost>:...` are ever touched.
 """
 import logging
 import time
@@ -12,7 +13,7 @@ import time
 from django.conf import settings
 
 from config_service.models import Address, AddressSpace, MessagingUser
-from tenants.models import TenantQuota
+from tenants.models import AddressSpacePlan, TenantQuota
 
 from .. import credentials
 from ..storage.rabbitmq import broker_username
@@ -25,15 +26,21 @@ logger = logging.getLogger(__name__)
 AUTOLINK_WAIT_SECONDS = 3.0
 
 
-def _management() -> Management:
+def management_client() -> Management:
     return Management(settings.MAAS_ROUTER_MANAGEMENT_URL, settings.MAAS_ROUTER_ADMIN_USER,
                       settings.MAAS_ROUTER_ADMIN_PASSWORD)
 
 
-def _owned(mgmt: Management, prefix: str) -> dict:
+def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
+    # Only the attributes the diff and the verification look at: a QUERY returns every
+    # space's entities, so each column costs the router and this agent once per entity.
+    wanted: dict = {etype: {"name"} for etype in rc.ENTITY_TYPES}
+    wanted[rc.AUTO_LINK].add("operStatus")
+    for (etype, _), attributes in desired.items():
+        wanted[etype].update(k for k in attributes if k not in rc.WRITE_ONLY)
     actual = {}
     for etype in rc.ENTITY_TYPES:
-        for row in mgmt.query(etype):
+        for row in mgmt.query(etype, sorted(wanted[etype])):
             if str(row.get("name", "")).startswith(prefix):
                 actual[(etype, row["name"])] = row
     return actual
@@ -41,7 +48,7 @@ def _owned(mgmt: Management, prefix: str) -> dict:
 
 def apply(mgmt: Management, desired: dict, prefix: str) -> dict:
     """Brings the router to `desired`; returns the actual owned entities afterwards."""
-    actual = _owned(mgmt, prefix)
+    actual = _owned(mgmt, prefix, desired)
     stale = [k for k in actual if k not in desired]
     changed = [k for k in desired if k in actual and rc.differs(desired[k], actual[k])]
     order = {t: i for i, t in enumerate(rc.ENTITY_TYPES)}
@@ -59,11 +66,26 @@ def apply(mgmt: Management, desired: dict, prefix: str) -> dict:
         logger.info("router.applied", extra={"owner": prefix, "n_deleted": len(stale),
                                              "n_changed": len(changed),
                                              "n_created": len(set(desired) - set(actual))})
-    return _owned(mgmt, prefix)
+    return _owned(mgmt, prefix, desired)
 
 
 class RouterAgent(Agent):
     kind = "router"
+
+    def __init__(self, management: Management | None = None):
+        # A connection to reuse (the router watch restores many spaces over one); by default
+        # each reconcile opens and closes its own.
+        self.management = management
+
+    def _connect(self) -> Management:
+        try:
+            return self.management or management_client()
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
+
+    def _release(self, mgmt: Management) -> None:
+        if mgmt is not self.management:
+            mgmt.close()
 
     def _desired(self, space: AddressSpace):
         addresses = list(Address.objects.filter(space=space, scheduled=True))
@@ -71,27 +93,32 @@ class RouterAgent(Agent):
         user, password = credentials.router_broker(space.vhost)
         login = (broker_username(space.vhost, user), password)
         throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
-        return addresses, *rc.desired_entities(space, addresses, users, login, throttled)
+        # Read at every reconcile, so an operator's change of the plan reaches the routers at
+        # the next resync without a config event.
+        plan_policy = (AddressSpacePlan.objects.filter(name=space.plan)
+                       .values_list("router_policy", flat=True).first())
+        return addresses, *rc.desired_entities(space, addresses, users, login, throttled,
+                                               plan_policy=plan_policy)
 
     def reconcile(self, space: AddressSpace) -> Report:
         prefix = rc.owner_prefix(space.vhost)
         addresses, desired, by_address = self._desired(space)
-        try:
-            mgmt = _management()
-        except RouterUnreachable as exc:
-            raise TransientError(str(exc)) from exc
+        mgmt = self._connect()
         try:
             actual = apply(mgmt, desired, prefix)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
-                actual = _owned(mgmt, prefix)
+                # Only the autoLinks' status can still change: re-read that alone.
+                for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"]):
+                    if (rc.AUTO_LINK, row["name"]) in actual:
+                        actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row["operStatus"]
         except ManagementError as exc:
             return Report(space_error=f"Router refused the configuration: {exc}")
         except RouterUnreachable as exc:
             raise TransientError(str(exc)) from exc
         finally:
-            mgmt.close()
+            self._release(mgmt)
         return self._verify(desired, by_address, actual)
 
     @staticmethod
@@ -115,13 +142,10 @@ class RouterAgent(Agent):
                       space_error="Router policy not yet verified" if space_missing else "")
 
     def teardown(self, space: AddressSpace) -> None:
-        try:
-            mgmt = _management()
-        except RouterUnreachable as exc:
-            raise TransientError(str(exc)) from exc
+        mgmt = self._connect()
         try:
             apply(mgmt, {}, rc.owner_prefix(space.vhost))
         except RouterUnreachable as exc:
             raise TransientError(str(exc)) from exc
         finally:
-            mgmt.close()
+            self._release(mgmt)

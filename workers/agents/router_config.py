@@ -29,10 +29,19 @@ def _policy_list(patterns) -> str:
     return ",".join(sorted(set(patterns)))
 
 
+def router_policy(plan_policy: dict | None) -> dict:
+    """EnMasse's router policy (infra config `router.policy`): the operator's settings, with the
+    space plan's own limits over them. Never the space's spec: that is the tenant's to write,
+    and a tenant must not lift its own limits (spaces stored before may still carry one)."""
+    return {**settings.MAAS_ROUTER_POLICY, **(plan_policy or {})}
+
+
 def desired_entities(space, addresses, users, broker_login: tuple[str, str],
-                     throttled: bool = False) -> tuple[dict, dict]:
+                     throttled: bool = False, plan_policy: dict | None = None
+                     ) -> tuple[dict, dict]:
     """({(entity type, name): attributes}, {address name: [its entity keys]}) for one space;
-    `broker_login`: the router's (username, password) on the space's broker vhost."""
+    `broker_login`: the router's (username, password) on the space's broker vhost;
+    `plan_policy`: the router_policy of the space's plan."""
     vhost, prefix = space.vhost, owner_prefix(space.vhost)
     out: dict = {}
     by_address: dict = {}
@@ -42,8 +51,7 @@ def desired_entities(space, addresses, users, broker_login: tuple[str, str],
         if _address is not None:
             by_address.setdefault(_address.name, []).append((etype, prefix + suffix))
 
-    # EnMasse's router policy (infra config `router.policy`), overridable per space.
-    policy = {**settings.MAAS_ROUTER_POLICY, **(space.spec.get("routerPolicy") or {})}
+    policy = router_policy(plan_policy)
     limits = {k: int(policy[k]) for k in ("maxSessions", "maxSenders", "maxReceivers")}
     if throttled:
         limits["maxSenders"] = 0  # over quota: new senders get amqp:resource-limit-exceeded

@@ -8,6 +8,7 @@ or the management node (see broker_links, management).
 
 import hmac
 import logging
+import time
 
 from cproton import (
     pn_condition_get_description,
@@ -42,6 +43,9 @@ class Engine:
     def __init__(self, admin_user: str | None = None, admin_password: str | None = None):
         self.loop = Loop()
         self.loop.engine = self
+        # `uptimeSeconds` of the router entity, as qdrouterd has it: a watcher tells a restarted
+        # (empty) router from the one it configured by it.
+        self.started = time.monotonic()
         self.store = E.EntityStore()
         self.policy = Policy(self.store)
         self.counts = Counters()

@@ -1,5 +1,7 @@
 """Read-only operational entities computed on demand (qdrouterd's names and attributes)."""
 
+import time
+
 from cproton_ffi import lib as L
 
 from . import entities as E
@@ -82,6 +84,7 @@ def router_rows(engine) -> list[dict]:
         "autoLinkCount": len(store.all(E.AUTO_LINK)),
         "linkRouteCount": len(store.all(E.LINK_ROUTE)),
         "deliveriesIngress": c.ingress, "deliveriesEgress": c.egress, "deliveriesTransit": 0,
+        "uptimeSeconds": int(time.monotonic() - engine.started),
         **_outcomes(c),
     }]
 

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
 
-from .. import credentials
+from .. import credentials, endpoints
 from ..agents.base import Agent, Report, TransientError
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -102,24 +102,24 @@ def router_broker_user(space: AddressSpace) -> BrokerUser:
     )
 
 
-_api: tuple[tuple, rabbitmq.RabbitMQApi] | None = None
+_apis: dict[tuple, rabbitmq.RabbitMQApi] = {}
 
 
-def _management_api() -> rabbitmq.RabbitMQApi:
-    """One keep-alive HTTP session per process (made after a fork, never inherited), shared
-    by the agent's threads: a connection per reconcile would cost a TCP set-up each time."""
-    global _api
-    key = (os.getpid(), settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
-           settings.RABBITMQ_API_PASSWORD)
-    if _api is None or _api[0] != key:
-        if _api is not None and _api[0][0] == key[0]:
-            _api[1].close()  # the settings changed (tests): not a copy inherited by a fork
-        _api = (key, rabbitmq.RabbitMQApi(*key[1:]))
-    return _api[1]
+def management_api(broker: endpoints.BrokerEndpoint) -> rabbitmq.RabbitMQApi:
+    """One keep-alive HTTP session per broker and process (made after a fork, never
+    inherited), shared by the agent's threads: a connection per reconcile would cost a TCP
+    set-up each time."""
+    key = (os.getpid(), broker.api_url, broker.api_user, broker.api_password)
+    api = _apis.get(key)
+    if api is None:
+        for stale in [k for k in _apis if k[0] != key[0]]:
+            del _apis[stale]  # a parent's sessions, inherited by a fork: never used here
+        api = _apis[key] = rabbitmq.RabbitMQApi(*key[1:])
+    return api
 
 
-def _reconciler() -> "rabbitmq.BrokerReconciler":
-    return rabbitmq.BrokerReconciler(_management_api())
+def _reconciler(space: AddressSpace) -> "rabbitmq.BrokerReconciler":
+    return rabbitmq.BrokerReconciler(management_api(endpoints.of(space).broker))
 
 
 class StorageController(Agent):
@@ -128,7 +128,7 @@ class StorageController(Agent):
     def reconcile(self, space: AddressSpace) -> Report:
         addresses = stored_addresses(space)
         try:
-            result = _reconciler().apply(desired_state(space, addresses))
+            result = _reconciler(space).apply(desired_state(space, addresses))
         except rabbitmq.BrokerError as exc:
             if exc.transient:
                 raise TransientError(str(exc)) from exc
@@ -157,7 +157,8 @@ class StorageController(Agent):
             if address is None:
                 continue  # deleted (or not scheduled, so never on the broker) since
             try:
-                _management_api().purge_queue(space.vhost, address.broker_object_name)
+                management_api(endpoints.of(space).broker).purge_queue(
+                    space.vhost, address.broker_object_name)
             except rabbitmq.BrokerError as exc:
                 if exc.transient:
                     raise TransientError(f"purge of {address.address}: {exc}") from exc
@@ -172,7 +173,7 @@ class StorageController(Agent):
         """Deletes the space's vhost (or MaaS's objects in it) and users; any failure is
         retried, so no vhost is left behind with its queues."""
         try:
-            result = _reconciler().teardown(space.vhost)
+            result = _reconciler(space).teardown(space.vhost)
         except rabbitmq.BrokerError as exc:
             raise TransientError(str(exc)) from exc
         if not result.ok:

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from config_service.models import Address, AddressSpace
 
+from .. import endpoints
 from ..agents.qdr import Management, RouterUnreachable
 from ..storage import rabbitmq
 
@@ -33,10 +34,9 @@ def _row(now, source, space, address, kind, **values) -> dict:
     return row
 
 
-def router_counters() -> tuple[dict, dict]:
-    """({(vhost, address): counters}, {vhost: connection gauges}) from the router, one query."""
-    mgmt = Management(settings.MAAS_ROUTER_MANAGEMENT_URL, settings.MAAS_ROUTER_ADMIN_USER,
-                      settings.MAAS_ROUTER_ADMIN_PASSWORD)
+def router_counters(router: endpoints.RouterEndpoint) -> tuple[dict, dict]:
+    """({(vhost, address): counters}, {vhost: connection gauges}) from a router, one query."""
+    mgmt = Management(router.management_url, router.admin_user, router.admin_password)
     try:
         addresses, connections = mgmt.query(ROUTER_ADDRESS), mgmt.query(CONNECTION)
     finally:
@@ -80,29 +80,45 @@ def broker_connections(api: rabbitmq.RabbitMQApi) -> dict:
 
 
 def collect(now: datetime | None = None) -> list[dict]:
-    """One sample per address and per space, for every space that is not terminating."""
+    """One sample per address and per space, for every space that is not terminating; each
+    router and broker is read once, whatever number of spaces it serves (`endpoints.of`)."""
     now = now or datetime.now(UTC)
     spaces = list(AddressSpace.objects.filter(terminating=False).select_related("tenant"))
-    rows: list[dict] = []
-    router, gauges = {}, {}
-    if settings.MAAS_ROUTER_ENABLED and any(s.type == "standard" for s in spaces):
-        try:
-            router, gauges = router_counters()
-        except RouterUnreachable:
-            logger.warning("usage.router_unreachable", exc_info=True)
+    where = {s.pk: endpoints.of(s) for s in spaces}
+    routers: dict = {}
+    if settings.MAAS_ROUTER_ENABLED:
+        for router in {w.router for w in where.values() if w.router is not None}:
+            try:
+                routers[router] = router_counters(router)
+            except RouterUnreachable:  # no rows rather than zeros: zeros would read as a reset
+                logger.warning("usage.router_unreachable",
+                               extra={"router": router.management_url}, exc_info=True)
     # One listing of every queue with its counters takes seconds on a busy broker with
     # thousands of queues: allow most of the interval (this runs in its own worker).
     timeout = max(10.0, 0.8 * settings.MAAS_USAGE_SAMPLE_INTERVAL)
-    api = rabbitmq.RabbitMQApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
-                               settings.RABBITMQ_API_PASSWORD, timeout=timeout)
-    try:
-        broker_conns, queues = broker_connections(api), broker_queues(api)
-        names = wire_names(spaces)
-        for space in spaces:
-            rows += _space_rows(now, space, names.get(space.pk, {}),
-                                queues.get(space.vhost, {}), router, gauges, broker_conns)
-    finally:
-        api.close()
+    brokers: dict = {}
+    for broker in {w.broker for w in where.values()}:
+        api = rabbitmq.RabbitMQApi(broker.api_url, broker.api_user, broker.api_password,
+                                   timeout=timeout)
+        try:
+            brokers[broker] = broker_connections(api), broker_queues(api)
+        except rabbitmq.BrokerError:
+            logger.warning("usage.broker_unreachable", extra={"broker": broker.api_url},
+                           exc_info=True)
+        finally:
+            api.close()
+    names = wire_names(spaces)
+    rows: list[dict] = []
+    for space in spaces:
+        w = where[space.pk]
+        reads_router = w.router is not None and settings.MAAS_ROUTER_ENABLED
+        router = routers.get(w.router) if reads_router else ({}, {})
+        broker = brokers.get(w.broker)
+        if router is None or broker is None:
+            continue  # a source could not be read: this round has nothing true to say
+        source = f"router:{w.router.management_url}" if reads_router else ""
+        rows += _space_rows(now, space, names.get(space.pk, {}), broker[1].get(space.vhost, {}),
+                            *router, broker[0], source)
     return rows
 
 
@@ -115,9 +131,9 @@ def wire_names(spaces) -> dict:
     return names
 
 
-def _space_rows(now, space, names, queues, router, gauges, broker_conns) -> list[dict]:
+def _space_rows(now, space, names, queues, router, gauges, broker_conns,
+                router_source) -> list[dict]:
     rows = []
-    router_source = f"router:{settings.MAAS_ROUTER_MANAGEMENT_URL}"
     broker_source = f"broker:{space.vhost}"
     for wire, address in names.items():
         q = queues.get(wire, {})

@@ -1,11 +1,13 @@
-"""manage.py rebuild_projections [--check]: replay the config log into the projections."""
+"""manage.py rebuild_projections [--check]: replay the config log into the projections
+(address spaces, addresses, users) and the tenants' members, roles and quotas."""
 from django.core.management.base import BaseCommand, CommandError
 
 from config_service.rebuild import rebuild
 
 
 class Command(BaseCommand):
-    help = "Rebuild address spaces, addresses and users from the config log."
+    help = ("Rebuild address spaces, addresses and users, and tenants' members, roles and "
+            "quotas, from the config log.")
 
     def add_arguments(self, parser):
         parser.add_argument("--check", action="store_true",

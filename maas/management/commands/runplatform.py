@@ -1,9 +1,10 @@
 """manage.py runplatform: the whole platform on one machine, in the foreground.
 
 Starts the web server (127.0.0.1:8000), a Celery worker running the agents on changes, a second
-one for resync and usage work, Celery beat (outbox relay, resync, usage sampling), the embedded
-AMQP 1.0 router (AMQP 5673, AMQPS 5674, management 5675) and the processes listed in
-MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if one of them dies.
+one for resync and usage work, a third for the router watch, Celery beat (outbox relay, resync,
+router watch, usage sampling), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 5674, management
+5675) and the processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if one of
+them dies.
 """
 import os
 import signal
@@ -29,6 +30,10 @@ def processes(bind: str) -> dict[str, list[str]]:
                               "--concurrency", "2", "-Q",
                               f"{settings.MAAS_RESYNC_QUEUE},{settings.MAAS_USAGE_QUEUE}",
                               "-n", "background@%h"],
+        # The router watch: one tick at a time, nothing else in its way (workers.tasks).
+        "watch-worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
+                         "--concurrency", "1", "-Q", settings.MAAS_WATCH_QUEUE,
+                         "-n", "watch@%h"],
         "beat": [py, "-m", "celery", "-A", "maas", "beat", "--loglevel", "INFO",
                  "--schedule", str(settings.BASE_DIR / "var" / "celerybeat-schedule")],
     }

@@ -1,0 +1,165 @@
+"""A router that restarts empty: the watch notices it at once, the API stops calling its spaces
+Active, and every space is configured again within seconds without any change being made; a
+router that did not restart costs no reconcile. Real embedded router, RabbitMQ and agents."""
+import datetime
+import time
+import uuid
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+from proton import ConnectionException, Message
+from proton.utils import BlockingConnection
+
+from config_service import services
+from config_service.models import AddressSpace, AgentState, ConfigEvent, RouterIncarnation
+from config_service.status import address_status, agent_states, space_status
+from tests.conftest import CTX, b64, wait_for
+from tests.router.conftest import pump_until
+from tests.workers.conftest import sync
+from workers.agents import router_watch
+from workers.tasks import watch_router
+
+PASSWORD = "app-password"
+
+
+def new_space(tenant):
+    space = services.create_address_space(ctx=CTX, tenant=tenant,
+                                          name=f"rw{uuid.uuid4().hex[:5]}",
+                                          type="standard", plan="standard-medium")
+    services.create_address(ctx=CTX, space=space, address="rpc", type="anycast",
+                            plan="standard-small-anycast")
+    services.create_address(ctx=CTX, space=space, address="orders", type="queue",
+                            plan="standard-small-queue")
+    services.create_messaging_user(
+        ctx=CTX, space=space, username="app",
+        authentication={"type": "password", "password": b64(PASSWORD)},
+        authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
+    sync(space)
+    return space
+
+
+@pytest.fixture
+def spaces(transactional_db, redis_server, tenant, router):
+    """Three standard spaces, configured; the restores run in threads with connections of their
+    own, so the data is committed (transactional_db)."""
+    made = [new_space(tenant) for _ in range(3)]
+    yield made
+    router_watch.restore()  # a test may leave the router empty: teardown needs no leftovers
+    for space in made:
+        services.delete_address_space(ctx=CTX, space=space)
+        sync(space)
+
+
+def url() -> str:
+    return settings.MAAS_ROUTER_MANAGEMENT_URL
+
+
+def phases(space) -> dict:
+    space = AddressSpace.objects.get(uid=space.uid)
+    states = agent_states([space.uid]).get(space.uid, {})
+    status = space_status(space, states)
+    return {"space": (status.phase, tuple(status.messages)),
+            **{a.address: address_status(space, a, states).phase
+               for a in space.addresses.all()}}
+
+
+def active(space) -> bool:
+    return phases(space) == {"space": ("Active", ()), "rpc": "Active", "orders": "Active"}
+
+
+def connect(router, space) -> BlockingConnection:
+    return BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
+                              user=f"app@{space.vhost}", password=PASSWORD,
+                              allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5)
+
+
+def round_trip(router, space, address: str, body: str) -> str:
+    cr, cs = connect(router, space), connect(router, space)
+    try:
+        receiver = cr.create_receiver(address, credit=1)
+        sender = cs.create_sender(address)
+        pump_until(lambda: sender.link.credit > 0, cs, cr)  # anycast: once a consumer has some
+        sender.link.send(Message(body=body))  # unsettled until the receiver accepts it
+        pump_until(lambda: len(receiver.fetcher.incoming) == 1, cs, cr)
+        message = receiver.receive(5)
+        receiver.accept()
+        return message.body
+    finally:
+        cs.close()
+        cr.close()
+
+
+def router_states(spaces) -> dict:
+    return {s.space_uid: (s.applied_at, s.invalidated)
+            for s in AgentState.objects.filter(kind="router",
+                                               space_uid__in=[x.uid for x in spaces])}
+
+
+def test_a_space_is_not_active_while_its_router_configuration_is_missing(router, spaces):
+    space = spaces[0]
+    assert router_watch.detect(url()) == (False, 0)  # the watch knows this run of the router
+    assert active(space)
+    router.restart()  # back empty
+    with pytest.raises(ConnectionException):
+        connect(router, space)  # "Authentication failed": the router forgot the user
+    assert router_watch.detect(url()) == (True, 3)
+    assert phases(space) == {
+        "space": ("Configuring", ("Router restarted; configuration being restored",)),
+        "rpc": "Configuring", "orders": "Configuring"}
+    assert router_watch.restore() == (3, 0)
+    assert active(space)
+    assert round_trip(router, space, "rpc", "after restore") == "after restore"
+
+
+def test_the_watch_restores_every_space_within_seconds_without_any_change(router, spaces):
+    watch_router()  # the beat's first tick records this run of the router
+    events = ConfigEvent.objects.count()
+    router.restart()
+    restarted = time.monotonic()
+
+    def all_active() -> bool:
+        watch_router()  # what Celery beat runs every MAAS_ROUTER_WATCH_INTERVAL
+        return all(active(s) for s in spaces)
+
+    wait_for(all_active, 10, interval=settings.MAAS_ROUTER_WATCH_INTERVAL,
+             what="every space Active again")
+    assert time.monotonic() - restarted < 10
+    assert ConfigEvent.objects.count() == events  # nobody changed anything
+    assert RouterIncarnation.objects.get().restarts == 1
+    for space in spaces:  # users authenticate again; anycast and queues carry messages
+        assert round_trip(router, space, "rpc", "hello") == "hello"
+        assert round_trip(router, space, "orders", "stored") == "stored"
+
+
+def test_a_router_that_did_not_restart_causes_no_reconciles(router, spaces):
+    first = router_watch.tick(url())
+    before = router_states(spaces)
+    later = [router_watch.tick(url()) for _ in range(3)]
+    assert (first.restarted, first.invalidated, first.restored) == (False, 0, 0)
+    assert all((t.reachable, t.restarted, t.restored) == (True, False, 0) for t in later)
+    assert router_states(spaces) == before  # not reconciled: applied_at did not move
+
+
+def test_a_new_watch_restores_what_was_applied_before_the_router_it_first_sees_started(
+        router, spaces):
+    an_hour_ago = timezone.now() - datetime.timedelta(hours=1)
+    AgentState.objects.filter(kind="router").update(applied_at=an_hour_ago)
+    router.restart()  # while no watch ran: there is no record of the earlier run
+    result = router_watch.tick(url())
+    assert (result.restarted, result.invalidated, result.restored) == (False, 3, 3)
+    assert all(active(s) for s in spaces)
+    assert round_trip(router, spaces[0], "rpc", "restored") == "restored"
+
+
+def test_the_resync_leaves_invalidated_spaces_to_a_live_watch_and_queues_them_without_one(
+        router, spaces):
+    from workers.tasks import resync_candidates
+
+    router_watch.detect(url())
+    router.restart()
+    router_watch.detect(url())  # invalidated; say the watch stops before it restores them
+    uids = {s.uid for s in spaces}
+    assert uids.isdisjoint(resync_candidates(timezone.now())[0])
+    an_hour_later = timezone.now() + datetime.timedelta(hours=1)
+    assert uids <= set(resync_candidates(an_hour_later)[0])

@@ -1,0 +1,82 @@
+"""Where a space lives: the one lookup of its broker's and router's management endpoints.
+
+Agents, the usage sampler and the portal's stats and purge all ask `of(space)` rather than
+reading the control plane's own settings, so each reads and changes its space's own target:
+on one machine (`MAAS_INFRA_BACKEND=local`) every space shares the local RabbitMQ and router;
+on Kubernetes a standard space has its own router and brokers (workers/infra), reached through
+their Services with the space's own broker credentials. `MAAS_SPACE_ENDPOINTS` may name another
+function (dotted path) taking a space and returning `SpaceEndpoints`.
+"""
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    """A RabbitMQ: its management API and the AMQP listener its router connects to."""
+
+    api_url: str
+    api_user: str
+    api_password: str
+    amqp_host: str
+    amqp_port: int
+
+
+@dataclass(frozen=True)
+class RouterEndpoint:
+    """A router's management ($management over AMQP 1.0)."""
+
+    management_url: str
+    admin_user: str
+    admin_password: str
+
+
+@dataclass(frozen=True)
+class SpaceEndpoints:
+    broker: BrokerEndpoint
+    router: RouterEndpoint | None  # None: a brokered space has no router
+
+
+def of(space) -> SpaceEndpoints:
+    """The endpoints of `space` (an AddressSpace)."""
+    path = getattr(settings, "MAAS_SPACE_ENDPOINTS", "")
+    return import_string(path)(space) if path else by_backend(space)
+
+
+def by_backend(space) -> SpaceEndpoints:
+    if space.type == "standard" and settings.MAAS_INFRA_BACKEND == "kubernetes":
+        return _kubernetes(space)
+    return SpaceEndpoints(broker=shared_broker(),
+                          router=shared_router() if space.type == "standard" else None)
+
+
+def shared_broker() -> BrokerEndpoint:
+    """The RabbitMQ of the control plane's settings (brokered spaces, and every space on one
+    machine)."""
+    return BrokerEndpoint(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
+                          settings.RABBITMQ_API_PASSWORD, settings.RABBITMQ_AMQP_HOST,
+                          settings.RABBITMQ_AMQP_PORT)
+
+
+def shared_router() -> RouterEndpoint:
+    return RouterEndpoint(settings.MAAS_ROUTER_MANAGEMENT_URL, settings.MAAS_ROUTER_ADMIN_USER,
+                          settings.MAAS_ROUTER_ADMIN_PASSWORD)
+
+
+def _kubernetes(space) -> SpaceEndpoints:
+    from .infra import manifests as m
+    from .infra.backend import infra_secret, infra_settings, space_infra_of
+
+    cfg, infra = infra_settings(), space_infra_of(space)
+    active = [b for b in infra.brokers if b.state == "Active"] or list(infra.brokers)
+    host = m.service_host(m.broker_name(infra.infra, active[0].cluster_id), cfg) if active else ""
+    broker = BrokerEndpoint(f"http://{host}:{m.BROKER_MANAGEMENT_PORT}/api",
+                            m.BROKER_ADMIN_USER, infra_secret("broker-admin", infra.infra),
+                            host, m.BROKER_AMQP_PORT)
+    # The management listener takes SASL ANONYMOUS: only the space's agent and the control
+    # plane may reach it (the router's NetworkPolicy).
+    router_host = m.service_host(f"{m.router_name(infra.infra)}-internal", cfg)
+    router = RouterEndpoint(f"amqp://{router_host}:{m.ROUTER_MANAGEMENT_PORT}", "", "")
+    return SpaceEndpoints(broker=broker, router=router)

@@ -1,0 +1,216 @@
+"""The RabbitMQ management HTTP API client: `RabbitMQApi`, `BrokerError` and request helpers.
+
+One keep-alive session per client; every call is idempotent, so a request that raced a closed
+keep-alive socket is retried once. Errors say whether they are transient (worth retrying).
+"""
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+
+QUEUE_COLUMNS = ("name", "type", "durable", "arguments")
+EXCHANGE_COLUMNS = ("name", "type", "durable", "internal", "arguments")
+BINDING_COLUMNS = (
+    "source", "destination", "destination_type", "routing_key", "arguments", "properties_key"
+)
+USER_COLUMNS = ("name", "tags", "password_hash", "hashing_algorithm")
+
+
+class BrokerError(Exception):
+    """A failed management API call; `transient` errors are worth retrying soon."""
+
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.transient = transient
+
+
+def _q(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+class RabbitMQApi:
+    """A thin client over the RabbitMQ management HTTP API (one keep-alive session)."""
+
+    def __init__(self, base_url: str, user: str, password: str, timeout: float = 10) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.auth = (user, password)
+        # RabbitMQ closes idle keep-alive connections; a request that raced such a close finds
+        # the socket gone before any answer. Every call here is idempotent: retry that once.
+        retry = Retry(total=1, connect=1, read=1, status=0, redirect=0, allowed_methods=None,
+                      raise_on_status=False)
+        self.session.mount("http://", HTTPAdapter(max_retries=retry))
+        self.session.mount("https://", HTTPAdapter(max_retries=retry))
+
+    def close(self) -> None:
+        self.session.close()
+
+    def request(self, method: str, path: str, body=None, params=None, missing_ok=False):
+        """One call; returns the decoded JSON body (None when empty or missing and allowed)."""
+        url = self.base_url + path
+        try:
+            resp = self.session.request(
+                method, url, json=body, params=params, timeout=self.timeout
+            )
+        except requests.RequestException as exc:
+            raise BrokerError(f"{method} {path}: {exc}", transient=True) from exc
+        if resp.status_code == 404 and missing_ok:
+            return None
+        if resp.status_code >= 400:
+            raise BrokerError(
+                f"{method} {path}: {resp.status_code} {_reason(resp)}",
+                transient=resp.status_code >= 500,
+            )
+        if not resp.content:
+            return None
+        try:
+            return resp.json()
+        except ValueError:
+            return None
+
+    def _list(self, path: str, columns=None, stats: bool = True) -> list[dict]:
+        params = {"columns": ",".join(columns)} if columns else {}
+        if not stats:
+            params["disable_stats"] = "true"  # no message rates: much cheaper to list
+        return self.request("GET", path, params=params or None) or []
+
+    # vhosts
+    def get_vhost(self, vhost: str) -> dict | None:
+        return self.request("GET", f"/vhosts/{_q(vhost)}", params={"disable_stats": "true"},
+                            missing_ok=True)
+
+    def put_vhost(self, vhost: str, description: str = "", tags: tuple[str, ...] = ()) -> None:
+        body = {"description": description, "tags": ",".join(tags)}
+        self.request("PUT", f"/vhosts/{_q(vhost)}", body)
+
+    def delete_vhost(self, vhost: str) -> None:
+        self.request("DELETE", f"/vhosts/{_q(vhost)}", missing_ok=True)
+
+    def get_vhost_limits(self, vhost: str) -> dict:
+        rows = self.request("GET", f"/vhost-limits/{_q(vhost)}", missing_ok=True) or []
+        return rows[0]["value"] if rows else {}
+
+    def put_vhost_limit(self, vhost: str, name: str, value: int) -> None:
+        self.request("PUT", f"/vhost-limits/{_q(vhost)}/{_q(name)}", {"value": value})
+
+    def delete_vhost_limit(self, vhost: str, name: str) -> None:
+        self.request("DELETE", f"/vhost-limits/{_q(vhost)}/{_q(name)}", missing_ok=True)
+
+    # queues
+    def list_queues(self, vhost: str, columns=QUEUE_COLUMNS) -> list[dict]:
+        return self._list(f"/queues/{_q(vhost)}", columns, stats=False)
+
+    def put_queue(self, vhost: str, name: str, arguments: dict, durable: bool = True) -> None:
+        body = {"durable": durable, "auto_delete": False, "arguments": arguments}
+        self.request("PUT", f"/queues/{_q(vhost)}/{_q(name)}", body)
+
+    def delete_queue(self, vhost: str, name: str) -> None:
+        self.request("DELETE", f"/queues/{_q(vhost)}/{_q(name)}", missing_ok=True)
+
+    def purge_queue(self, vhost: str, name: str) -> None:
+        # A queue not on the broker yet (its address still Configuring) holds nothing to purge.
+        self.request("DELETE", f"/queues/{_q(vhost)}/{_q(name)}/contents", missing_ok=True)
+
+    # exchanges
+    def list_exchanges(self, vhost: str, columns=EXCHANGE_COLUMNS) -> list[dict]:
+        return self._list(f"/exchanges/{_q(vhost)}", columns, stats=False)
+
+    def put_exchange(
+        self, vhost: str, name: str, type: str, arguments: dict,
+        durable: bool = True, internal: bool = False,
+    ) -> None:
+        body = {
+            "type": type, "durable": durable, "auto_delete": False,
+            "internal": internal, "arguments": arguments,
+        }
+        self.request("PUT", f"/exchanges/{_q(vhost)}/{_q(name)}", body)
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        self.request("DELETE", f"/exchanges/{_q(vhost)}/{_q(name)}", missing_ok=True)
+
+    # bindings (exchange -> queue)
+    def list_bindings(self, vhost: str, columns=BINDING_COLUMNS) -> list[dict]:
+        return self._list(f"/bindings/{_q(vhost)}", columns)
+
+    def create_binding(
+        self, vhost: str, exchange: str, queue: str, routing_key: str, arguments: dict
+    ) -> None:
+        body = {"routing_key": routing_key, "arguments": arguments}
+        self.request("POST", f"/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}", body)
+
+    def delete_binding(self, vhost: str, exchange: str, queue: str, properties_key: str) -> None:
+        path = f"/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}/{_q(properties_key)}"
+        self.request("DELETE", path, missing_ok=True)
+
+    # policies
+    def list_policies(self, vhost: str) -> list[dict]:
+        return self._list(f"/policies/{_q(vhost)}")
+
+    def put_policy(
+        self, vhost: str, name: str, pattern: str, definition: dict,
+        priority: int = 0, apply_to: str = "queues",
+    ) -> None:
+        body = {
+            "pattern": pattern, "definition": definition,
+            "priority": priority, "apply-to": apply_to,
+        }
+        self.request("PUT", f"/policies/{_q(vhost)}/{_q(name)}", body)
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self.request("DELETE", f"/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
+
+    # users (global) and their rights in a vhost
+    def list_users(self, columns=USER_COLUMNS) -> list[dict]:
+        return self._list("/users", columns)
+
+    def put_user(self, name: str, password_hash: str, tags: tuple[str, ...] = ()) -> None:
+        body = {
+            "password_hash": password_hash,
+            "hashing_algorithm": HASHING_ALGORITHM,
+            "tags": ",".join(tags),
+        }
+        self.request("PUT", f"/users/{_q(name)}", body)
+
+    def delete_user(self, name: str) -> None:
+        self.request("DELETE", f"/users/{_q(name)}", missing_ok=True)
+
+    def list_permissions(self, vhost: str) -> list[dict]:
+        return self._list(f"/vhosts/{_q(vhost)}/permissions")
+
+    def put_permissions(
+        self, vhost: str, user: str, configure: str, write: str, read: str
+    ) -> None:
+        body = {"configure": configure, "write": write, "read": read}
+        self.request("PUT", f"/permissions/{_q(vhost)}/{_q(user)}", body)
+
+    def delete_permissions(self, vhost: str, user: str) -> None:
+        self.request("DELETE", f"/permissions/{_q(vhost)}/{_q(user)}", missing_ok=True)
+
+    def list_topic_permissions(self, vhost: str) -> list[dict]:
+        return self._list(f"/vhosts/{_q(vhost)}/topic-permissions")
+
+    def put_topic_permissions(
+        self, vhost: str, user: str, exchange: str, write: str, read: str
+    ) -> None:
+        body = {"exchange": exchange, "write": write, "read": read}
+        self.request("PUT", f"/topic-permissions/{_q(vhost)}/{_q(user)}", body)
+
+    def delete_topic_permissions(self, vhost: str, user: str) -> None:
+        self.request("DELETE", f"/topic-permissions/{_q(vhost)}/{_q(user)}", missing_ok=True)
+
+
+def _reason(resp: requests.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip()[:500]
+    if isinstance(body, dict):
+        return str(body.get("reason") or body.get("error") or body).strip()
+    return str(body)[:500]

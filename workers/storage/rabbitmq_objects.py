@@ -1,0 +1,251 @@
+"""The RabbitMQ objects a `desired.VhostState` asks for: names, permission patterns, queue
+arguments, policies, dead-letter routes, and `desired_objects` that gathers them (pure, no I/O).
+
+How addresses map to RabbitMQ objects (see docs/storage.md):
+
+- queue, deadletter, subscription: a durable queue named as the address (clients use
+  `/amq/queue/<name>`): a *classic* queue, or a *quorum* queue when the address has a
+  delivery limit (maximum delivery attempts), which only quorum queues enforce. Classic
+  queues cost far less (a quorum queue is a Raft log: thousands of them swamp a node).
+  Queue arguments carry only what can never change (queue type, owner marker,
+  single-active-consumer); TTL, dead-lettering, delivery limit and max length come from a
+  per-queue policy, because policies can change on a live queue and arguments cannot. The
+  type of a live queue never changes: a classic queue whose address later needs a delivery
+  limit keeps its messages and reports an address error; a quorum queue whose address no
+  longer needs one simply stays quorum (it serves a classic address just as well).
+- topic: a durable `topic` exchange named as the address; a subscription `<topic>::<sub>` is
+  bound to it with key `#`.
+- dead-lettering: every queue that has a deadletter or expiry target dead-letters into one
+  internal headers exchange per vhost (`$maas.dlx`); bindings on `x-first-death-queue` and
+  `x-first-death-reason` (match `all-with-x`) send rejected and over-delivered messages to
+  the deadletter queue and expired ones to the expiry queue.
+
+Ownership: the vhost carries the tag `maas-owned`; queues, exchanges and MaaS's topic
+bindings carry the argument `x-maas-owned: true`; policies and internal objects have names
+starting with `$maas.`; users carry the tag `maas-owned` and are named `<user>@<vhost>`.
+Everything else in a vhost is left alone.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+
+OWNER_TAG = "maas-owned"
+OWNER_ARG = "x-maas-owned"
+INTERNAL_PREFIX = "$maas."
+DLX_EXCHANGE = "$maas.dlx"
+POLICY_PREFIX = "$maas.q."
+POLICY_PRIORITY = 1000  # only one policy applies to a queue: ours must win over others
+USER_SEPARATOR = "@"
+AMQ_DEFAULT = r"amq\.default"  # the name RabbitMQ checks for the default exchange
+TEMP_QUEUES = r"amq\.gen-.*"  # server-named queues of AMQP 1.0 receivers on /exchange/T/K
+
+# Why a message was dead-lettered (x-first-death-reason) -> which target handles it.
+REJECT_REASONS = ("rejected", "delivery_limit")
+EXPIRY_REASONS = ("expired",)
+
+
+# --- names and permission patterns -----------------------------------------------------
+
+
+def broker_username(vhost: str, username: str) -> str:
+    """The global RabbitMQ username of a messaging user of one vhost: `<user>@<vhost>`.
+
+    '@' because RabbitMQ users are global and MQTT clients select the vhost with
+    `VHOST:USER`, splitting at the *last* ':' — so the broker username must not contain ':'.
+    The vhost must not contain '@', so the suffix `@<vhost>` identifies the vhost's users.
+    """
+    if USER_SEPARATOR in vhost:
+        raise ValueError("a vhost name must not contain '@'")
+    if ":" in username:
+        raise ValueError("a username must not contain ':' (MQTT splits VHOST:USER at it)")
+    return f"{username}{USER_SEPARATOR}{vhost}"
+
+
+def pattern_regex(pattern: str) -> str:
+    """An EnMasse address pattern (exact, or trailing '*' = any suffix) as a regex body."""
+    if pattern.endswith("*"):
+        return re.escape(pattern[:-1]) + ".*"
+    return re.escape(pattern)
+
+
+def pattern_matches(pattern: str, name: str) -> bool:
+    if pattern.endswith("*"):
+        return name.startswith(pattern[:-1])
+    return name == pattern
+
+
+def _permission_regex(bodies: list[str]) -> str:
+    """Anchor alternatives; '' grants nothing. Internal `$maas.` objects are never granted."""
+    if not bodies:
+        return ""
+    return "^(?!" + re.escape(INTERNAL_PREFIX) + ")(" + "|".join(sorted(set(bodies))) + ")$"
+
+
+def user_permissions(user: BrokerUser, queues: list[str], topics: list[str]) -> dict[str, str]:
+    """RabbitMQ configure/write/read regexes for a user's EnMasse send/recv/manage rights.
+
+    RabbitMQ checks write on the *exchange* a message is published to; AMQP 1.0 sends to
+    `/amq/queue/Q` go through the default exchange, so any right to send to one queue grants
+    `amq.default` and with it sending to every queue of the vhost. The router in front
+    enforces the exact address rules; this is the broker's coarser second line.
+    """
+    sends_to_queue = any(pattern_matches(p, q) for p in user.send for q in queues)
+    send_topics = [p for p in user.send if any(pattern_matches(p, t) for t in topics)]
+    recv_topic = any(pattern_matches(p, t) for p in user.recv for t in topics)
+    temp = [TEMP_QUEUES] if recv_topic else []  # receiving from a topic declares a temp queue
+    write = ([AMQ_DEFAULT] if sends_to_queue else []) + [pattern_regex(p) for p in send_topics]
+    read = [pattern_regex(p) for p in user.recv]
+    configure: list[str] = []
+    if user.manage:
+        patterns = list(user.send) + list(user.recv)
+        configure = [pattern_regex(p) for p in patterns] if patterns else [".*"]
+    return {
+        "configure": _permission_regex(configure + temp),
+        "write": _permission_regex(write + temp),
+        "read": _permission_regex(read + temp),
+    }
+
+
+
+# --- desired objects -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Binding:
+    """An exchange-to-queue binding, comparable by value."""
+
+    source: str
+    destination: str
+    routing_key: str
+    arguments: str  # canonical JSON, so bindings compare by value
+
+    @classmethod
+    def of(cls, source: str, destination: str, routing_key: str, arguments: dict) -> Binding:
+        return cls(source, destination, routing_key, json.dumps(arguments, sort_keys=True))
+
+
+@dataclass
+class DesiredObjects:
+    """The RabbitMQ objects of a VhostState, each tagged with the address it serves."""
+
+    exchanges: dict[str, dict] = field(default_factory=dict)  # name -> put_exchange kwargs
+    queues: dict[str, dict] = field(default_factory=dict)  # name -> arguments
+    policies: dict[str, dict] = field(default_factory=dict)  # name -> put_policy kwargs
+    bindings: dict[Binding, str] = field(default_factory=dict)  # -> address
+    users: dict[str, BrokerUser] = field(default_factory=dict)
+    permissions: dict[str, dict] = field(default_factory=dict)  # user -> regexes
+    owner: dict[str, str] = field(default_factory=dict)  # "queue:x" etc. -> address
+    errors: dict[str, str] = field(default_factory=dict)  # address -> problem in the state
+    user_errors: dict[str, str] = field(default_factory=dict)
+
+
+def queue_type(queue: BrokerQueue) -> str:
+    """quorum only where needed: RabbitMQ enforces a delivery limit on quorum queues only."""
+    return "quorum" if queue.max_delivery_attempts is not None else "classic"
+
+
+def queue_arguments(queue: BrokerQueue) -> dict:
+    """Only what never changes: a different value later would fail (406) on redeclare."""
+    args = {"x-queue-type": queue_type(queue), OWNER_ARG: True}
+    if queue.kind == "subscription" and queue.max_consumers == 1:
+        args["x-single-active-consumer"] = True
+    return args
+
+
+def policy_name(queue: str) -> str:
+    return POLICY_PREFIX + queue
+
+
+def policy_definition(queue: BrokerQueue, topic: BrokerTopic | None = None) -> dict:
+    """The live-changeable settings of a queue; a subscription inherits unset ones from
+    its topic (an exchange holds no messages, so TTL and dead-lettering live on queues)."""
+    ttl, deadletter, expiry = queue.ttl_ms, queue.deadletter, queue.expiry
+    if topic is not None:
+        ttl = topic.ttl_ms if ttl is None else ttl
+        deadletter = deadletter or topic.deadletter
+        expiry = expiry or topic.expiry
+    definition: dict = {}
+    if ttl is not None:
+        definition["message-ttl"] = ttl
+    if deadletter or expiry:
+        definition["dead-letter-exchange"] = DLX_EXCHANGE
+    if queue.max_delivery_attempts is not None:
+        # quorum queues dead-letter once a message was returned more than delivery-limit
+        # times: N attempts in total = limit N - 1 (measured on 3.10).
+        definition["delivery-limit"] = max(0, queue.max_delivery_attempts - 1)
+    if queue.max_length_bytes is not None:
+        definition["max-length-bytes"] = queue.max_length_bytes
+        definition["overflow"] = "reject-publish"  # refuse senders instead of dropping old
+    return definition
+
+
+def dead_letter_routes(
+    queue: BrokerQueue, topic: BrokerTopic | None = None
+) -> list[tuple[str, str]]:
+    """(reason, target queue) pairs for the queue's dead-lettered messages."""
+    deadletter, expiry = queue.deadletter, queue.expiry
+    if topic is not None:
+        deadletter = deadletter or topic.deadletter
+        expiry = expiry or topic.expiry
+    routes = [(r, deadletter) for r in REJECT_REASONS if deadletter]
+    routes += [(r, expiry) for r in EXPIRY_REASONS if expiry]
+    return routes
+
+
+def _dlx_binding(source_queue: str, reason: str, target: str) -> Binding:
+    args = {
+        "x-match": "all-with-x",  # plain "all" ignores x- headers
+        "x-first-death-queue": source_queue,
+        "x-first-death-reason": reason,
+    }
+    return Binding.of(DLX_EXCHANGE, target, "", args)
+
+
+def desired_objects(state: VhostState) -> DesiredObjects:
+    d = DesiredObjects()
+    topics = {t.name: t for t in state.topics}
+    queue_names = {q.name for q in state.queues}
+    d.exchanges[DLX_EXCHANGE] = {"type": "headers", "internal": True}
+    for topic in state.topics:
+        d.exchanges[topic.name] = {"type": "topic", "internal": False}
+        d.owner["exchange:" + topic.name] = topic.name
+    for queue in state.queues:
+        topic = topics.get(queue.topic) if queue.kind == "subscription" else None
+        d.queues[queue.name] = queue_arguments(queue)
+        d.owner["queue:" + queue.name] = queue.name
+        if queue.kind == "subscription":
+            if topic is None:
+                d.errors[queue.name] = f"topic {queue.topic!r} is not in this address space"
+            else:
+                d.bindings[Binding.of(topic.name, queue.name, "#", {OWNER_ARG: True})] = (
+                    queue.name
+                )
+        definition = policy_definition(queue, topic)
+        if definition:
+            name = policy_name(queue.name)
+            d.policies[name] = {
+                "pattern": "^" + re.escape(queue.name) + "$",
+                "definition": definition,
+                "priority": POLICY_PRIORITY,
+                "apply-to": "queues",
+            }
+            d.owner["policy:" + name] = queue.name
+        for reason, target in dead_letter_routes(queue, topic):
+            if target not in queue_names:
+                d.errors[queue.name] = f"dead-letter target {target!r} is not a queue here"
+                continue
+            d.bindings[_dlx_binding(queue.name, reason, target)] = queue.name
+    suffix = USER_SEPARATOR + state.vhost
+    for user in state.users:
+        if not user.username.endswith(suffix) or ":" in user.username:
+            d.user_errors[user.username] = "username must be broker_username(vhost, user)"
+            continue
+        d.users[user.username] = user
+        d.permissions[user.username] = user_permissions(
+            user, sorted(queue_names), sorted(topics)
+        )
+    return d

@@ -1,0 +1,476 @@
+"""The RabbitMQ reconciler: `BrokerReconciler` makes one vhost look like a `desired.VhostState`.
+
+Level-triggered and idempotent: every `apply` observes what the vhost has (a few list calls
+at once), converges it on the desired objects (`rabbitmq_objects`) by creating, changing or
+deleting only what MaaS owns, then verifies each address and user; `ApplyResult` says what it
+did and what is in place.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+
+from .desired import BrokerUser, VhostState
+from .rabbitmq_api import HASHING_ALGORITHM, BrokerError, RabbitMQApi
+from .rabbitmq_objects import (
+    DLX_EXCHANGE,
+    OWNER_ARG,
+    OWNER_TAG,
+    POLICY_PREFIX,
+    USER_SEPARATOR,
+    Binding,
+    DesiredObjects,
+    desired_objects,
+)
+
+log = logging.getLogger(__name__)
+
+VHOST_DESCRIPTION = "Managed by MaaS (storage controller)"
+
+
+# --- what the vhost has ----------------------------------------------------------------
+
+
+@dataclass
+class _Actual:
+    vhost: dict | None
+    queues: dict[str, dict]
+    exchanges: dict[str, dict]
+    bindings: list[dict]
+    policies: dict[str, dict]
+    users: dict[str, dict]  # every user that has the owner tag or is desired
+    permissions: dict[str, dict]
+    limits: dict
+
+    @property
+    def vhost_owned(self) -> bool:
+        return self.vhost is not None and OWNER_TAG in _tags(self.vhost)
+
+
+def _tags(obj: dict) -> list[str]:
+    tags = obj.get("tags") or []
+    if isinstance(tags, str):
+        tags = [t for t in tags.split(",") if t]
+    return tags
+
+
+def _owned(obj: dict) -> bool:
+    return (obj.get("arguments") or {}).get(OWNER_ARG) is True
+
+
+def _binding_key(row: dict) -> Binding:
+    return Binding.of(
+        row["source"], row["destination"], row["routing_key"], row.get("arguments") or {}
+    )
+
+
+# --- results ---------------------------------------------------------------------------
+
+
+@dataclass
+class ApplyResult:
+    """What one apply did, and which addresses and users are verified as desired."""
+
+    vhost: str
+    created: list[str] = field(default_factory=list)  # "queue:orders", "user:bob@space", ...
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # address -> message
+    user_errors: dict[str, str] = field(default_factory=dict)  # broker username -> message
+    vhost_errors: list[str] = field(default_factory=list)  # e.g. the connection limit
+    verified: set[str] = field(default_factory=set)  # addresses confirmed on the broker
+    verified_users: set[str] = field(default_factory=set)
+    transient: bool = False  # some error was transient: retry soon
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.deleted)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.errors or self.user_errors or self.vhost_errors)
+
+    def is_active(self, address: str) -> bool:
+        return address in self.verified and address not in self.errors
+
+
+# --- the reconciler --------------------------------------------------------------------
+
+
+class BrokerReconciler:
+    """Level-triggered and idempotent: each apply converges the vhost on the desired state."""
+
+    def __init__(self, api: RabbitMQApi) -> None:
+        self.api = api
+
+    # public
+
+    def apply(self, state: VhostState, verify: bool = True) -> ApplyResult:
+        """Converge the vhost; raises BrokerError only when the vhost cannot be read."""
+        result = ApplyResult(vhost=state.vhost)
+        desired = desired_objects(state)
+        result.errors.update(desired.errors)
+        result.user_errors.update(desired.user_errors)
+        actual = self._observe(state.vhost, desired)
+        if actual.vhost is None:
+            self._do(result, "created", "vhost:" + state.vhost, None, self.api.put_vhost,
+                     state.vhost, VHOST_DESCRIPTION, (OWNER_TAG,))
+            if result.vhost_errors:
+                return result
+            actual = self._observe(state.vhost, desired)
+        self._converge(state, desired, actual, result)
+        if verify:
+            # What we listed is the proof for what we did not touch; list again what changed.
+            after = self._reobserve(state.vhost, desired, actual, result)
+            self._verify(state, desired, after, result)
+        log.info("storage.rabbitmq.applied", extra={
+            "vhost": state.vhost, "n_created": len(result.created),
+            "n_updated": len(result.updated), "n_deleted": len(result.deleted),
+            "n_errors": len(result.errors) + len(result.user_errors),
+            "n_verified": len(result.verified),
+        })
+        return result
+
+    def verify(self, state: VhostState) -> ApplyResult:
+        """Re-query the vhost and report which desired addresses and users are in place."""
+        result = ApplyResult(vhost=state.vhost)
+        desired = desired_objects(state)
+        result.errors.update(desired.errors)
+        result.user_errors.update(desired.user_errors)
+        self._verify(state, desired, self._observe(state.vhost, desired), result)
+        return result
+
+    def teardown(self, vhost: str) -> ApplyResult:
+        """Delete what MaaS owns for the vhost: its users, and the vhost if MaaS made it
+        (otherwise only MaaS's objects inside it)."""
+        desired = DesiredObjects()
+        actual = self._observe(vhost, desired)
+        result = ApplyResult(vhost=vhost)
+        if actual.vhost_owned:
+            # Users are global: deleting the vhost would only drop their permissions.
+            for user in sorted(self._owned_users(vhost, actual)):
+                self._do(result, "deleted", "user:" + user, None, self.api.delete_user, user)
+            self._do(result, "deleted", "vhost:" + vhost, None, self.api.delete_vhost, vhost)
+        else:
+            # Converging on nothing deletes exactly MaaS's objects and users.
+            self._converge(VhostState(vhost=vhost), desired, actual, result)
+        log.info("storage.rabbitmq.torn_down", extra={
+            "vhost": vhost, "n_deleted": len(result.deleted), "vhost_owned": actual.vhost_owned,
+        })
+        return result
+
+    # observing
+
+    def _observe(self, vhost: str, desired: DesiredObjects) -> _Actual:
+        """A handful of list calls, at the same time (the broker answers them in parallel:
+        the time of the slowest, not of all); raises BrokerError if the broker cannot be read.
+        """
+        info = self.api.get_vhost(vhost)
+        if info is None:
+            return _Actual(None, {}, {}, [], {}, self._users(vhost, desired), {}, {})
+        lists = _concurrently({
+            "queues": lambda: {q["name"]: q for q in self.api.list_queues(vhost)},
+            "exchanges": lambda: {x["name"]: x for x in self.api.list_exchanges(vhost)},
+            "bindings": lambda: [b for b in self.api.list_bindings(vhost) if b["source"]],
+            "policies": lambda: {p["name"]: p for p in self.api.list_policies(vhost)},
+            "users": lambda: self._users(vhost, desired),
+            "permissions": lambda: {p["user"]: p for p in self.api.list_permissions(vhost)},
+            "limits": lambda: self.api.get_vhost_limits(vhost),
+        })
+        return _Actual(vhost=info, **lists)
+
+    def _reobserve(self, vhost: str, desired: DesiredObjects, actual: _Actual,
+                   result: ApplyResult) -> _Actual:
+        """`actual` with the kinds of object this apply created, changed or deleted listed
+        again (one GET each): a steady apply lists nothing more, a new plain queue 1 GET.
+        Only desired objects are verified, so deletions need no second look; a desired
+        binding missing before the apply was created by it (and so is listed again)."""
+        touched = {label.split(":", 1)[0] for label in
+                   result.created + result.updated + result.deleted}
+        if not touched:
+            return actual
+        if "vhost" in touched:
+            return self._observe(vhost, desired)
+        again = replace(actual)
+        if "queue" in touched:
+            again.queues = {q["name"]: q for q in self.api.list_queues(vhost)}
+        if "exchange" in touched:
+            again.exchanges = {x["name"]: x for x in self.api.list_exchanges(vhost)}
+        if "binding" in touched:  # a new queue's bindings are created (touched) after it
+            again.bindings = [b for b in self.api.list_bindings(vhost) if b["source"]]
+        if "policy" in touched:
+            again.policies = {p["name"]: p for p in self.api.list_policies(vhost)}
+        if "user" in touched:
+            again.users = self._users(vhost, desired)
+        if touched & {"user", "permissions"}:  # deleting a user drops its permissions
+            again.permissions = {p["user"]: p for p in self.api.list_permissions(vhost)}
+        if "limit" in touched:
+            again.limits = self.api.get_vhost_limits(vhost)
+        return again
+
+    def _users(self, vhost: str, desired: DesiredObjects) -> dict[str, dict]:
+        # RabbitMQ users are global and the API cannot filter them: one list for the vhost.
+        suffix = USER_SEPARATOR + vhost
+        return {
+            u["name"]: u for u in self.api.list_users()
+            if u["name"] in desired.users
+            or (OWNER_TAG in _tags(u) and u["name"].endswith(suffix))
+        }
+
+    @staticmethod
+    def _owned_users(vhost: str, actual: _Actual) -> list[str]:
+        suffix = USER_SEPARATOR + vhost
+        return [
+            name for name, u in actual.users.items()
+            if OWNER_TAG in _tags(u) and name.endswith(suffix)
+        ]
+
+    # converging
+
+    def _converge(
+        self, state: VhostState, desired: DesiredObjects, actual: _Actual, result: ApplyResult
+    ) -> None:
+        """Create and update first (policies before queues, so a queue never runs without
+        its limits), then delete stale objects (bindings before what they connect)."""
+        v = state.vhost
+        self._converge_exchanges(v, desired, actual, result)
+        self._converge_policies(v, desired, actual, result)
+        self._converge_queues(v, desired, actual, result)
+        self._converge_bindings(v, desired, actual, result)
+        self._converge_users(v, desired, actual, result)
+        self._delete_stale(v, desired, actual, result)
+        self._converge_limits(state, actual, result)
+
+    def _converge_exchanges(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
+        for name, spec in desired.exchanges.items():
+            have = actual.exchanges.get(name)
+            address = desired.owner.get("exchange:" + name)
+            if have is not None:
+                if not _owned(have):
+                    self._error(result, address, f"exchange {name!r} exists, not owned by MaaS")
+                elif have["type"] != spec["type"]:
+                    self._error(result, address, f"exchange {name!r} has type {have['type']}")
+                continue
+            self._do(result, "created", "exchange:" + name, address, self.api.put_exchange,
+                     v, name, spec["type"], {OWNER_ARG: True}, True, spec["internal"])
+
+    def _converge_policies(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
+        for name, spec in desired.policies.items():
+            have = actual.policies.get(name)
+            if have is not None and all(have.get(k) == spec[k] for k in spec):
+                continue
+            self._do(result, "updated" if have else "created", "policy:" + name,
+                     desired.owner.get("policy:" + name), self.api.put_policy, v, name,
+                     spec["pattern"], spec["definition"], spec["priority"], spec["apply-to"])
+
+    def _converge_queues(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
+        for name, args in desired.queues.items():
+            have = actual.queues.get(name)
+            if have is None:
+                self._do(result, "created", "queue:" + name, name, self.api.put_queue,
+                         v, name, args)
+                continue
+            problem = _queue_problem(have, args)
+            if problem:
+                self._error(result, name, problem)
+
+    def _converge_bindings(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
+        have = {_binding_key(b) for b in actual.bindings}
+        for binding, address in desired.bindings.items():
+            if binding in have:
+                continue
+            if binding.destination not in actual.queues and binding.destination in (
+                result.errors
+            ):
+                continue  # its queue could not be created; that error says why
+            self._do(result, "created", _binding_label(binding), address,
+                     self.api.create_binding, v, binding.source, binding.destination,
+                     binding.routing_key, json.loads(binding.arguments))
+
+    def _converge_users(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
+        for name, user in desired.users.items():
+            have = actual.users.get(name)
+            if have is not None and OWNER_TAG not in _tags(have):
+                result.user_errors[name] = "a user with this name exists, not owned by MaaS"
+                continue
+            if have is None or _user_differs(have, user):
+                ok = self._do(result, "updated" if have else "created", "user:" + name, None,
+                              self.api.put_user, name, user.password_hash, (OWNER_TAG,),
+                              user=name)
+                if not ok:
+                    continue
+            perms = desired.permissions[name]
+            current = actual.permissions.get(name)
+            if current is None or any(current.get(k) != perms[k] for k in perms):
+                self._do(result, "updated" if current else "created", "permissions:" + name,
+                         None, self.api.put_permissions, v, name, perms["configure"],
+                         perms["write"], perms["read"], user=name)
+
+    def _delete_stale(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
+        owned_sources = {n for n, x in actual.exchanges.items() if _owned(x)}
+        for row in actual.bindings:
+            key = _binding_key(row)
+            ours = row["source"] == DLX_EXCHANGE or _owned(row)
+            if row["destination_type"] != "queue" or not ours:
+                continue
+            if row["source"] in owned_sources and key not in desired.bindings:
+                self._do(result, "deleted", _binding_label(key), None, self.api.delete_binding,
+                         v, row["source"], row["destination"], row["properties_key"])
+        for name, q in actual.queues.items():
+            if _owned(q) and name not in desired.queues:
+                self._do(result, "deleted", "queue:" + name, None, self.api.delete_queue, v, name)
+        for name, x in actual.exchanges.items():
+            if _owned(x) and name not in desired.exchanges:
+                self._do(result, "deleted", "exchange:" + name, None,
+                         self.api.delete_exchange, v, name)
+        for name in actual.policies:
+            if name.startswith(POLICY_PREFIX) and name not in desired.policies:
+                self._do(result, "deleted", "policy:" + name, None, self.api.delete_policy,
+                         v, name)
+        for name in self._owned_users(v, actual):
+            if name not in desired.users:
+                self._do(result, "deleted", "user:" + name, None, self.api.delete_user, name)
+
+    def _converge_limits(self, state: VhostState, actual: _Actual, result) -> None:
+        current = actual.limits.get("max-connections")
+        if state.max_connections is not None and current != state.max_connections:
+            ok = self._do(result, "updated", "limit:max-connections", None,
+                          self.api.put_vhost_limit, state.vhost, "max-connections",
+                          state.max_connections)
+            if not ok:
+                return
+        elif state.max_connections is None and current is not None and actual.vhost_owned:
+            self._do(result, "deleted", "limit:max-connections", None,
+                     self.api.delete_vhost_limit, state.vhost, "max-connections")
+
+    # verifying
+
+    def _verify(self, state: VhostState, desired: DesiredObjects, actual: _Actual, result) -> None:
+        """Mark each address whose queue/exchange, policy and bindings are all in place."""
+        problems: dict[str, str] = {}
+        if actual.vhost is None:
+            result.vhost_errors.append("vhost does not exist")
+            return
+        for name, spec in desired.exchanges.items():
+            have = actual.exchanges.get(name)
+            if have is None or not _owned(have) or have["type"] != spec["type"]:
+                _note(problems, desired.owner.get("exchange:" + name, name),
+                      f"exchange {name!r} missing")
+        dlx_ok = DLX_EXCHANGE not in problems
+        for name, args in desired.queues.items():
+            have = actual.queues.get(name)
+            problem = "queue missing" if have is None else _queue_problem(have, args)
+            if problem:
+                _note(problems, name, problem)
+        for name, spec in desired.policies.items():
+            have = actual.policies.get(name)
+            if have is None or any(have.get(k) != spec[k] for k in spec):
+                _note(problems, desired.owner["policy:" + name], f"policy {name!r} differs")
+            elif not dlx_ok and "dead-letter-exchange" in spec["definition"]:
+                _note(problems, desired.owner["policy:" + name], "dead-letter exchange missing")
+        have_bindings = {_binding_key(b) for b in actual.bindings}
+        for binding, address in desired.bindings.items():
+            if binding not in have_bindings:
+                _note(problems, address, f"binding {_binding_label(binding)} missing")
+        for address, message in problems.items():
+            if address != DLX_EXCHANGE:
+                result.errors.setdefault(address, message)
+        addresses = [q.name for q in state.queues] + [t.name for t in state.topics]
+        result.verified = {a for a in addresses if a not in problems and a not in result.errors}
+        for name, user in desired.users.items():
+            have = actual.users.get(name)
+            perms = actual.permissions.get(name) or {}
+            wanted = desired.permissions[name]
+            if have is None or _user_differs(have, user):
+                result.user_errors.setdefault(name, "user missing or differs")
+            elif any(perms.get(k) != wanted[k] for k in wanted):
+                result.user_errors.setdefault(name, "permissions missing or differ")
+            elif name not in result.user_errors:
+                result.verified_users.add(name)
+        limit = actual.limits.get("max-connections")
+        if state.max_connections is not None and limit != state.max_connections:
+            result.vhost_errors.append("max-connections limit not applied")
+
+    # helpers
+
+    def _do(self, result: ApplyResult, verb: str, label: str, address: str | None, fn, *args,
+            user: str | None = None) -> bool:
+        """Run one mutation; record it, or record its error against the address or user."""
+        try:
+            fn(*args)
+        except BrokerError as exc:
+            result.transient = result.transient or exc.transient
+            if user is not None:
+                result.user_errors[user] = exc.message
+            elif address is not None:
+                self._error(result, address, exc.message)
+            else:
+                result.vhost_errors.append(exc.message)
+            log.warning("storage.rabbitmq.failed", extra={
+                "vhost": result.vhost, "object": label, "error": exc.message,
+                "transient": exc.transient,
+            })
+            return False
+        getattr(result, verb).append(label)
+        log.info("storage.rabbitmq." + verb, extra={"vhost": result.vhost, "object": label})
+        return True
+
+    @staticmethod
+    def _error(result: ApplyResult, address: str | None, message: str) -> None:
+        if address is None:
+            result.vhost_errors.append(message)
+        else:
+            result.errors.setdefault(address, message)
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _concurrently(calls: dict) -> dict:
+    """{name: fn()} with the calls run on a small thread pool of this process (made after a
+    fork, never inherited); the first error is raised once all calls are done."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=8,
+                                                 thread_name_prefix="rabbitmq-observe"))
+    futures = {name: _pool[1].submit(fn) for name, fn in calls.items()}
+    wait(futures.values())
+    return {name: future.result() for name, future in futures.items()}
+
+
+def _queue_problem(have: dict, args: dict) -> str | None:
+    """Why an existing queue cannot serve as the desired one (None if it can)."""
+    if not _owned(have):
+        return "a queue with this name exists, not owned by MaaS"
+    current = have.get("arguments") or {}
+    kind = have.get("type") or current.get("x-queue-type") or "classic"
+    if args.get("x-queue-type") == "quorum" and kind != "quorum":
+        # Never delete the queue to change its type: its messages would be lost.
+        return (f"the {kind} queue cannot enforce maximumDeliveryAttempts (only a quorum queue "
+                "can) and the type of a live queue cannot change; its messages are kept: "
+                "delete and recreate the address to apply the limit")
+    if current.get("x-single-active-consumer", False) != args.get(
+        "x-single-active-consumer", False
+    ):
+        return ("queue argument x-single-active-consumer cannot change on a live queue; "
+                "recreate the address")
+    return None
+
+
+def _user_differs(have: dict, user: BrokerUser) -> bool:
+    return (
+        have.get("password_hash") != user.password_hash
+        or have.get("hashing_algorithm") != HASHING_ALGORITHM
+        or set(_tags(have)) != {OWNER_TAG}
+    )
+
+
+def _binding_label(binding: Binding) -> str:
+    return f"binding:{binding.source}->{binding.destination}:{binding.arguments}"
+
+
+def _note(problems: dict[str, str], address: str, message: str) -> None:
+    problems.setdefault(address, message)

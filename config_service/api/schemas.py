@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers as s
 
 from tenants.models import AddressSpaceType, AddressType, Role
+from tenants.router_policy import ROUTER_POLICY_BOUNDS
 
 from .. import validation
 from ..events import EVENT_TYPES
@@ -23,14 +24,9 @@ AUTHENTICATION_TYPES = ["password"]
 
 
 class Described(s.Serializer):
-    # No docstring: drf-spectacular would give it to every body as its description.
-    # These serializers describe a body; they never validate nor render one.
-
-    def create(self, validated_data):  # pragma: no cover - never called
-        raise NotImplementedError
-
-    def update(self, instance, validated_data):  # pragma: no cover - never called
-        raise NotImplementedError
+    # The base of the serializers below, which describe a body and never validate nor render
+    # one. No docstring: drf-spectacular would give it to every body as its description.
+    pass
 
 
 def always(value: str) -> s.CharField:
@@ -54,6 +50,14 @@ class Error(Described):
 def errors(*codes: int) -> dict:
     """Responses entries for the error statuses an operation answers with."""
     return {code: Error for code in codes}
+
+
+# A read: 400 for a bad query parameter (or a control character in the URL), 404 for what you
+# cannot see. A change: 403 for your role or a quota, 409 for a conflict; 413 for a body over
+# the size limit.
+READ = errors(400, 401, 404)
+CHANGE = errors(400, 401, 403, 404, 409)
+WRITE = {**CHANGE, **errors(413)}
 
 
 # Shared pieces -------------------------------------------------------------------------------
@@ -121,27 +125,51 @@ class AddressResources(Described):
     broker = s.FloatField(required=False)
 
 
+def _milliseconds() -> s.IntegerField:
+    return s.IntegerField(required=False, min_value=0, max_value=validation.MAX_MILLISECONDS,
+                          help_text="Milliseconds.")
+
+
 class MessageTtl(Described):
-    minimum = s.IntegerField(required=False, min_value=0, help_text="Milliseconds.")
-    maximum = s.IntegerField(required=False, min_value=0, help_text="Milliseconds.")
+    minimum = _milliseconds()
+    maximum = _milliseconds()
 
 
 class MessageRedelivery(Described):
-    maximumDeliveryAttempts = s.IntegerField(required=False, min_value=0)
-    redeliveryDelay = s.IntegerField(required=False, min_value=0, help_text="Milliseconds.")
-    redeliveryDelayMultiplier = s.FloatField(required=False, min_value=0)
-    maximumDeliveryDelay = s.IntegerField(required=False, min_value=0,
-                                          help_text="Milliseconds.")
+    maximumDeliveryAttempts = s.IntegerField(required=False, min_value=0,
+                                             max_value=validation.MAX_DELIVERY_ATTEMPTS)
+    redeliveryDelay = _milliseconds()
+    redeliveryDelayMultiplier = s.FloatField(required=False, min_value=0,
+                                             max_value=validation.MAX_DELAY_MULTIPLIER)
+    maximumDeliveryDelay = _milliseconds()
 
 
 class Subscription(Described):
-    maxConsumers = s.IntegerField(min_value=1)
+    maxConsumers = s.IntegerField(min_value=1, max_value=validation.MAX_CONSUMERS)
+
+
+class RouterPolicy(Described):
+    """Router limits of a plan (the operator's); a missing key keeps the platform's setting."""
+
+    maxConnections = s.IntegerField(required=False, min_value=1,
+                                    max_value=ROUTER_POLICY_BOUNDS["maxConnections"],
+                                    help_text="Per address space.")
+    maxSessions = s.IntegerField(required=False, min_value=1,
+                                 max_value=ROUTER_POLICY_BOUNDS["maxSessions"],
+                                 help_text="Per connection.")
+    maxSenders = s.IntegerField(required=False, min_value=1,
+                                max_value=ROUTER_POLICY_BOUNDS["maxSenders"],
+                                help_text="Per connection.")
+    maxReceivers = s.IntegerField(required=False, min_value=1,
+                                  max_value=ROUTER_POLICY_BOUNDS["maxReceivers"],
+                                  help_text="Per connection.")
 
 
 # AddressSpace --------------------------------------------------------------------------------
 
 class AddressSpaceSpec(Described):
-    """Other keys of a posted EnMasse spec (authenticationService, ...) are kept as given."""
+    """MaaS implements type and plan; other keys of an EnMasse spec are refused (400), and a
+    space stored before that shows the ones it was given."""
 
     type = s.ChoiceField(choices=ADDRESS_SPACE_TYPES)
     plan = s.CharField(help_text="An AddressSpacePlan of that type.")
@@ -213,7 +241,8 @@ AddressSpaceList = list_of(AddressSpace, "AddressSpaceList", ENMASSE)
 # Address -------------------------------------------------------------------------------------
 
 class AddressSpec(Described):
-    address = s.CharField(help_text="The wire name: 1 to 200 characters, no spaces.")
+    address = s.CharField(max_length=200, help_text="The wire name: no spaces or control "
+                                                    "characters, at most 255 bytes of UTF-8.")
     type = s.ChoiceField(choices=ADDRESS_TYPES)
     plan = s.CharField(help_text="An AddressPlan of that type, offered by the space's plan.")
     topic = s.CharField(required=False, help_text="A subscription's topic address.")
@@ -378,6 +407,7 @@ class Display(Described):
 class AddressSpacePlanSpec(Display):
     addressSpaceType = s.ChoiceField(choices=ADDRESS_SPACE_TYPES)
     resourceLimits = ResourceLimits()
+    routerPolicy = RouterPolicy()
     addressPlans = s.ListField(child=s.CharField(), help_text="Names of the address plans "
                                                               "it offers.")
     infraConfigRef = s.CharField(allow_blank=True)
@@ -421,7 +451,8 @@ class TenantMeta(Described):
 
 
 class TenantSpec(Described):
-    displayName = s.CharField(allow_blank=True, required=False)
+    displayName = s.CharField(allow_blank=True, required=False,
+                              max_length=validation.MAX_DISPLAY_NAME)
 
 
 class TenantStatus(Described):

@@ -43,7 +43,7 @@ class UsageView(APIView):
                     OpenApiParameter("space", str),
                     OpenApiParameter("export", str, enum=["csv"], description="CSV download")],
         responses={(200, "application/json"): schemas.UsageReport,
-                   (200, "text/csv"): OpenApiTypes.STR, **schemas.errors(400, 401, 404)},
+                   (200, "text/csv"): OpenApiTypes.STR, **schemas.READ},
         summary="Metered usage per address space and address, and the tenant's quota state",
     )
     def get(self, request, tenant):

@@ -22,8 +22,7 @@ from ..models import Address, AddressSpace, ConfigEvent, MessagingUser
 from ..status import PHASES, agent_states, phase_filter, space_status
 from . import resources, schemas
 from .pagination import ListPagination
-
-READ, WRITE = schemas.errors(401, 404), schemas.errors(400, 401, 403, 404, 409)
+from .schemas import CHANGE, READ, WRITE
 
 
 def _ctx(request) -> services.Context:
@@ -51,7 +50,7 @@ LIST_PARAMS = [
 
 
 class TenantList(APIView):
-    @extend_schema(responses={200: schemas.TenantList, **schemas.errors(401)},
+    @extend_schema(responses={200: schemas.TenantList, **schemas.errors(400, 401)},
                    summary="Tenants you are a member of (staff: all)")
     def get(self, request):
         tenants = visible_tenants(request.user).order_by("slug")
@@ -74,7 +73,7 @@ class TenantDetail(APIView):
         t = tenant_for(request.user, tenant, Action.READ)
         return Response(resources.tenant(t, role_of(request.user, t)))
 
-    @extend_schema(responses={202: schemas.Tenant, **WRITE},
+    @extend_schema(responses={202: schemas.Tenant, **CHANGE},
                    summary="Delete the tenant (owner): its address spaces are torn down, its "
                            "members lose access at once; the name is free once the spaces are gone")
     def delete(self, request, tenant):
@@ -93,8 +92,7 @@ class SpaceMixin:
 
 
 class AddressSpaceList(APIView):
-    @extend_schema(parameters=LIST_PARAMS, responses={200: schemas.AddressSpaceList, **READ,
-                                                      **schemas.errors(400)})
+    @extend_schema(parameters=LIST_PARAMS, responses={200: schemas.AddressSpaceList, **READ})
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ)
         spaces = AddressSpace.objects.filter(tenant=t).select_related("tenant").order_by("name")
@@ -146,7 +144,7 @@ class AddressSpaceDetail(SpaceMixin, APIView):
 
     patch = put
 
-    @extend_schema(responses={202: schemas.AddressSpace, **WRITE})
+    @extend_schema(responses={202: schemas.AddressSpace, **CHANGE})
     def delete(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.MANAGE_SPACES)
         services.delete_address_space(ctx=_ctx(request), space=s,
@@ -158,7 +156,7 @@ class AddressSpaceDetail(SpaceMixin, APIView):
 
 class AddressList(SpaceMixin, APIView):
     @extend_schema(parameters=LIST_PARAMS + [OpenApiParameter("search", str)],
-                   responses={200: schemas.AddressList, **READ, **schemas.errors(400)})
+                   responses={200: schemas.AddressList, **READ})
     def get(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.READ)
         states = agent_states([s.uid]).get(s.uid, {})
@@ -221,7 +219,7 @@ class AddressDetail(SpaceMixin, APIView):
 
     patch = put
 
-    @extend_schema(responses={204: None, **WRITE})
+    @extend_schema(responses={204: None, **CHANGE})
     def delete(self, request, tenant, space, address):
         s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
         self._get(s, address)
@@ -231,7 +229,7 @@ class AddressDetail(SpaceMixin, APIView):
 
 
 class AddressPurge(SpaceMixin, APIView):
-    @extend_schema(request=None, responses={202: schemas.Address, **WRITE},
+    @extend_schema(request=None, responses={202: schemas.Address, **CHANGE},
                    summary="Drop every stored message of a queue, subscription or deadletter "
                            "address (carried out by the storage agent, once)")
     def post(self, request, tenant, space, address):
@@ -291,7 +289,7 @@ class MessagingUserDetail(SpaceMixin, APIView):
 
     patch = put
 
-    @extend_schema(responses={204: None, **WRITE})
+    @extend_schema(responses={204: None, **CHANGE})
     def delete(self, request, tenant, space, user):
         s = self.space(request, tenant, space, Action.MANAGE_USERS)
         self._get(s, user)
@@ -302,7 +300,7 @@ class MessagingUserDetail(SpaceMixin, APIView):
 
 class AddressSpacePlanList(APIView):
     @extend_schema(parameters=[OpenApiParameter("type", str)],
-                   responses={200: schemas.AddressSpacePlanList, **schemas.errors(401)})
+                   responses={200: schemas.AddressSpacePlanList, **schemas.errors(400, 401)})
     def get(self, request):
         plans = AddressSpacePlan.objects.prefetch_related("address_plans").order_by(
             "display_order", "name")
@@ -322,7 +320,7 @@ class AddressSpacePlanDetail(APIView):
 class AddressPlanList(APIView):
     @extend_schema(parameters=[OpenApiParameter("type", str),
                                OpenApiParameter("addressSpacePlan", str)],
-                   responses={200: schemas.AddressPlanList, **schemas.errors(401)})
+                   responses={200: schemas.AddressPlanList, **schemas.errors(400, 401)})
     def get(self, request):
         plans = AddressPlan.objects.order_by("display_order", "name")
         if request.query_params.get("type"):
@@ -344,7 +342,7 @@ class EventList(APIView):
         parameters=[OpenApiParameter("after", OpenApiTypes.INT, description="position"),
                     OpenApiParameter("type", str), OpenApiParameter("space", str),
                     OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
-        responses={200: schemas.ConfigEventList, **READ, **schemas.errors(400)},
+        responses={200: schemas.ConfigEventList, **READ},
         summary="The tenant's own config log, oldest first (read-only)",
     )
     def get(self, request, tenant):

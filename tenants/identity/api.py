@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from config_service.api.pagination import ListPagination
 from config_service.api.resources import MAAS_API, event
-from config_service.api.schemas import errors
+from config_service.api.schemas import CHANGE, READ, WRITE, errors
 from config_service.errors import Invalid, NotFound
 from config_service.events import public_payload
 from config_service.models import ConfigEvent
@@ -33,8 +33,6 @@ from tenants.roles import Action
 from tenants.services import add_member, keep_an_owner, remove_member
 
 from . import api_schemas as schemas
-
-READ, WRITE = errors(401, 404), errors(400, 401, 403, 404, 409)
 
 
 class InvitationRequired(Invalid):
@@ -126,7 +124,7 @@ class MemberDetail(APIView):
 
     patch = put
 
-    @extend_schema(responses={204: None, **WRITE}, summary="Remove a member (owner)")
+    @extend_schema(responses={204: None, **CHANGE}, summary="Remove a member (owner)")
     def delete(self, request, tenant, member):
         t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
         m = self._get(t, member)
@@ -199,7 +197,7 @@ class InvitationDetail(APIView):
         t = tenant_for(request.user, tenant, Action.READ)
         return Response(invitation_resource(self._get(t, invitation)))
 
-    @extend_schema(responses={204: None, **WRITE}, summary="Revoke a pending invitation (owner)")
+    @extend_schema(responses={204: None, **CHANGE}, summary="Revoke a pending invitation (owner)")
     def delete(self, request, tenant, invitation):
         t = tenant_for(request.user, tenant, Action.MANAGE_MEMBERS)
         invitations.revoke(ctx=_ctx(request), invitation=self._get(t, invitation))
@@ -241,7 +239,7 @@ def _audit(view, request, events):
 
 class TenantAudit(APIView):
     @extend_schema(parameters=AUDIT_PARAMS,
-                   responses={200: schemas.AuditEventList, **READ, **errors(400, 403)},
+                   responses={200: schemas.AuditEventList, **READ, **errors(403)},
                    summary="Who changed what in the tenant (admins and owners)")
     def get(self, request, tenant):
         t = tenant_for(request.user, tenant, Action.READ_AUDIT)

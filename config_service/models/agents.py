@@ -18,6 +18,8 @@ class AgentState(models.Model):
     # Why what the agent applied no longer holds (its router restarted empty), shown as the
     # status message; the agent's next reconcile clears it. Empty: the state counts.
     invalidated = models.CharField(max_length=200, blank=True)
+    invalidated_at = models.DateTimeField(null=True, blank=True)  # a reconcile started later
+    # repairs it; one that started earlier (and ran meanwhile) does not clear it
 
     class Meta:
         constraints = [

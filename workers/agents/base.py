@@ -2,15 +2,17 @@
 
 An agent brings its target (a broker vhost, a router) to the desired state of one address
 space as the projections hold it now: query actual, diff, apply, verify. Because it works from
-the whole desired state, duplicate or reordered deliveries are harmless. The runner holds a
-row lock per (space, agent kind), so one space is reconciled by one agent at a time, and records
-the sequence applied, the per-address errors and the latency of each event in the same
-transaction.
+the whole desired state, duplicate or reordered deliveries are harmless. The runner holds an
+advisory lock per (space, agent kind), so one space is reconciled by one agent at a time, talks
+to the target with no database transaction open, then records the sequence applied, the
+per-address errors and the latency of each event in one short transaction.
 """
+import hashlib
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from config_service import services
@@ -70,18 +72,25 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     """Reconciles one space with one agent; returns the sequence applied (None: space gone).
 
     `only_if_behind`: nothing to do if the agent already applied the space's last sequence.
-    Not for wake-ups: a tenant throttle or an operator's resync changes no sequence."""
+    Not for wake-ups: a tenant throttle or an operator's resync changes no sequence.
+
+    Serialised per (space, kind) by a PostgreSQL advisory lock, held on this process's
+    connection outside any transaction: the desired state is read, the target is talked to
+    (seconds, at times) and the outcome is recorded in a short transaction of its own, so no
+    database connection sits idle in a transaction, and no row lock is held, while the agent
+    waits on a broker or a router."""
     agent = agent or installed_agents()[kind]
-    AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
-    with transaction.atomic():
-        state = AgentState.objects.select_for_update().get(space_uid=space_uid, kind=kind)
+    with serialised(space_uid, kind):
+        started = timezone.now()
+        state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
         space = AddressSpace.objects.select_related("tenant").filter(uid=space_uid).first()
         if space is None:
             _ack_outbox(space_uid, None)
             return None
         if kind not in AGENTS_BY_SPACE_TYPE[space.type]:
             return None
-        target, teardown_error = space.last_sequence, ""
+        target = space.last_sequence  # read before the agent reads the projections: it
+        # then applies this sequence or a later one, never an earlier one
         if (only_if_behind and state.applied_sequence >= target and not space.terminating
                 and not state.invalidated):
             return target
@@ -91,35 +100,57 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
             except TransientError as exc:
                 # Keep the space (Terminating, with the reason in its status) and retry: it is
                 # removed only once every agent has really torn its objects down.
-                teardown_error = f"Cleaning up failed, retrying: {exc}"[:500]
-                state.space_error, state.torn_down = teardown_error, False
-                state.save(update_fields=["space_error", "torn_down"])
-            else:
-                state.torn_down = True
-                state.address_errors, state.space_error = {}, ""
+                error = f"Cleaning up failed, retrying: {exc}"[:500]
+                AgentState.objects.filter(pk=state.pk).update(space_error=error, torn_down=False)
+                logger.warning("agent.teardown_failed", extra={
+                    "space": str(space_uid), "agent": kind, "tenant": space.tenant.slug,
+                    "vhost": space.vhost, "error": error})
+                raise TransientError(error) from exc
+            report = Report()
         else:
             report = agent.reconcile(space)
-            state.address_errors, state.space_error = report.address_errors, report.space_error
-        if not teardown_error:  # else nothing was applied: the error is kept, a retry comes
-            now = timezone.now()
-            _record_applied(space_uid, kind, state.applied_sequence, target, now)
-            state.applied_sequence = max(state.applied_sequence, target)
-            state.applied_at = now
-            # Whatever invalidated the state (a router restarted empty) happened before this
-            # reconcile took the row lock: what it brought the target to now holds.
-            state.invalidated = ""
-            state.save()
-            _ack_outbox(space_uid, space)
-    if teardown_error:
-        logger.warning("agent.teardown_failed", extra={
-            "space": str(space_uid), "agent": kind, "tenant": space.tenant.slug,
-            "vhost": space.vhost, "error": teardown_error})
-        raise TransientError(teardown_error)
+        _record(space, kind, target, report, started)
     logger.info("agent.applied", extra={"space": str(space_uid), "agent": kind,
                                         "tenant": space.tenant.slug, "sequence": target})
     if space.terminating and _all_torn_down(space):
         services.remove_address_space(uid=space.uid)
     return target
+
+
+@contextmanager
+def serialised(space_uid, kind: str):
+    """One reconcile per (space, agent kind) at a time, in every process: a session-level
+    advisory lock, released when this block ends or the process's connection drops (a killed
+    worker holds nothing)."""
+    digest = hashlib.blake2b(f"{space_uid}:{kind}".encode(), digest_size=8).digest()
+    key = int.from_bytes(digest, "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def _record(space: AddressSpace, kind: str, target: int, report: Report, started) -> None:
+    """The outcome of one reconcile, in one short transaction: sequence applied (never moved
+    backwards), errors, an AppliedEvent per newly covered event, acknowledged outbox rows."""
+    now = timezone.now()
+    with transaction.atomic():
+        state = AgentState.objects.select_for_update().get(space_uid=space.uid, kind=kind)
+        if space.terminating:
+            state.torn_down = True
+        state.address_errors, state.space_error = report.address_errors, report.space_error
+        _record_applied(space.uid, kind, state.applied_sequence, target, now)
+        state.applied_sequence = max(state.applied_sequence, target)
+        state.applied_at = now
+        # An invalidation (its router restarted empty) from before this reconcile started is
+        # repaired by it; one that came while it ran may have wiped what it applied: kept.
+        if state.invalidated_at is None or state.invalidated_at < started:
+            state.invalidated, state.invalidated_at = "", None
+        state.save()
+        _ack_outbox(space.uid, space)
 
 
 def _record_applied(space_uid, kind, after: int, upto: int, now) -> None:

@@ -147,7 +147,7 @@ def _invalidate(*, applied_before=None) -> int:
     states = AgentState.objects.filter(kind=KIND, invalidated="", torn_down=False)
     if applied_before is not None:
         states = states.filter(applied_at__lt=applied_before)
-    count = states.update(invalidated=RESTORING)
+    count = states.update(invalidated=RESTORING, invalidated_at=timezone.now())
     if count and settings.MAAS_AGENT_MODE == "process":
         from ..wakeup import publish  # each space's run_agent restores its own
 

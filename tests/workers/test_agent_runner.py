@@ -1,0 +1,82 @@
+"""The agent runner holds no database transaction (and no row lock) while an agent talks to
+its target, still runs one reconcile per (space, kind) at a time across connections, and
+records what it applied in a short transaction of its own (real PostgreSQL)."""
+import threading
+import time
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from config_service import services
+from config_service.models import AgentState
+from tests.conftest import CTX
+from workers.agents import base
+
+
+class ProbeAgent(base.Agent):
+    """Notes, while it "talks to the network", whether its connection is in a transaction,
+    and how many reconciles of its kind run at the same time."""
+
+    kind = "storage"
+
+    def __init__(self, pause: float = 0.0):
+        self.pause, self.running, self.most = pause, 0, 0
+        self.in_transaction: list[bool] = []
+        self.lock = threading.Lock()
+
+    def reconcile(self, space):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        self.in_transaction.append(connection.in_atomic_block)
+        time.sleep(self.pause)  # a slow broker
+        with self.lock:
+            self.running -= 1
+        return base.Report()
+
+
+@pytest.fixture
+def space(transactional_db, tenant):
+    return services.create_address_space(ctx=CTX, tenant=tenant, name="probe", type="brokered",
+                                         plan="brokered-single-broker")
+
+
+def test_no_transaction_is_open_while_the_agent_talks_to_its_target(space):
+    agent = ProbeAgent()
+    assert base.run(space.uid, "storage", agent) == space.last_sequence
+    assert agent.in_transaction == [False]
+    state = AgentState.objects.get(space_uid=space.uid, kind="storage")
+    assert state.applied_sequence == space.last_sequence
+
+
+def test_reconciles_of_one_space_and_kind_never_overlap(space):
+    agent = ProbeAgent(pause=0.3)
+
+    def one_run():
+        try:
+            base.run(space.uid, "storage", agent)
+        finally:
+            connection.close()  # each thread had a connection of its own
+
+    threads = [threading.Thread(target=one_run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert agent.most == 1 and len(agent.in_transaction) == 3
+
+
+def test_an_invalidation_that_came_during_a_reconcile_is_kept(space):
+    class Invalidating(ProbeAgent):
+        def reconcile(self, space):  # the router restarts while this reconcile runs
+            AgentState.objects.filter(space_uid=space.uid, kind="storage").update(
+                invalidated="Router restarted", invalidated_at=timezone.now())
+            return super().reconcile(space)
+
+    base.run(space.uid, "storage", Invalidating())
+    state = AgentState.objects.get(space_uid=space.uid, kind="storage")
+    assert state.invalidated == "Router restarted"
+    base.run(space.uid, "storage", ProbeAgent())  # the restore that follows
+    state.refresh_from_db()
+    assert state.invalidated == "" and state.invalidated_at is None

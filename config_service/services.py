@@ -5,28 +5,17 @@ in one transaction (see `log.append`), which also updates the projections and th
 """
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q, Sum
 
+from maas.core.context import SYSTEM, Context
+from maas.core.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from tenants.models import AddressPlan, AddressSpacePlan, Tenant, TenantQuota
 
 from . import log, scheduling, validation
-from .errors import Conflict, Invalid, NotFound, QuotaExceeded
 from .models import Address, AddressSpace, EventStream, MessagingUser
 from .passwords import hash_password
-
-
-@dataclass(frozen=True)
-class Context:
-    """Who asks, for the audit trail of every event."""
-
-    actor: str
-    request_id: str = ""
-
-
-SYSTEM = Context(actor="system:maas")
 
 
 def _append(stream, type_name, payload, ctx: Context):

@@ -14,8 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from config_service import log
-from config_service.errors import Conflict, Invalid, NotFound, ServiceError
-from config_service.services import Context
+from maas.core.context import Context
+from maas.core.errors import Conflict, Invalid, NotFound, ServiceError
 
 from .models import Invitation, Membership, Role, Tenant
 from .roles import RANK

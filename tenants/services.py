@@ -4,9 +4,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from config_service import log, validation
-from config_service.errors import Conflict, Invalid, NotFound
 from config_service.models import EventStream
-from config_service.services import Context
+from maas.core.context import Context
+from maas.core.errors import Conflict, Invalid, NotFound
 
 from .models import QUOTA_FIELDS, SLUG, Invitation, Membership, Role, Tenant, TenantQuota
 

@@ -4,7 +4,8 @@ from urllib.parse import quote
 
 from django.conf import settings
 
-from ..errors import Invalid
+from maas.core.errors import Invalid
+
 from ..status import AGENTS_BY_SPACE_TYPE, address_status, space_status
 
 ENMASSE = "enmasse.io/v1beta1"

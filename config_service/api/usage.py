@@ -8,6 +8,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from maas.core.errors import Invalid
 from tenants.access import tenant_for
 from tenants.models import (
     AddressUsageDaily,
@@ -17,8 +18,6 @@ from tenants.models import (
     TenantUsageDaily,
 )
 from tenants.roles import Action
-
-from ..errors import Invalid
 
 COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out", "stored_messages",
             "stored_bytes")

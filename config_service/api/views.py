@@ -10,26 +10,27 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from maas.core.context import Context
+from maas.core.errors import Invalid
+from maas.core.pagination import ListPagination
 from tenants.access import role_of, tenant_for, visible_tenants
 from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.roles import Action
 from tenants.services import create_tenant, delete_tenant
 
 from .. import services, validation
-from ..errors import Invalid
 from ..events import public_payload
 from ..models import Address, AddressSpace, ConfigEvent, MessagingUser
 from ..status import agent_states, phase_filter, space_status
 from . import resources
-from .pagination import ListPagination
 
 PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
 RESOURCE = OpenApiTypes.OBJECT  # EnMasse-shaped resources, documented in docs/api.md
 
 
-def _ctx(request) -> services.Context:
+def _ctx(request) -> Context:
     actor = getattr(request, "auth_actor", None) or f"user:{request.user.get_username()}"
-    return services.Context(actor=actor, request_id=getattr(request, "request_id", ""))
+    return Context(actor=actor, request_id=getattr(request, "request_id", ""))
 
 
 def _paged(view, request, queryset, render, kind: str, api_version: str):

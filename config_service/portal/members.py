@@ -9,13 +9,13 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from maas.core.errors import ServiceError
 from tenants import invitations
 from tenants.identity.api import invitation_link
 from tenants.models import Invitation, Membership
 from tenants.roles import Action, role_allows
 from tenants.services import add_member, delete_tenant, keep_an_owner, remove_member
 
-from ..errors import ServiceError
 from . import forms
 from .base import attempt, ctx, page
 

@@ -13,10 +13,9 @@ from rest_framework.views import APIView
 from maas.core.context import Context
 from maas.core.errors import Invalid
 from maas.core.pagination import ListPagination
-from tenants.access import role_of, tenant_for, visible_tenants
+from tenants.access import tenant_for
 from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.roles import Action
-from tenants.services import create_tenant, delete_tenant
 
 from .. import services, validation
 from ..events import public_payload
@@ -50,40 +49,6 @@ LIST_PARAMS = [
     OpenApiParameter("limit", int), OpenApiParameter("offset", int),
     OpenApiParameter("type", str), OpenApiParameter("phase", str, enum=PHASES),
 ]
-
-
-class TenantList(APIView):
-    @extend_schema(responses=RESOURCE, summary="Tenants you are a member of (staff: all)")
-    def get(self, request):
-        tenants = visible_tenants(request.user).order_by("slug")
-        return _paged(self, request, tenants,
-                      lambda t: resources.tenant(t, role_of(request.user, t)),
-                      "TenantList", resources.MAAS_API)
-
-    @extend_schema(request=RESOURCE, responses={201: RESOURCE},
-                   summary="Create a tenant; you become its owner")
-    def post(self, request):
-        metadata, spec = resources.read(request.data, "Tenant")
-        tenant = create_tenant(ctx=_ctx(request), slug=metadata.get("name"), owner=request.user,
-                               name=spec.get("displayName", ""))
-        return Response(resources.tenant(tenant, "owner"), status=status.HTTP_201_CREATED)
-
-
-class TenantDetail(APIView):
-    @extend_schema(responses=RESOURCE)
-    def get(self, request, tenant):
-        t = tenant_for(request.user, tenant, Action.READ)
-        return Response(resources.tenant(t, role_of(request.user, t)))
-
-    @extend_schema(responses={202: RESOURCE},
-                   summary="Delete the tenant (owner): its address spaces are torn down, its "
-                           "members lose access at once; the name is free once the spaces are gone")
-    def delete(self, request, tenant):
-        t = tenant_for(request.user, tenant, Action.DELETE_TENANT)
-        spaces = delete_tenant(ctx=_ctx(request), tenant=t)
-        t.refresh_from_db()
-        return Response(resources.tenant(t, None, terminating_spaces=spaces),
-                        status=status.HTTP_202_ACCEPTED)
 
 
 class SpaceMixin:

@@ -11,7 +11,9 @@ class WorkersConfig(AppConfig):
         from config_service import dataplane, fanout
 
         from . import dispatch
+        from .agents import base, installed
         from .dataplane import WorkersDataPlane
 
         fanout.register(dispatch.notify_space)
         dataplane.register(WorkersDataPlane())
+        base.install(installed.installed_agents)

@@ -1,4 +1,4 @@
-"""REST API views: tenants, address spaces, addresses, messaging users, plans and events.
+"""REST API views: address spaces, addresses, messaging users, plans and events.
 
 Every view resolves its tenant through `tenants.access.tenant_for`, so an outsider gets 404,
 and every write calls one service function.

@@ -2,6 +2,7 @@
 service functions), the event log (read-only, filterable) and a resync action."""
 from django.contrib import admin, messages
 
+from . import fanout
 from .models import (
     Address,
     AddressSpace,
@@ -27,10 +28,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.action(description="Resync the selected address spaces now")
 def resync(modeladmin, request, queryset):
-    from workers.dispatch import notify_space
-
     for space in queryset:
-        notify_space(space.uid)
+        fanout.notify_space(space.uid)
     messages.info(request, f"Resync requested for {queryset.count()} address space(s).")
 
 

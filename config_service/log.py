@@ -1,7 +1,8 @@
 """Appends config events: next sequence of the stream, projection update and outbox row.
 
-Callers are service functions already inside `transaction.atomic`; the fan-out is sent only
-after the transaction commits, and the outbox relay re-sends it if that send is lost.
+Callers are service functions already inside `transaction.atomic`; the fan-out (which `workers`
+registers, see `fanout`) is sent only after the transaction commits, and the outbox relay
+re-sends it if that send is lost.
 """
 import logging
 import uuid
@@ -9,7 +10,7 @@ import uuid
 from django.db import transaction
 from django.utils import timezone
 
-from . import projections
+from . import fanout, projections
 from .events import validate
 from .models import ConfigEvent, EventStream, Outbox
 
@@ -47,7 +48,7 @@ def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
     projections.apply(event)
     if stream.kind == EventStream.ADDRESS_SPACE:
         Outbox.objects.create(event=event, stream_uid=stream.uid, sequence=event.sequence)
-        transaction.on_commit(lambda: _fan_out(stream.uid), robust=True)
+        transaction.on_commit(lambda: fanout.notify_space(stream.uid), robust=True)
     logger.info(
         "config_event.appended",
         extra={
@@ -60,9 +61,3 @@ def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
         },
     )
     return event
-
-
-def _fan_out(space_uid) -> None:
-    from workers.dispatch import notify_space  # workers depend on us, not the other way
-
-    notify_space(space_uid)

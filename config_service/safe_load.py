@@ -16,7 +16,8 @@ from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, ScalarNode
 from yaml.resolver import Resolver
 
-from .errors import Invalid, TooLarge
+from maas.core.errors import Invalid, TooLarge
+
 from .limits import MAX_BODY_BYTES, MAX_DEPTH, has_control, printable
 
 

@@ -5,28 +5,17 @@ in one transaction (see `log.append`), which also updates the projections and th
 """
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q, Sum
 
+from maas.core.context import SYSTEM, Context
+from maas.core.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from tenants.models import AddressPlan, AddressSpacePlan, Tenant, TenantQuota
 
-from . import log, scheduling, validation
-from .errors import Conflict, Invalid, NotFound, QuotaExceeded
+from . import fanout, log, scheduling, validation
 from .models import Address, AddressSpace, EventStream, MessagingUser
 from .passwords import hash_password
-
-
-@dataclass(frozen=True)
-class Context:
-    """Who asks, for the audit trail of every event."""
-
-    actor: str
-    request_id: str = ""
-
-
-SYSTEM = Context(actor="system:maas")
 
 
 def _append(stream, type_name, payload, ctx: Context):
@@ -507,3 +496,45 @@ def delete_messaging_user(*, ctx: Context, space: AddressSpace, name, expected_v
 def address_counts(space_ids) -> dict:
     rows = Address.objects.filter(space_id__in=space_ids).values("space_id").annotate(n=Count("id"))
     return {r["space_id"]: r["n"] for r in rows}
+
+
+# Tenants ---------------------------------------------------------------------------------------
+# What tenants.services and tenants.invitations (the layer above) need of the config log and of
+# a tenant's address spaces: they never reach into the log or the projections themselves.
+
+def open_tenant_stream(tenant: Tenant) -> None:
+    log.open_stream(tenant.uid, EventStream.TENANT, tenant)
+
+
+def lock_tenant_stream(tenant: Tenant) -> EventStream:
+    """Locks the tenant's stream: its writers queue up here (inside their transaction)."""
+    return log.lock_stream(tenant.uid)
+
+
+def append_tenant_event(tenant: Tenant, type_name: str, payload: dict, *, ctx: Context,
+                        stream: EventStream | None = None):
+    """Appends a tenant event in the caller's transaction (locking the stream unless given)."""
+    return _append(stream or log.lock_stream(tenant.uid), type_name, payload, ctx)
+
+
+def has_address_spaces(tenant: Tenant) -> bool:
+    return AddressSpace.objects.filter(tenant=tenant).exists()
+
+
+def address_space_names(tenant: Tenant) -> list[str]:
+    return list(AddressSpace.objects.filter(tenant=tenant).order_by("name")
+                .values_list("name", flat=True))
+
+
+def delete_tenant_spaces(*, ctx: Context, tenant: Tenant) -> None:
+    """Deletes every address space of a tenant being deleted; one already Terminating is left
+    to its finalizer."""
+    for space in AddressSpace.objects.filter(tenant=tenant, terminating=False).order_by("name"):
+        delete_address_space(ctx=ctx, space=space)
+
+
+def wake_tenant_spaces(tenant: Tenant) -> None:
+    """After commit, wakes the agents of every space of the tenant: a throttle lives in the
+    routers but changes no space's sequence."""
+    uids = list(AddressSpace.objects.filter(tenant=tenant).values_list("uid", flat=True))
+    transaction.on_commit(lambda: [fanout.notify_space(uid) for uid in uids], robust=True)

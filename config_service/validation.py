@@ -4,7 +4,8 @@ import binascii
 import math
 import re
 
-from .errors import Invalid
+from maas.core.errors import Invalid
+
 from .limits import has_control, printable
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")

@@ -92,10 +92,10 @@ REST_FRAMEWORK = {
         "config_service.api.parsers.XYAMLParser",
         "config_service.api.parsers.TextYAMLParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "config_service.api.pagination.ListPagination",
+    "DEFAULT_PAGINATION_CLASS": "maas.core.pagination.ListPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "maas.schema.MaasAutoSchema",
-    "EXCEPTION_HANDLER": "config_service.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "maas.core.api_errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "MaaS API",

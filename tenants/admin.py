@@ -101,7 +101,7 @@ def override_throttle(modeladmin, request, queryset):
 
     from django.utils import timezone
 
-    from config_service.services import Context
+    from maas.core.context import Context
 
     from .services import unthrottle
 

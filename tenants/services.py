@@ -3,17 +3,16 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from config_service import log, validation
-from config_service.errors import Conflict, Invalid, NotFound
-from config_service.models import EventStream
-from config_service.services import Context
+from config_service import services as config
+from config_service import validation
+from maas.core.context import Context
+from maas.core.errors import Conflict, Invalid, NotFound
 
 from .models import QUOTA_FIELDS, SLUG, Invitation, Membership, Role, Tenant, TenantQuota
 
 
 def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
-    stream = log.lock_stream(tenant.uid)
-    return log.append(stream, type_name, payload, actor=ctx.actor, request_id=ctx.request_id)
+    return config.append_tenant_event(tenant, type_name, payload, ctx=ctx)
 
 
 @transaction.atomic
@@ -28,7 +27,7 @@ def create_tenant(*, ctx: Context, slug, owner, name: str = "") -> Tenant:
                        "spaces are gone.", "metadata.name")
     tenant = Tenant.objects.create(slug=slug, name=name or slug)
     TenantQuota.objects.create(tenant=tenant)
-    log.open_stream(tenant.uid, EventStream.TENANT, tenant)
+    config.open_tenant_stream(tenant)
     _event(tenant, "tenant.created", {"slug": slug, "name": tenant.name}, ctx)
     add_member(ctx=ctx, tenant=tenant, user=owner, role=Role.OWNER)
     return tenant
@@ -40,9 +39,7 @@ def _release_name(tenant: Tenant) -> bool:
     Done when the name is wanted again rather than by the finalizer, so that no lock of a
     space's stream is ever held while the tenant's stream is locked.
     """
-    from config_service.models import AddressSpace
-
-    if tenant.deleted_at is None or AddressSpace.objects.filter(tenant=tenant).exists():
+    if tenant.deleted_at is None or config.has_address_spaces(tenant):
         return False
     tenant.slug = f"{tenant.slug}~{tenant.uid.hex[:12]}"
     tenant.save(update_fields=["slug"])
@@ -57,28 +54,23 @@ def delete_tenant(*, ctx: Context, tenant: Tenant) -> list[str]:
     through the usual path (its agents tear down routers and brokers, then the finalizer drops
     it). The tenant's row stays, marked deleted, with its audit trail and usage history.
     """
-    from config_service import services as space_services
-    from config_service.models import AddressSpace
-
-    stream = log.lock_stream(tenant.uid)
+    stream = config.lock_tenant_stream(tenant)
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     if tenant.deleted_at is not None:
         raise NotFound(f"Tenant {tenant.slug} is already being deleted.")
-    spaces = list(AddressSpace.objects.filter(tenant=tenant).order_by("name"))
+    spaces = config.address_space_names(tenant)
     members = sorted(Membership.objects.filter(tenant=tenant)
                      .values_list("user__username", flat=True))
     tenant.deleted_at = timezone.now()
     tenant.save(update_fields=["deleted_at"])
-    log.append(stream, "tenant.deleted", {"slug": tenant.slug, "members": members,
-                                          "spaces": [s.name for s in spaces]},
-               actor=ctx.actor, request_id=ctx.request_id)
+    config.append_tenant_event(tenant, "tenant.deleted",
+                               {"slug": tenant.slug, "members": members, "spaces": spaces},
+                               ctx=ctx, stream=stream)
     Membership.objects.filter(tenant=tenant).delete()
     Invitation.objects.filter(tenant=tenant, accepted_at__isnull=True,
                               revoked_at__isnull=True).update(revoked_at=tenant.deleted_at)
-    for space in spaces:
-        if not space.terminating:  # one being deleted already is left to its finalizer
-            space_services.delete_address_space(ctx=ctx, space=space)
-    return [s.name for s in spaces]
+    config.delete_tenant_spaces(ctx=ctx, tenant=tenant)
+    return spaces
 
 
 @transaction.atomic
@@ -131,15 +123,6 @@ def set_quota(*, ctx: Context, tenant: Tenant, **limits) -> TenantQuota:
     return quota
 
 
-def _notify_spaces(tenant: Tenant) -> None:
-    """Enforcement lives in the routers: wake every space's agents after commit."""
-    from config_service.models import AddressSpace
-    from workers.dispatch import notify_space
-
-    uids = list(AddressSpace.objects.filter(tenant=tenant).values_list("uid", flat=True))
-    transaction.on_commit(lambda: [notify_space(uid) for uid in uids], robust=True)
-
-
 @transaction.atomic
 def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
     """Throttles a tenant over quota (unless an operator override is active); True if changed.
@@ -155,7 +138,7 @@ def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
     quota.throttled, quota.throttled_limits = True, limits
     quota.save(update_fields=["throttled", "throttled_limits"])
     _event(tenant, "tenant.throttled", {"limits": limits, "action": quota.throttle_action}, ctx)
-    _notify_spaces(tenant)
+    config.wake_tenant_spaces(tenant)  # enforcement lives in the routers
     return True
 
 
@@ -171,5 +154,5 @@ def unthrottle(*, ctx: Context, tenant: Tenant, reason: str, override_until=None
     quota.throttled, quota.throttled_limits = False, []
     quota.save(update_fields=["throttled", "throttled_limits"])
     _event(tenant, "tenant.unthrottled", {"reason": reason}, ctx)
-    _notify_spaces(tenant)
+    config.wake_tenant_spaces(tenant)  # enforcement lives in the routers
     return True

@@ -16,12 +16,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from config_service import services
+from maas.core.context import Context
 from tenants import default_plans
 from tenants.models import AddressPlan, AddressSpacePlan, PersonalAccessToken, Role
 from tenants.services import add_member, create_tenant
 
-CTX = services.Context(actor="test")
+CTX = Context(actor="test")
 
 
 def make_user(username: str, staff: bool = False):

@@ -12,10 +12,13 @@ import functools
 import logging
 
 import redis
+from celery import current_app
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
+# workers/tasks.py's reconcile_space, sent by name: the tasks import this module.
+RECONCILE_TASK = "maas.workers.reconcile_space"
 PENDING_KEY = "maas:reconcile-pending:{queue}:{uid}"
 # How long a key may outlive a task that never started (its worker was killed): then the
 # next change or the outbox relay queues a new one. Resync tasks may wait behind many others
@@ -41,8 +44,6 @@ def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = Fals
 
     Changes go to the default queue; `resync` tasks to a queue of their own, so a change never
     waits behind resync work."""
-    from .tasks import reconcile_space
-
     key = _pending_key(space_uid, resync)
     ttl = RESYNC_PENDING_RUNS * settings.MAAS_RESYNC_INTERVAL if resync \
         else CHANGE_PENDING_SECONDS
@@ -50,7 +51,7 @@ def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = Fals
         return False
     kwargs = {"resync": resync, "only_behind": only_behind}
     try:
-        reconcile_space.apply_async((str(space_uid),), kwargs, queue=_queue(resync))
+        current_app.send_task(RECONCILE_TASK, (str(space_uid),), kwargs, queue=_queue(resync))
     except Exception:
         _redis().delete(key)  # nothing is pending after all
         raise

@@ -4,7 +4,9 @@ from urllib.parse import quote
 
 from django.conf import settings
 
-from ..errors import Invalid
+from maas.core.errors import Invalid
+
+from .. import dataplane
 from ..status import AGENTS_BY_SPACE_TYPE, address_status, space_status
 
 ENMASSE = "enmasse.io/v1beta1"
@@ -36,16 +38,14 @@ def endpoints(space) -> list[dict]:
              "username": f"{space.vhost}:<username>@{space.vhost}"},
         ]
     ports = [{"name": "amqp", "port": settings.MAAS_ROUTER_AMQP_PORT}]
-    if _ca_cert():
+    if _ca_cert(space):
         ports.append({"name": "amqps", "port": settings.MAAS_ROUTER_AMQPS_PORT})
     return [{"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": ports,
              "username": f"<username>@{space.vhost}"}]
 
 
-def _ca_cert() -> str:
-    from workers.agents.certificates import ca_cert_pem
-
-    return ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if settings.MAAS_ROUTER_ENABLED else ""
+def _ca_cert(space) -> str:
+    return dataplane.get().ca_cert(space)
 
 
 def connection_url(space, username: str) -> str:
@@ -70,8 +70,8 @@ def address_space(space, states: dict) -> dict:
             "messages": status.messages,
             "endpointStatuses": endpoints(space),
             "planStatus": space.plan_status,
-            **({"caCert": base64.b64encode(_ca_cert().encode()).decode()}
-               if space.type == "standard" and _ca_cert() else {}),
+            **({"caCert": base64.b64encode(_ca_cert(space).encode()).decode()}
+               if space.type == "standard" and _ca_cert(space) else {}),
         },
     }
 

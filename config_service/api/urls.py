@@ -7,8 +7,6 @@ T = "tenants/<slug:tenant>"
 S = f"{T}/addressspaces/<slug:space>"
 
 urlpatterns = [
-    path("tenants/", views.TenantList.as_view(), name="tenant-list"),
-    path(f"{T}/", views.TenantDetail.as_view(), name="tenant-detail"),
     path(f"{T}/addressspaces/", views.AddressSpaceList.as_view(), name="addressspace-list"),
     path(f"{S}/", views.AddressSpaceDetail.as_view(), name="addressspace-detail"),
     path(f"{S}/addresses/", views.AddressList.as_view(), name="address-list"),

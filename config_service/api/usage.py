@@ -9,6 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from maas.core.errors import Invalid
 from tenants.access import tenant_for
 from tenants.models import (
     AddressUsageDaily,
@@ -19,7 +20,6 @@ from tenants.models import (
 )
 from tenants.roles import Action
 
-from ..errors import Invalid
 from . import schemas
 
 COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out", "stored_messages",

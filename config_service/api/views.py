@@ -1,4 +1,4 @@
-"""REST API views: tenants, address spaces, addresses, messaging users, plans and events.
+"""REST API views: address spaces, addresses, messaging users, plans and events.
 
 Every view resolves its tenant through `tenants.access.tenant_for`, so an outsider gets 404,
 and every write calls one service function.
@@ -10,24 +10,24 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenants.access import role_of, tenant_for, visible_tenants
+from maas.core.context import Context
+from maas.core.errors import Invalid
+from maas.core.pagination import ListPagination
+from tenants.access import tenant_for
 from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.roles import Action
-from tenants.services import create_tenant, delete_tenant
 
 from .. import services, validation
-from ..errors import Invalid
 from ..events import public_payload
 from ..models import Address, AddressSpace, ConfigEvent, MessagingUser
 from ..status import PHASES, agent_states, phase_filter, space_status
 from . import resources, schemas
-from .pagination import ListPagination
 from .schemas import CHANGE, READ, WRITE
 
 
-def _ctx(request) -> services.Context:
+def _ctx(request) -> Context:
     actor = getattr(request, "auth_actor", None) or f"user:{request.user.get_username()}"
-    return services.Context(actor=actor, request_id=getattr(request, "request_id", ""))
+    return Context(actor=actor, request_id=getattr(request, "request_id", ""))
 
 
 def _paged(view, request, queryset, render, kind: str, api_version: str):
@@ -47,41 +47,6 @@ LIST_PARAMS = [
     OpenApiParameter("limit", int), OpenApiParameter("offset", int),
     OpenApiParameter("type", str), OpenApiParameter("phase", str, enum=PHASES),
 ]
-
-
-class TenantList(APIView):
-    @extend_schema(responses={200: schemas.TenantList, **schemas.errors(400, 401)},
-                   summary="Tenants you are a member of (staff: all)")
-    def get(self, request):
-        tenants = visible_tenants(request.user).order_by("slug")
-        return _paged(self, request, tenants,
-                      lambda t: resources.tenant(t, role_of(request.user, t)),
-                      "TenantList", resources.MAAS_API)
-
-    @extend_schema(request=schemas.TenantManifest, responses={201: schemas.Tenant, **WRITE},
-                   summary="Create a tenant; you become its owner")
-    def post(self, request):
-        metadata, spec = resources.read(request.data, "Tenant")
-        tenant = create_tenant(ctx=_ctx(request), slug=metadata.get("name"), owner=request.user,
-                               name=spec.get("displayName", ""))
-        return Response(resources.tenant(tenant, "owner"), status=status.HTTP_201_CREATED)
-
-
-class TenantDetail(APIView):
-    @extend_schema(responses={200: schemas.Tenant, **READ})
-    def get(self, request, tenant):
-        t = tenant_for(request.user, tenant, Action.READ)
-        return Response(resources.tenant(t, role_of(request.user, t)))
-
-    @extend_schema(responses={202: schemas.Tenant, **CHANGE},
-                   summary="Delete the tenant (owner): its address spaces are torn down, its "
-                           "members lose access at once; the name is free once the spaces are gone")
-    def delete(self, request, tenant):
-        t = tenant_for(request.user, tenant, Action.DELETE_TENANT)
-        spaces = delete_tenant(ctx=_ctx(request), tenant=t)
-        t.refresh_from_db()
-        return Response(resources.tenant(t, None, terminating_spaces=spaces),
-                        status=status.HTTP_202_ACCEPTED)
 
 
 class SpaceMixin:

@@ -4,12 +4,12 @@ from dataclasses import dataclass
 from django.contrib import messages
 from django.shortcuts import get_object_or_404
 
+from maas.core.context import Context
+from maas.core.errors import ServiceError
 from tenants.access import role_of, tenant_for, visible_tenants
 from tenants.models import Tenant
 from tenants.roles import Action, role_allows
 
-from .. import services
-from ..errors import ServiceError
 from ..models import AddressSpace
 
 
@@ -42,8 +42,8 @@ def space_of(p: Page, name: str) -> AddressSpace:
                              name=name)
 
 
-def ctx(request) -> services.Context:
-    return services.Context(actor=f"user:{request.user.get_username()}",
+def ctx(request) -> Context:
+    return Context(actor=f"user:{request.user.get_username()}",
                             request_id=getattr(request, "request_id", ""))
 
 

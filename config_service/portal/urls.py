@@ -1,9 +1,9 @@
-"""Portal routes under /portal/."""
+"""Portal routes under /portal/ of tenants, spaces and what is in them; maas/urls.py joins them
+with the people pages of tenants/portal_urls.py in the `portal` namespace."""
 from django.urls import path
 
-from . import members, views
+from . import views
 
-app_name = "portal"
 T = "t/<slug:tenant>"
 S = f"{T}/spaces/<slug:space>"
 
@@ -12,12 +12,6 @@ urlpatterns = [
     path(f"{T}/", views.spaces, name="spaces"),
     path(f"{T}/usage/", views.usage, name="usage"),
     path(f"{T}/history/", views.history, name="history"),
-    path(f"{T}/members/", members.members, name="members"),
-    path(f"{T}/members/<str:member>/role/", members.member_role, name="member-role"),
-    path(f"{T}/members/<str:member>/remove/", members.member_remove, name="member-remove"),
-    path(f"{T}/invitations/<uuid:invitation>/revoke/", members.invitation_revoke,
-         name="invitation-revoke"),
-    path(f"{T}/delete/", members.tenant_delete, name="tenant-delete"),
     path(f"{S}/", views.space, name="space"),
     path(f"{S}/delete/", views.space_delete, name="space-delete"),
     path(f"{S}/plan/", views.space_plan, name="space-plan"),

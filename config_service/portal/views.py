@@ -14,13 +14,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
+from maas.core.errors import Invalid, ServiceError
 from tenants.models import AddressPlan, QuotaEvaluation, TenantQuota, TenantUsageDaily
 from tenants.roles import Action
 
 from .. import services
 from ..api import resources
 from ..api.resources import connection_url, endpoints
-from ..errors import Invalid, ServiceError
 from ..events import public_payload
 from ..models import Address, ConfigEvent, MessagingUser
 from ..safe_load import load_yaml_all, read_bounded

@@ -19,13 +19,13 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config_service.api.pagination import ListPagination
 from config_service.api.resources import MAAS_API, event
 from config_service.api.schemas import CHANGE, READ, WRITE, errors
-from config_service.errors import Invalid, NotFound
 from config_service.events import public_payload
 from config_service.models import ConfigEvent
-from config_service.services import Context
+from maas.core.context import Context
+from maas.core.errors import Invalid, NotFound
+from maas.core.pagination import ListPagination
 from tenants import invitations
 from tenants.access import tenant_for
 from tenants.models import Invitation, Membership, Role

@@ -26,10 +26,11 @@ from django.db import transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 
 from config_service import log, services  # noqa: E402
+from maas.core.context import Context  # noqa: E402
 from tenants.models import TenantQuota  # noqa: E402
 from tenants.services import create_tenant  # noqa: E402
 
-CTX = services.Context(actor="bench:portal")
+CTX = Context(actor="bench:portal")
 
 
 def build(n: int):

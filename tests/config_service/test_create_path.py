@@ -5,8 +5,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from config_service import scheduling, services
-from config_service.errors import Conflict, Invalid, QuotaExceeded
 from config_service.models import Address, AddressSpace
+from maas.core.errors import Conflict, Invalid, QuotaExceeded
 from tenants.models import TenantQuota
 from tests.conftest import CTX
 

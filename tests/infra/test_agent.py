@@ -8,6 +8,7 @@ from django.test import override_settings
 
 from config_service import services
 from config_service.models import AgentState
+from maas.core.context import Context
 from workers.agents.base import TransientError
 from workers.infra import backend
 from workers.infra import manifests as m
@@ -16,7 +17,7 @@ from workers.infra.controller import InfraController
 from . import spaces
 from .fake_kube import FakeKubernetes
 
-CTX = services.Context(actor="test")
+CTX = Context(actor="test")
 
 
 class EmptyDrainer:

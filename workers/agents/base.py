@@ -9,6 +9,7 @@ per-address errors and the latency of each event in one short transaction.
 """
 import hashlib
 import logging
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -44,22 +45,21 @@ class Agent:
         raise NotImplementedError
 
 
+_installed: Callable[[], dict[str, Agent]] | None = None
+
+
+def install(factory: Callable[[], dict[str, Agent]]) -> None:
+    """Registers what builds the installed agents by kind (workers/apps.py, at start-up, with
+    `workers.agents.installed.installed_agents`): the agents import this contract, so it
+    cannot import them."""
+    global _installed
+    _installed = factory
+
+
 def installed_agents() -> dict[str, Agent]:
-    from django.conf import settings
-
-    from workers.storage.controller import StorageController
-
-    agents: dict[str, Agent] = {"storage": StorageController()}
-    if settings.MAAS_ROUTER_ENABLED:
-        from workers.agents.router import RouterAgent
-
-        agents["router"] = RouterAgent()
-    from workers.infra.backend import infra_agent
-
-    infra = infra_agent()  # None with MAAS_INFRA_BACKEND=local
-    if infra is not None:
-        agents[infra.kind] = infra
-    return agents
+    if _installed is None:
+        raise RuntimeError("no agents installed: the workers app registers them at start-up")
+    return _installed()
 
 
 def installed_kinds(space_type: str) -> list[str]:

@@ -16,7 +16,7 @@ from config_service.models import Address, AddressSpace, MessagingUser
 from tenants.models import AddressSpacePlan, TenantQuota
 
 from .. import credentials
-from ..storage.rabbitmq import broker_username
+from ..naming import broker_username
 from . import router_config as rc
 from .base import Agent, Report, TransientError
 from .qdr import Management, ManagementError, RouterUnreachable

@@ -13,6 +13,7 @@ from config_service.models import Address, AddressSpace, AgentState, ConfigEvent
 
 from .. import credentials, endpoints
 from ..agents.base import Agent, Report, TransientError
+from ..naming import broker_username
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 
@@ -83,7 +84,7 @@ def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -
             manage = manage or "manage" in ops
             view = view or "view" in ops
         state.users.append(BrokerUser(
-            username=rabbitmq.broker_username(space.vhost, user.username), password_hash=user.password_hash,
+            username=broker_username(space.vhost, user.username), password_hash=user.password_hash,
             send=tuple(send), recv=tuple(recv), manage=manage, view=view,
         ))
     if space.type == "standard":
@@ -96,7 +97,7 @@ def router_broker_user(space: AddressSpace) -> BrokerUser:
     user, password = credentials.router_broker(space.vhost)
     salt = hashlib.sha256(space.vhost.encode()).digest()[:4]  # stable: no needless updates
     return BrokerUser(
-        username=rabbitmq.broker_username(space.vhost, user),
+        username=broker_username(space.vhost, user),
         password_hash=rabbitmq.hash_password(password, salt),
         send=("*",), recv=("*",),
     )

@@ -35,7 +35,7 @@ class BrokerTopic:
 class BrokerUser:
     """A messaging user; patterns use EnMasse's trailing-'*' wildcard."""
 
-    username: str  # the broker username (unique per vhost owner, see rabbitmq.broker_username)
+    username: str  # the broker username (unique per vhost owner, see workers.naming.broker_username)
     password_hash: str  # rabbit_password_hashing_sha256: base64(salt4 + sha256(salt4 + pw))
     send: tuple[str, ...] = ()
     recv: tuple[str, ...] = ()

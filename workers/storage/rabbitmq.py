@@ -11,6 +11,7 @@ Callers outside workers/storage import from here (`from workers.storage import r
 # One implementation of RabbitMQ's password hash format, for the controller and tests.
 from config_service.passwords import hash_password, verify_password
 
+from ..naming import USER_SEPARATOR, broker_username
 from .rabbitmq_api import HASHING_ALGORITHM, BrokerError, RabbitMQApi
 from .rabbitmq_objects import (
     AMQ_DEFAULT,
@@ -23,8 +24,6 @@ from .rabbitmq_objects import (
     POLICY_PRIORITY,
     REJECT_REASONS,
     TEMP_QUEUES,
-    USER_SEPARATOR,
-    broker_username,
     dead_letter_routes,
     desired_objects,
     pattern_matches,

@@ -31,6 +31,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ..naming import USER_SEPARATOR
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 
 OWNER_TAG = "maas-owned"
@@ -39,7 +40,6 @@ INTERNAL_PREFIX = "$maas."
 DLX_EXCHANGE = "$maas.dlx"
 POLICY_PREFIX = "$maas.q."
 POLICY_PRIORITY = 1000  # only one policy applies to a queue: ours must win over others
-USER_SEPARATOR = "@"
 AMQ_DEFAULT = r"amq\.default"  # the name RabbitMQ checks for the default exchange
 TEMP_QUEUES = r"amq\.gen-.*"  # server-named queues of AMQP 1.0 receivers on /exchange/T/K
 
@@ -49,20 +49,6 @@ EXPIRY_REASONS = ("expired",)
 
 
 # --- names and permission patterns -----------------------------------------------------
-
-
-def broker_username(vhost: str, username: str) -> str:
-    """The global RabbitMQ username of a messaging user of one vhost: `<user>@<vhost>`.
-
-    '@' because RabbitMQ users are global and MQTT clients select the vhost with
-    `VHOST:USER`, splitting at the *last* ':' — so the broker username must not contain ':'.
-    The vhost must not contain '@', so the suffix `@<vhost>` identifies the vhost's users.
-    """
-    if USER_SEPARATOR in vhost:
-        raise ValueError("a vhost name must not contain '@'")
-    if ":" in username:
-        raise ValueError("a username must not contain ':' (MQTT splits VHOST:USER at it)")
-    return f"{username}{USER_SEPARATOR}{vhost}"
 
 
 def pattern_regex(pattern: str) -> str:

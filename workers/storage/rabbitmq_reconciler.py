@@ -13,6 +13,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
+from ..naming import USER_SEPARATOR
 from .desired import BrokerUser, VhostState
 from .rabbitmq_api import HASHING_ALGORITHM, BrokerError, RabbitMQApi
 from .rabbitmq_objects import (
@@ -20,7 +21,6 @@ from .rabbitmq_objects import (
     OWNER_ARG,
     OWNER_TAG,
     POLICY_PREFIX,
-    USER_SEPARATOR,
     Binding,
     DesiredObjects,
     desired_objects,

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from config_service.services import Context
+from maas.core.context import Context
 from tenants import services as tenant_services
 from tenants.models import (
     AddressUsageDaily,

@@ -2,8 +2,8 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from config_service.errors import ServiceError
-from config_service.services import Context
+from maas.core.context import Context
+from maas.core.errors import ServiceError
 from tenants.services import create_tenant
 
 

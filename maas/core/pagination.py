@@ -33,3 +33,10 @@ class ListPagination(LimitOffsetPagination):
                 "items": schema,
             },
         }
+
+
+def paged(view, request, queryset, render, kind: str, api_version: str):
+    """One page of `queryset` in the list envelope, each row rendered by `render`."""
+    paginator = ListPagination()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response([render(o) for o in page], kind, api_version)

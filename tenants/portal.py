@@ -1,5 +1,6 @@
 """Portal pages of a tenant's people: members and their roles, invitations by email, and
-deleting the tenant. Owners (and staff) change things; every write goes through the tenant
+deleting the tenant (routes in tenants/portal_urls.py, beside the space pages of
+config_service/portal/). Owners (and staff) change things; every write goes through the tenant
 service functions, which check the role table again."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -9,15 +10,15 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from tenants import invitations
-from tenants.identity.api import invitation_link
-from tenants.models import Invitation, Membership
-from tenants.roles import Action, role_allows
-from tenants.services import add_member, delete_tenant, keep_an_owner, remove_member
+from config_service.portal import forms
+from config_service.portal.base import attempt, ctx, page
+from maas.core.errors import ServiceError
 
-from ..errors import ServiceError
-from . import forms
-from .base import attempt, ctx, page
+from . import invitations
+from .identity.api import invitation_link
+from .models import Invitation, Membership
+from .roles import Action, role_allows
+from .services import add_member, delete_tenant, keep_an_owner, remove_member
 
 
 @never_cache  # shows an invitation's link once: no browser or proxy may keep the page

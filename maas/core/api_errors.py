@@ -4,7 +4,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
-from ..errors import ServiceError
+from .errors import ServiceError
 
 
 def exception_handler(exc, context):

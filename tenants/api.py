@@ -1,0 +1,51 @@
+"""REST API of tenants themselves: list the tenants you are a member of, create one (you become
+its owner), read one, delete one (owner). Members, invitations and the audit trail are in
+tenants/identity/api.py; address spaces and what is in them in config_service/api/."""
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config_service.api import resources, schemas
+from config_service.api.schemas import CHANGE, READ, WRITE
+from maas.core.context import of_request
+from maas.core.pagination import paged
+
+from .access import role_of, tenant_for, visible_tenants
+from .roles import Action
+from .services import create_tenant, delete_tenant
+
+
+class TenantList(APIView):
+    @extend_schema(responses={200: schemas.TenantList, **schemas.errors(400, 401)},
+                   summary="Tenants you are a member of (staff: all)")
+    def get(self, request):
+        tenants = visible_tenants(request.user).order_by("slug")
+        return paged(self, request, tenants,
+                     lambda t: resources.tenant(t, role_of(request.user, t)),
+                     "TenantList", resources.MAAS_API)
+
+    @extend_schema(request=schemas.TenantManifest, responses={201: schemas.Tenant, **WRITE},
+                   summary="Create a tenant; you become its owner")
+    def post(self, request):
+        metadata, spec = resources.read(request.data, "Tenant")
+        tenant = create_tenant(ctx=of_request(request), slug=metadata.get("name"),
+                               owner=request.user, name=spec.get("displayName", ""))
+        return Response(resources.tenant(tenant, "owner"), status=status.HTTP_201_CREATED)
+
+
+class TenantDetail(APIView):
+    @extend_schema(responses={200: schemas.Tenant, **READ})
+    def get(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.READ)
+        return Response(resources.tenant(t, role_of(request.user, t)))
+
+    @extend_schema(responses={202: schemas.Tenant, **CHANGE},
+                   summary="Delete the tenant (owner): its address spaces are torn down, its "
+                           "members lose access at once; the name is free once the spaces are gone")
+    def delete(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.DELETE_TENANT)
+        spaces = delete_tenant(ctx=of_request(request), tenant=t)
+        t.refresh_from_db()
+        return Response(resources.tenant(t, None, terminating_spaces=spaces),
+                        status=status.HTTP_202_ACCEPTED)

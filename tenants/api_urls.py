@@ -1,0 +1,9 @@
+"""API routes of tenants themselves (included under /api/v1/)."""
+from django.urls import path
+
+from . import api
+
+urlpatterns = [
+    path("tenants/", api.TenantList.as_view(), name="tenant-list"),
+    path("tenants/<slug:tenant>/", api.TenantDetail.as_view(), name="tenant-detail"),
+]

@@ -16,12 +16,14 @@ class HttpFaultProxy:
         self.target = target.rstrip("/")
         self.fail_methods: set[str] = set()
         self.failed: list[str] = []
+        self.seen: list[str] = []  # "METHOD path" of every request relayed
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _relay(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                proxy.seen.append(f"{self.command} {self.path}")
                 if self.command in proxy.fail_methods:
                     proxy.failed.append(f"{self.command} {self.path}")
                     self._answer(503, b'{"error":"injected fault"}', "application/json")

@@ -7,7 +7,7 @@ import logging
 import math
 from datetime import timedelta
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
@@ -26,8 +26,19 @@ logger = logging.getLogger(__name__)
 DRIFT_CHECK_EVERY = 5
 
 
-@shared_task(name="maas.workers.reconcile_space", bind=True, max_retries=None,
-             acks_late=True)
+class AgentTask(Task):
+    """Logs each retry of a reconcile as a structured line (Celery computes the backoff)."""
+
+    def on_retry(self, exc, task_id, args, kwargs, einfo):
+        logger.warning("agent.retry", extra={"space": args[0] if args else None,
+                                             "error": str(exc), "retries": self.request.retries})
+
+
+# A target down (broker, router) is retried with Celery's exponential backoff with jitter,
+# capped at a minute, for as long as it takes: a change is never dropped.
+@shared_task(name="maas.workers.reconcile_space", bind=True, base=AgentTask, acks_late=True,
+             autoretry_for=(base.TransientError,), retry_backoff=True, retry_backoff_max=60,
+             retry_jitter=True, max_retries=None)
 def reconcile_space(self, space_uid: str, resync: bool = False,
                     only_behind: bool = False) -> None:
     """Runs the space's agents; `only_behind`: only those that have not applied its last
@@ -35,14 +46,8 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
     dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
     space = AddressSpace.objects.filter(uid=space_uid).only("type").first()
     kinds = agent_kinds(space.type) if space else list(base.installed_agents())
-    try:
-        for kind in kinds:
-            base.run(space_uid, kind, only_if_behind=only_behind)
-    except base.TransientError as exc:
-        delay = min(2 ** self.request.retries, 60)
-        logger.warning("agent.retry", extra={"space": space_uid, "error": str(exc),
-                                             "countdown": delay})
-        raise self.retry(exc=exc, countdown=delay) from exc
+    for kind in kinds:
+        base.run(space_uid, kind, only_if_behind=only_behind)
 
 
 def agent_kinds(space_type: str) -> list[str]:

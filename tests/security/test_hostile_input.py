@@ -125,7 +125,8 @@ def test_a_router_policy_stored_before_gives_the_operators_limits(tenant, standa
     AddressSpace.objects.filter(pk=standard.pk).update(
         spec={"routerPolicy": {"maxConnections": 100_000_000, "maxSenders": 100_000_000}})
     standard.refresh_from_db()
-    desired, _ = rc.desired_entities(standard, [], [], ("router", "password"))
+    desired, _ = rc.desired_entities(
+        standard, [], [], rc.BrokerLogin("127.0.0.1", 5672, "router", "password"))
     vhost = desired[(rc.VHOST, rc.owner_prefix(standard.vhost) + "vhost")]
     assert vhost["maxConnections"] == settings.MAAS_ROUTER_POLICY["maxConnections"]
 

@@ -10,12 +10,10 @@ once, through this agent, by the router watch (router_watch.py). Only entities n
 import logging
 import time
 
-from django.conf import settings
-
 from config_service.models import Address, AddressSpace, MessagingUser
 from tenants.models import AddressSpacePlan, TenantQuota
 
-from .. import credentials
+from .. import credentials, endpoints
 from ..naming import broker_username
 from . import router_config as rc
 from .base import Agent, Report, TransientError
@@ -26,9 +24,10 @@ logger = logging.getLogger(__name__)
 AUTOLINK_WAIT_SECONDS = 3.0
 
 
-def management_client() -> Management:
-    return Management(settings.MAAS_ROUTER_MANAGEMENT_URL, settings.MAAS_ROUTER_ADMIN_USER,
-                      settings.MAAS_ROUTER_ADMIN_PASSWORD)
+def management_client(router: endpoints.RouterEndpoint | None = None) -> Management:
+    """A management connection to `router` (default: the shared one of the settings)."""
+    router = router or endpoints.shared_router()
+    return Management(router.management_url, router.admin_user, router.admin_password)
 
 
 def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
@@ -77,9 +76,9 @@ class RouterAgent(Agent):
         # each reconcile opens and closes its own.
         self.management = management
 
-    def _connect(self) -> Management:
+    def _connect(self, space: AddressSpace) -> Management:
         try:
-            return self.management or management_client()
+            return self.management or management_client(endpoints.of(space).router)
         except RouterUnreachable as exc:
             raise TransientError(str(exc)) from exc
 
@@ -91,7 +90,9 @@ class RouterAgent(Agent):
         addresses = list(Address.objects.filter(space=space, scheduled=True))
         users = list(MessagingUser.objects.filter(space=space))
         user, password = credentials.router_broker(space.vhost)
-        login = (broker_username(space.vhost, user), password)
+        broker = endpoints.of(space).broker
+        login = rc.BrokerLogin(broker.amqp_host, broker.amqp_port,
+                               broker_username(space.vhost, user), password)
         throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
         # Read at every reconcile, so an operator's change of the plan reaches the routers at
         # the next resync without a config event.
@@ -103,7 +104,7 @@ class RouterAgent(Agent):
     def reconcile(self, space: AddressSpace) -> Report:
         prefix = rc.owner_prefix(space.vhost)
         addresses, desired, by_address = self._desired(space)
-        mgmt = self._connect()
+        mgmt = self._connect(space)
         try:
             actual = apply(mgmt, desired, prefix)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
@@ -142,7 +143,7 @@ class RouterAgent(Agent):
                       space_error="Router policy not yet verified" if space_missing else "")
 
     def teardown(self, space: AddressSpace) -> None:
-        mgmt = self._connect()
+        mgmt = self._connect(space)
         try:
             apply(mgmt, {}, rc.owner_prefix(space.vhost))
         except RouterUnreachable as exc:

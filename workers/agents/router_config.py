@@ -7,6 +7,8 @@ subscription a linkRoute `out` to its queue. Every address is qualified `<vhost>
 (qdrouterd's vhost name prefix), and every entity name starts with `maas:<vhost>:`, so the agent
 only ever touches what it created for this space.
 """
+from typing import NamedTuple
+
 from django.conf import settings
 
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
@@ -36,11 +38,20 @@ def router_policy(plan_policy: dict | None) -> dict:
     return {**settings.MAAS_ROUTER_POLICY, **(plan_policy or {})}
 
 
-def desired_entities(space, addresses, users, broker_login: tuple[str, str],
+class BrokerLogin(NamedTuple):
+    """How the router reaches the space's broker: its AMQP listener and the router's login."""
+
+    host: str
+    port: int
+    username: str
+    password: str
+
+
+def desired_entities(space, addresses, users, broker: BrokerLogin,
                      throttled: bool = False, plan_policy: dict | None = None
                      ) -> tuple[dict, dict]:
     """({(entity type, name): attributes}, {address name: [its entity keys]}) for one space;
-    `broker_login`: the router's (username, password) on the space's broker vhost;
+    `broker`: where the router connects to the space's broker vhost, and as whom;
     `plan_policy`: the router_policy of the space's plan."""
     vhost, prefix = space.vhost, owner_prefix(space.vhost)
     out: dict = {}
@@ -76,9 +87,8 @@ def desired_entities(space, addresses, users, broker_login: tuple[str, str],
 
     stored = [a for a in addresses if a.type in ("queue", "topic", "subscription", "deadletter")]
     if stored:
-        add(CONNECTOR, "broker", host=settings.RABBITMQ_AMQP_HOST,
-            port=str(settings.RABBITMQ_AMQP_PORT), role="route-container",
-            saslUsername=broker_login[0], saslPassword=broker_login[1],
+        add(CONNECTOR, "broker", host=broker.host, port=str(broker.port),
+            role="route-container", saslUsername=broker.username, saslPassword=broker.password,
             virtualHost=f"vhost:{vhost}")
     connection = prefix + "broker"
     for a in addresses:

@@ -163,3 +163,17 @@ def test_the_resync_leaves_invalidated_spaces_to_a_live_watch_and_queues_them_wi
     assert uids.isdisjoint(resync_candidates(timezone.now())[0])
     an_hour_later = timezone.now() + datetime.timedelta(hours=1)
     assert uids <= set(resync_candidates(an_hour_later)[0])
+
+
+def test_a_second_restart_before_the_restore_renews_the_invalidation(router, spaces):
+    router_watch.detect(url())
+    router.restart()
+    assert router_watch.detect(url()) == (True, 3)
+    first = {s.space_uid: s.invalidated_at for s in AgentState.objects.filter(kind="router")}
+    router.restart()  # again, before the watch restored anything
+    assert router_watch.detect(url()) == (True, 0)  # none newly invalidated...
+    again = {s.space_uid: s.invalidated_at for s in AgentState.objects.filter(kind="router")}
+    # ...but a restore already running against the first new run cannot clear them any more.
+    assert all(again[uid] > first[uid] for uid in first)
+    assert router_watch.restore() == (3, 0)
+    assert all(active(s) for s in spaces)

@@ -125,8 +125,8 @@ def check(key: str, uptime: int, token: str | None, read_at) -> tuple[bool, int,
                      or started > seen.started_at + START_TOLERANCE)
         invalidated = 0
         if restarted:
-            # Everything applied so far may have gone to the old run, even a reconcile that
-            # holds its row lock now (this UPDATE waits for it, then invalidates it too); one
+            # Everything applied so far may have gone to the old run, even by a reconcile still
+            # running (it started before invalidated_at, so its outcome does not clear it); one
             # that spanned the restart lost its connection and recorded nothing.
             invalidated = _invalidate()
             logger.warning("router.restarted", extra={
@@ -144,10 +144,13 @@ def _invalidate(*, applied_before=None) -> int:
     """Marks the router agent's state of every space (applied before then) as not applied."""
     # One router serves every standard space here (MAAS_ROUTER_MANAGEMENT_URL); on Kubernetes
     # each space has its own and the watch does not run (see workers.tasks.watch_router).
-    states = AgentState.objects.filter(kind=KIND, invalidated="", torn_down=False)
+    states = AgentState.objects.filter(kind=KIND, torn_down=False)
     if applied_before is not None:
         states = states.filter(applied_at__lt=applied_before)
-    count = states.update(invalidated=RESTORING, invalidated_at=timezone.now())
+    count = states.filter(invalidated="").count()
+    # Already invalidated states get the new time too: a restore that was running when the
+    # router restarted again must not clear them when it records its outcome.
+    states.update(invalidated=RESTORING, invalidated_at=timezone.now())
     if count and settings.MAAS_AGENT_MODE == "process":
         from ..wakeup import publish  # each space's run_agent restores its own
 

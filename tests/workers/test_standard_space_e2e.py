@@ -1,8 +1,8 @@
 """Standard address spaces end to end: config events -> storage controller and router agent ->
 the real embedded router and RabbitMQ -> real proton clients, for every address type."""
 import io
-import time
 import uuid
+from urllib.parse import quote
 
 import pytest
 from proton import ConnectionException, Delivery, Message
@@ -12,8 +12,9 @@ from config_service import services
 from config_service.models import Address, AddressSpace
 from config_service.status import address_status, agent_states
 from tenants.models import AddressSpacePlan
-from tests.conftest import CTX, b64
+from tests.conftest import CTX, b64, wait_for
 from tests.router.conftest import ADMIN_PASSWORD, pump, pump_until
+from tests.workers import rabbit
 from tests.workers.conftest import sync
 from workers.agents import router_config as rc
 from workers.agents.qdr import Management
@@ -53,6 +54,17 @@ def phases(space):
     space = AddressSpace.objects.get(uid=space.uid)
     states = agent_states([space.uid]).get(space.uid, {})
     return {a.address: address_status(space, a, states).phase for a in space.addresses.all()}
+
+
+def wait_for_bindings(space, exchange: str, n: int) -> None:
+    """Until RabbitMQ has bound `n` receivers' queues to the topic's exchange (a receiver's
+    attach returns before the broker has bound its queue)."""
+    path = f"/exchanges/{quote(space.vhost, safe='')}/{exchange}/bindings/source"
+
+    def bound() -> int:  # receivers get server-named queues; a subscription's queue is not one
+        return sum(b["destination"].startswith("amq.gen") for b in rabbit.api(path).json())
+
+    wait_for(lambda: bound() >= n, 10, what=f"{n} receivers bound to {exchange}")
 
 
 def receive_bodies(receiver, n, timeout=5):
@@ -109,7 +121,7 @@ def test_topic_reaches_every_subscriber_and_a_durable_subscription_keeps_message
     c1, c2, cs = connect(router, space), connect(router, space), connect(router, space)
     r1 = c1.create_receiver("news", credit=10)
     r2 = c2.create_receiver("news", credit=10)
-    time.sleep(0.3)  # RabbitMQ binds the receivers' queues
+    wait_for_bindings(space, "news", 2)
     sender = cs.create_sender("news")
     sender.send(Message(body="hello", subject="weather"))
     assert r1.receive(5).body == "hello" and r2.receive(5).body == "hello"
@@ -132,7 +144,7 @@ def test_a_topic_receiver_chooses_its_subtopics_by_key(router, space):
     for conn, source in zip(conns, ("news", "news/sports.*", "news/sports.#", "news/weather.rain"),
                             strict=False):
         receivers[source] = conn.create_receiver(source, credit=20)
-    time.sleep(0.3)  # RabbitMQ binds the receivers' queues
+    wait_for_bindings(space, "news", 4)
     cs = connect(router, space)
     for address, body in (("news/sports.football", "goal"), ("news/sports.tennis.final", "ace"),
                           ("news/weather.rain", "wet"), ("news/weather.sun", "dry")):

@@ -2,8 +2,8 @@
 
 Per reconcile it builds the desired entities (router_config), QUERYs the router, deletes its
 own entities that are stale or differ, creates what is missing (bounded concurrency is the
-router's request pipeline: one connection, requests in order), re-queries to verify, and waits
-briefly for the queues' autoLinks to attach. A router restarted empty is configured again at
+router's request pipeline: one connection, requests in order), verifies with what the router's
+answers confirm, and waits briefly for the queues' autoLinks to attach. A router restarted empty is configured again at
 once, through this agent, by the router watch (router_watch.py). Only entities named
 `maas:<vhost>:...` are ever touched.
 """
@@ -45,36 +45,62 @@ def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
     return actual
 
 
-def apply(mgmt: Management, desired: dict, prefix: str) -> dict:
-    """Brings the router to `desired`; returns the actual owned entities afterwards."""
-    actual = _owned(mgmt, prefix, desired)
+def owned_by_space(mgmt: Management) -> dict[str, dict]:
+    """{owner prefix: {(type, name): row}} of every space's entities on the router, from one
+    QUERY per entity type: a snapshot for restoring many spaces at once."""
+    snapshot: dict = {}
+    for etype in rc.ENTITY_TYPES:
+        for row in mgmt.query(etype):
+            name = str(row.get("name", ""))
+            if name.startswith("maas:") and name.count(":") >= 2:
+                owner = name[:name.index(":", len("maas:")) + 1]
+                snapshot.setdefault(owner, {})[(etype, name)] = row
+    return snapshot
+
+
+def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = None) -> dict:
+    """Brings the router to `desired`; returns the owned entities afterwards, as the router
+    confirmed them (each CREATE and UPDATE answers with the entity it now holds), so a
+    reconcile reads the router's whole tables once, not twice. `actual`: what the router holds
+    of this space, if it was just read (a snapshot of many spaces); else it is queried."""
+    if actual is None:
+        actual = _owned(mgmt, prefix, desired)
     stale = [k for k in actual if k not in desired]
     changed = [k for k in desired if k in actual and rc.differs(desired[k], actual[k])]
     order = {t: i for i, t in enumerate(rc.ENTITY_TYPES)}
+    after = {k: v for k, v in actual.items() if k not in stale}
     for key in sorted(stale, key=lambda k: -order[k[0]]):
         mgmt.delete(*key)
     for key in changed:
-        if key[0] in (rc.VHOST, rc.USER):
-            mgmt.update(key[0], key[1], desired[key])  # keep clients connected
+        if key[0] in (rc.VHOST, rc.USER):  # keep clients connected
+            after[key] = _confirmed(desired[key], mgmt.update(key[0], key[1], desired[key]))
         else:
             mgmt.delete(*key)
+            del after[key]
     for key in sorted(desired, key=lambda k: order[k[0]]):
-        if key not in actual or (key in changed and key[0] not in (rc.VHOST, rc.USER)):
-            mgmt.create(key[0], key[1], desired[key])
+        if key not in after:
+            after[key] = _confirmed(desired[key], mgmt.create(key[0], key[1], desired[key]))
     if stale or changed or len(actual) != len(desired):
         logger.info("router.applied", extra={"owner": prefix, "n_deleted": len(stale),
                                              "n_changed": len(changed),
                                              "n_created": len(set(desired) - set(actual))})
-    return _owned(mgmt, prefix, desired)
+    return after
+
+
+def _confirmed(desired: dict, answer) -> dict:
+    """The entity as a CREATE or UPDATE answered it; attributes a router does not echo (a
+    password hash) are what was sent."""
+    return {**desired, **(answer if isinstance(answer, dict) else {})}
 
 
 class RouterAgent(Agent):
     kind = "router"
 
-    def __init__(self, management: Management | None = None):
+    def __init__(self, management: Management | None = None, snapshot: dict | None = None):
         # A connection to reuse (the router watch restores many spaces over one); by default
-        # each reconcile opens and closes its own.
-        self.management = management
+        # each reconcile opens and closes its own. `snapshot` (owned_by_space), if given, is
+        # what the router held of every space when the restore began.
+        self.management, self.snapshot = management, snapshot
 
     def _connect(self, space: AddressSpace) -> Management:
         try:
@@ -106,7 +132,7 @@ class RouterAgent(Agent):
         addresses, desired, by_address = self._desired(space)
         mgmt = self._connect(space)
         try:
-            actual = apply(mgmt, desired, prefix)
+            actual = self._apply(mgmt, desired, prefix)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
@@ -121,6 +147,14 @@ class RouterAgent(Agent):
         finally:
             self._release(mgmt)
         return self._verify(desired, by_address, actual)
+
+    def _apply(self, mgmt: Management, desired: dict, prefix: str) -> dict:
+        if self.snapshot is None:
+            return apply(mgmt, desired, prefix)
+        try:
+            return apply(mgmt, desired, prefix, dict(self.snapshot.get(prefix, {})))
+        except ManagementError:  # changed since the snapshot (a reconcile ran): read it anew
+            return apply(mgmt, desired, prefix)
 
     @staticmethod
     def _inactive(actual: dict) -> set:

@@ -39,7 +39,7 @@ from config_service.models import AddressSpace, AgentState, RouterIncarnation
 from . import base
 from . import router_config as rc
 from .qdr import Management, ManagementError, RouterUnreachable
-from .router import RouterAgent, management_client
+from .router import RouterAgent, management_client, owned_by_space
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ def _restore_from(work: queue.SimpleQueue) -> int:
     """Restores spaces taken from `work` until it is empty, over one management connection
     (opening one costs about as much as restoring a small space)."""
     close_old_connections()
-    restored, mgmt = 0, None
+    restored, mgmt, snapshot = 0, None, None
     try:
         while True:
             try:
@@ -199,7 +199,10 @@ def _restore_from(work: queue.SimpleQueue) -> int:
             try:
                 if mgmt is None:
                     mgmt = management_client()
-                base.run(space_uid, KIND, RouterAgent(management=mgmt))
+                    # One read of the router for the whole restore, not two per space: each
+                    # space's reconcile would otherwise QUERY every space's entities.
+                    snapshot = owned_by_space(mgmt)
+                base.run(space_uid, KIND, RouterAgent(management=mgmt, snapshot=snapshot))
                 restored += 1
             except (base.TransientError, RouterUnreachable) as exc:
                 # The router went away again: the next tick retries what is left.

@@ -56,11 +56,14 @@ def value(name: str) -> str:
     return get(name).value
 
 
-def rotate(prefix: str = "") -> list[str]:
-    """New values for every credential whose name starts with `prefix`; returns their names."""
+def rotate(prefix: str = "", *, exact: bool = False) -> list[str]:
+    """New values for every credential whose name starts with `prefix` (is `prefix`, with
+    `exact`); returns their names."""
     rotated = []
+    rows = InfraCredential.objects.select_for_update()
+    rows = rows.filter(name=prefix) if exact else rows.filter(name__startswith=prefix)
     with transaction.atomic():
-        for row in InfraCredential.objects.select_for_update().filter(name__startswith=prefix):
+        for row in rows:
             row.ciphertext = _encrypt(_new_value())
             row.generation += 1
             row.rotated_at = timezone.now()

@@ -101,3 +101,10 @@ def test_processes_starting_together_agree_on_the_new_secret(tmp_path):
              for _ in range(6)]
     values = {p.communicate(timeout=30)[0].strip() for p in procs}
     assert len(values) == 1 and len(values.pop()) >= 40
+
+
+def test_rotating_one_space_leaves_a_space_whose_name_it_begins(db):
+    shop, shopping = credentials.router_broker("t5.shop"), credentials.router_broker("t5.shopping")
+    credentials.rotate(credentials.router_broker_name("t5.shop"), exact=True)
+    assert credentials.router_broker("t5.shop") != shop
+    assert credentials.router_broker("t5.shopping") == shopping

@@ -22,17 +22,25 @@ class Command(BaseCommand):
         parser.add_argument("--space", help="only this space, as <tenant>.<space>")
         parser.add_argument("--router-admin", action="store_true",
                             help="also replace the router management password in var/secrets/")
+        parser.add_argument("--kubernetes-brokers", action="store_true",
+                            help="also the Kubernetes brokers' admin passwords and Erlang "
+                                 "cookies; their pods must then be restarted, one at a time")
 
-    def handle(self, space=None, router_admin=False, **options):
+    def handle(self, space=None, router_admin=False, kubernetes_brokers=False, **options):
         spaces = AddressSpace.objects.all()
         if space is not None:
             tenant, _, name = space.partition(".")
             spaces = spaces.filter(tenant__slug=tenant, name=name)
             if not spaces.exists():
                 raise CommandError(f"no address space {space} (give <tenant>.<space>)")
-            rotated = credentials.rotate(credentials.router_broker_name(space))
+            rotated = credentials.rotate(credentials.router_broker_name(space), exact=True)
         else:
-            rotated = credentials.rotate()
+            # Routers pick up a new broker login at once; a running broker keeps the admin
+            # password and Erlang cookie it booted with, so those rotate only when asked.
+            rotated = credentials.rotate(credentials.router_broker_name(""))
+            if kubernetes_brokers:
+                rotated += credentials.rotate("broker-admin:") + credentials.rotate(
+                    "erlang-cookie:")
         for uid in spaces.values_list("uid", flat=True):  # rare: wake them all
             notify_space(uid)
         self.stdout.write(f"rotated {len(rotated)} credentials; the agents apply them now")

@@ -6,6 +6,7 @@ in one transaction (see `log.append`), which also updates the projections and th
 import uuid
 from collections import defaultdict
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q, Sum
 
@@ -67,6 +68,9 @@ def create_address_space(*, ctx: Context, tenant: Tenant, name, type, plan, spec
     name = validation.space_name(name)
     if not isinstance(type, str) or type not in validation.ADDRESS_TYPES_BY_SPACE:
         raise Invalid("spec.type must be standard or brokered", "spec.type")
+    if type == "standard" and not settings.MAAS_ROUTER_ENABLED:
+        raise Invalid("standard address spaces need a router, and this installation runs none "
+                      "(MAAS_ROUTER_ENABLED=false): create a brokered one", "spec.type")
     validation.space_spec(spec or {})
     plan_obj = _space_plan(plan, type)
     # Serialises quota checks, and waits for (then refuses) a deletion of the tenant.

@@ -11,17 +11,24 @@ from django.conf import settings
 
 from .models import Address, AddressSpace, AgentState
 
-# The agent kinds each space type needs. A standard space also needs the router agent, and on
-# Kubernetes the infra agent that runs its router, brokers and agent pod (workers/infra).
-_INFRA = ("infra",) if getattr(settings, "MAAS_INFRA_BACKEND", "local") == "kubernetes" else ()
-AGENTS_BY_SPACE_TYPE = {"brokered": ("storage",), "standard": ("storage", "router") + _INFRA}
+SPACE_TYPES = ("brokered", "standard")
 ROUTER_ONLY_TYPES = ("anycast", "multicast")
 # Every phase an address space or an address can be in (EnMasse's), in lifecycle order.
 PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
 
 
+def agents_needed(space_type: str) -> tuple[str, ...]:
+    """The agent kinds a space of the type needs, read from the settings at every call (not
+    fixed at import): a standard space also needs the router agent, and on Kubernetes the infra
+    agent that runs its router, brokers and agent pod (workers/infra)."""
+    if space_type != "standard":
+        return ("storage",)
+    infra = ("infra",) if settings.MAAS_INFRA_BACKEND == "kubernetes" else ()
+    return ("storage", "router") + infra
+
+
 def agents_for_address(space_type: str, address_type: str) -> tuple[str, ...]:
-    kinds = AGENTS_BY_SPACE_TYPE[space_type]
+    kinds = agents_needed(space_type)
     if address_type in ROUTER_ONLY_TYPES:
         return tuple(k for k in kinds if k != "storage")
     return kinds
@@ -43,6 +50,9 @@ def agent_states(space_uids) -> dict:
 
 
 def _waiting(kind: str, state: AgentState | None) -> str:
+    if kind == "router" and not settings.MAAS_ROUTER_ENABLED:
+        return ("No router in this installation (MAAS_ROUTER_ENABLED=false): a standard "
+                "address space cannot become Active")
     if state is None or state.applied_at is None:
         return f"Waiting for the {kind} agent"
     return f"Waiting for the {kind} agent to apply the latest change"
@@ -72,7 +82,7 @@ def address_status(space: AddressSpace, address: Address, states: dict) -> Statu
 
 
 def space_status(space: AddressSpace, states: dict) -> Status:
-    kinds = AGENTS_BY_SPACE_TYPE[space.type]
+    kinds = agents_needed(space.type)
     if space.terminating:
         pending = [k for k in kinds if not (states.get(k) and states[k].torn_down)]
         return Status("Terminating", False, [
@@ -104,7 +114,7 @@ def phase_filter(space: AddressSpace, phase: str, states: dict):
         return Q(pk__in=[])
     failed_names, error_names = set(), set()
     not_ready = Q(pk__in=[])
-    for kind in AGENTS_BY_SPACE_TYPE[space.type]:
+    for kind in agents_needed(space.type):
         state = states.get(kind)
         applies = ~Q(type__in=ROUTER_ONLY_TYPES) if kind == "storage" else Q()
         if state is None or state.invalidated:

@@ -13,7 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from config_service.models import AddressSpace, AgentState, Outbox
-from config_service.status import AGENTS_BY_SPACE_TYPE
+from config_service.status import SPACE_TYPES
 
 from . import dispatch
 from .agents import base, router_watch
@@ -94,7 +94,7 @@ def resync_all() -> int:
 def resync_candidates(now) -> tuple[list, list]:
     """(spaces some agent has not applied yet, spaces due a drift check), from two queries."""
     applied = _applied_by_space()
-    kinds = {space_type: agent_kinds(space_type) for space_type in AGENTS_BY_SPACE_TYPE}
+    kinds = {space_type: agent_kinds(space_type) for space_type in SPACE_TYPES}
     # A live router watch restores invalidated states itself: queueing them here too would
     # double the router's load just when it is busiest.
     watched = router_watch.alive(now)

@@ -7,7 +7,7 @@ from django.conf import settings
 from maas.core.errors import Invalid
 
 from .. import dataplane
-from ..status import AGENTS_BY_SPACE_TYPE, address_status, space_status
+from ..status import address_status, agents_needed, space_status
 
 ENMASSE = "enmasse.io/v1beta1"
 USER_API = "user.enmasse.io/v1beta1"
@@ -103,7 +103,7 @@ def messaging_user(space, user, states: dict) -> dict:
     applied = all(
         states.get(kind) is not None and states[kind].applied_sequence >= user.resource_version
         and not states[kind].invalidated
-        for kind in AGENTS_BY_SPACE_TYPE[space.type]
+        for kind in agents_needed(space.type)
     )
     return {
         "apiVersion": USER_API,

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from config_service import services
 from config_service.models import AddressSpace, AgentState, AppliedEvent, ConfigEvent, Outbox
-from config_service.status import AGENTS_BY_SPACE_TYPE
+from config_service.status import agents_needed
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def installed_agents() -> dict[str, Agent]:
 
 def installed_kinds(space_type: str) -> list[str]:
     installed = installed_agents()
-    return [k for k in AGENTS_BY_SPACE_TYPE.get(space_type, ()) if k in installed]
+    return [k for k in agents_needed(space_type) if k in installed]
 
 
 def run(space_uid, kind: str, agent: Agent | None = None, *,
@@ -87,7 +87,7 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         if space is None:
             _ack_outbox(space_uid, None)
             return None
-        if kind not in AGENTS_BY_SPACE_TYPE[space.type]:
+        if kind not in agents_needed(space.type):
             return None
         target = space.last_sequence  # read before the agent reads the projections: it
         # then applies this sequence or a later one, never an earlier one

@@ -4,7 +4,7 @@ import pytest
 from proton import ConnectionException
 from proton.utils import BlockingConnection, LinkDetached
 
-from .conftest import ADDRESS, add_tenant
+from .conftest import ADDRESS, ADMIN_PASSWORD, add_tenant
 
 OPEN = {"users": "alice", "sources": "*", "targets": "*", "allowDynamicSource": True}
 READ_ONLY = {"users": "rita", "sources": "*", "targets": "", "maxReceivers": 1}
@@ -30,6 +30,13 @@ def test_right_password_connects_and_attaches(router):
 def test_wrong_password_is_refused(router):
     with pytest.raises(ConnectionException, match="(?i)auth"):
         router.connect("alice", "wrong", vhost="red")
+
+
+def test_the_management_admin_cannot_log_in_on_the_client_listener(router):
+    # Internal users belong to the management listener only (docs/security.md).
+    for vhost in (None, "red"):
+        with pytest.raises(ConnectionException, match="(?i)auth"):
+            router.connect("admin", ADMIN_PASSWORD, vhost=vhost)
 
 
 def test_anonymous_is_refused_on_client_listener(router):

@@ -14,7 +14,6 @@ transaction. Prints those with the median and longest reconcile.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -23,20 +22,8 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.bench.common import ensure_database  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess  # noqa: E402
-
-
-def ensure_database(name: str) -> str:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres",
-                         autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgres://postgres@127.0.0.1:5432/{name}"
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
-                   env=dict(os.environ, DATABASE_URL=url))
-    return url
 
 
 class TransactionWatch(threading.Thread):

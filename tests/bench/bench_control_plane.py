@@ -39,6 +39,9 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from tests.bench.common import delete_queues  # noqa: E402
 
 
 def pct(values, q):
@@ -186,18 +189,6 @@ def main():
         platform.wait(timeout=30)
     if queue:
         delete_queues(queue)
-
-
-def delete_queues(queue: str) -> None:
-    """Drops the run's Celery queues and fan-out markers, so they do not pile up in Redis."""
-    import redis
-
-    url = os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL",
-                                                                "redis://127.0.0.1:6379/0")
-    client = redis.Redis.from_url(url)
-    client.delete(queue, f"{queue}-resync", f"{queue}-usage")
-    for key in client.scan_iter(f"maas:reconcile-pending:{queue}*"):
-        client.delete(key)
 
 
 if __name__ == "__main__":

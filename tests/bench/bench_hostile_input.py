@@ -26,12 +26,12 @@ import uuid
 from urllib.parse import urlparse
 
 import psycopg
-import redis
 import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.bench.common import delete_queues  # noqa: E402
 from tests.security.corpus import deep_json, deep_yaml, yaml_alias_bomb  # noqa: E402
 
 
@@ -160,16 +160,6 @@ def main():
         web.terminate()
         web.wait(timeout=30)
         delete_queues(queue)
-
-
-def delete_queues(queue: str) -> None:
-    """Drops the run's Celery queues and fan-out markers, so they do not pile up in Redis."""
-    url = os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL",
-                                                                "redis://127.0.0.1:6379/0")
-    client = redis.Redis.from_url(url)
-    client.delete(queue, f"{queue}-resync", f"{queue}-usage")
-    for key in client.scan_iter(f"maas:reconcile-pending:{queue}*"):
-        client.delete(key)
 
 
 if __name__ == "__main__":

@@ -27,23 +27,10 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.bench.common import ensure_database  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess  # noqa: E402
 
 PASSWORD = "bench-password"
-
-
-def ensure_database(name: str) -> str:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres",
-                         autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgres://postgres@127.0.0.1:5432/{name}"
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
-                   env=dict(os.environ, DATABASE_URL=url))
-    return url
 
 
 def start_platform(queue: str, concurrency: int, out) -> list[subprocess.Popen]:

@@ -102,9 +102,9 @@ class RouterAgent(Agent):
         # what the router held of every space when the restore began.
         self.management, self.snapshot = management, snapshot
 
-    def _connect(self, space: AddressSpace) -> Management:
+    def _connect(self, where: endpoints.SpaceEndpoints) -> Management:
         try:
-            return self.management or management_client(endpoints.of(space).router)
+            return self.management or management_client(where.router)
         except RouterUnreachable as exc:
             raise TransientError(str(exc)) from exc
 
@@ -112,11 +112,11 @@ class RouterAgent(Agent):
         if mgmt is not self.management:
             mgmt.close()
 
-    def _desired(self, space: AddressSpace):
+    def _desired(self, space: AddressSpace, where: endpoints.SpaceEndpoints | None = None):
         addresses = list(Address.objects.filter(space=space, scheduled=True))
         users = list(MessagingUser.objects.filter(space=space))
         user, password = credentials.router_broker(space.vhost)
-        broker = endpoints.of(space).broker
+        broker = (where or endpoints.of(space)).broker
         login = rc.BrokerLogin(broker.amqp_host, broker.amqp_port,
                                broker_username(space.vhost, user), password)
         throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
@@ -129,8 +129,9 @@ class RouterAgent(Agent):
 
     def reconcile(self, space: AddressSpace) -> Report:
         prefix = rc.owner_prefix(space.vhost)
-        addresses, desired, by_address = self._desired(space)
-        mgmt = self._connect(space)
+        where = endpoints.of(space)  # once: on Kubernetes it reads the space's infra
+        addresses, desired, by_address = self._desired(space, where)
+        mgmt = self._connect(where)
         try:
             actual = self._apply(mgmt, desired, prefix)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
@@ -177,7 +178,7 @@ class RouterAgent(Agent):
                       space_error="Router policy not yet verified" if space_missing else "")
 
     def teardown(self, space: AddressSpace) -> None:
-        mgmt = self._connect(space)
+        mgmt = self._connect(endpoints.of(space))
         try:
             apply(mgmt, {}, rc.owner_prefix(space.vhost))
         except RouterUnreachable as exc:

@@ -119,8 +119,8 @@ def management_api(broker: endpoints.BrokerEndpoint) -> rabbitmq.RabbitMQApi:
     return api
 
 
-def _reconciler(space: AddressSpace) -> "rabbitmq.BrokerReconciler":
-    return rabbitmq.BrokerReconciler(management_api(endpoints.of(space).broker))
+def _api(space: AddressSpace) -> rabbitmq.RabbitMQApi:
+    return management_api(endpoints.of(space).broker)
 
 
 class StorageController(Agent):
@@ -129,7 +129,8 @@ class StorageController(Agent):
     def reconcile(self, space: AddressSpace) -> Report:
         addresses = stored_addresses(space)
         try:
-            result = _reconciler(space).apply(desired_state(space, addresses))
+            api = _api(space)
+            result = rabbitmq.BrokerReconciler(api).apply(desired_state(space, addresses))
         except rabbitmq.BrokerError as exc:
             if exc.transient:
                 raise TransientError(str(exc)) from exc
@@ -137,7 +138,7 @@ class StorageController(Agent):
         if result.transient:
             raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
         wire_to_name = {a.broker_object_name: a.name for a in addresses}
-        purge_errors = self._purge(space, {a.name: a for a in addresses})
+        purge_errors = self._purge(api, space, {a.name: a for a in addresses})
         errors = {
             name: {"message": result.errors.get(wire) or "Not yet verified on the broker",
                    "permanent": False}
@@ -148,7 +149,7 @@ class StorageController(Agent):
         return Report(address_errors=errors, space_error="; ".join(problems)[:500])
 
     @staticmethod
-    def _purge(space: AddressSpace, by_name: dict) -> dict:
+    def _purge(api: rabbitmq.RabbitMQApi, space: AddressSpace, by_name: dict) -> dict:
         """Carries out the purges asked for since the last reconcile; returns {name: error}
         for those the broker refused for good. A transient error retries the whole reconcile
         (the purge is not recorded as done)."""
@@ -158,8 +159,7 @@ class StorageController(Agent):
             if address is None:
                 continue  # deleted (or not scheduled, so never on the broker) since
             try:
-                management_api(endpoints.of(space).broker).purge_queue(
-                    space.vhost, address.broker_object_name)
+                api.purge_queue(space.vhost, address.broker_object_name)
             except rabbitmq.BrokerError as exc:
                 if exc.transient:
                     raise TransientError(f"purge of {address.address}: {exc}") from exc
@@ -174,7 +174,7 @@ class StorageController(Agent):
         """Deletes the space's vhost (or MaaS's objects in it) and users; any failure is
         retried, so no vhost is left behind with its queues."""
         try:
-            result = _reconciler(space).teardown(space.vhost)
+            result = rabbitmq.BrokerReconciler(_api(space)).teardown(space.vhost)
         except rabbitmq.BrokerError as exc:
             raise TransientError(str(exc)) from exc
         if not result.ok:

@@ -261,6 +261,10 @@ MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
 MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
+# Where a router without the connector virtualHost extension (qdrouterd) reaches the local
+# RabbitMQ: the vhost relay (workers/vhost_relay.py) picks the vhost from the login.
+MAAS_VHOST_RELAY_HOST = env("MAAS_VHOST_RELAY_HOST", "127.0.0.1")
+MAAS_VHOST_RELAY_PORT = env_int("MAAS_VHOST_RELAY_PORT", 5677)
 # Per address space (vhost policy): the operator's defaults. An address space plan's
 # router_policy (admin) overrides each value for its spaces; a tenant cannot set them.
 MAAS_ROUTER_POLICY = {

@@ -42,6 +42,7 @@ class Management:
         self.reply_to = self.receiver.remote_source.address
         self._ids = itertools.count(1)
         self.timeout = timeout
+        self._schema: dict[str, frozenset] | None = None
 
     def request(self, operation: str, body=None, **properties):
         # A string: qdrouterd's Python agent (vhost, connector, ...) echoes no other kind.
@@ -60,6 +61,14 @@ class Management:
         if not 200 <= status < 300:
             raise ManagementError(status, str(reply.properties.get("statusDescription", "")))
         return reply.body
+
+    def schema(self) -> dict[str, frozenset]:
+        """{entity type: its attribute names} as this router declares them (GET-ATTRIBUTES,
+        asked once per connection): which MaaS extensions it has, which attributes exist."""
+        if self._schema is None:
+            body = self.request("GET-ATTRIBUTES", None) or {}
+            self._schema = {str(t): frozenset(map(str, names or ())) for t, names in body.items()}
+        return self._schema
 
     def query(self, entity_type: str, attributes=()) -> list[dict]:
         """Every entity of the type, with the given attributes (all if none are given)."""

@@ -10,6 +10,8 @@ once, through this agent, by the router watch (router_watch.py). Only entities n
 import logging
 import time
 
+from django.conf import settings
+
 from config_service.models import Address, AddressSpace, MessagingUser
 from tenants.models import AddressSpacePlan, TenantQuota
 
@@ -30,6 +32,17 @@ def management_client(router: endpoints.RouterEndpoint | None = None) -> Managem
     return Management(router.management_url, router.admin_user, router.admin_password)
 
 
+def entity_types(mgmt: Management) -> list[str]:
+    """The agent's entity types this router has (qdrouterd has no io.maas.router.user and
+    answers a QUERY of it with 400)."""
+    schema = mgmt.schema()
+    return [etype for etype in rc.ENTITY_TYPES if etype in schema]
+
+
+def features(mgmt: Management) -> rc.RouterFeatures:
+    return rc.RouterFeatures.of(mgmt.schema())
+
+
 def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
     # Only the attributes the diff and the verification look at: a QUERY returns every
     # space's entities, so each column costs the router and this agent once per entity.
@@ -38,7 +51,7 @@ def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
     for (etype, _), attributes in desired.items():
         wanted[etype].update(k for k in attributes if k not in rc.WRITE_ONLY)
     actual = {}
-    for etype in rc.ENTITY_TYPES:
+    for etype in entity_types(mgmt):
         for row in mgmt.query(etype, sorted(wanted[etype])):
             if str(row.get("name", "")).startswith(prefix):
                 actual[(etype, row["name"])] = row
@@ -49,7 +62,7 @@ def owned_by_space(mgmt: Management) -> dict[str, dict]:
     """{owner prefix: {(type, name): row}} of every space's entities on the router, from one
     QUERY per entity type: a snapshot for restoring many spaces at once."""
     snapshot: dict = {}
-    for etype in rc.ENTITY_TYPES:
+    for etype in entity_types(mgmt):
         for row in mgmt.query(etype):
             name = str(row.get("name", ""))
             if name.startswith("maas:") and name.count(":") >= 2:
@@ -58,28 +71,47 @@ def owned_by_space(mgmt: Management) -> dict[str, dict]:
     return snapshot
 
 
-def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = None) -> dict:
+def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = None,
+          refused: dict | None = None) -> dict:
     """Brings the router to `desired`; returns the owned entities afterwards, as the router
     confirmed them (each CREATE and UPDATE answers with the entity it now holds), so a
     reconcile reads the router's whole tables once, not twice. `actual`: what the router holds
-    of this space, if it was just read (a snapshot of many spaces); else it is queried."""
+    of this space, if it was just read (a snapshot of many spaces); else it is queried.
+    `refused`: if given, an entity the router refuses is recorded there ({key: error}) and the
+    rest is still applied; else the first refusal raises ManagementError."""
     if actual is None:
         actual = _owned(mgmt, prefix, desired)
     stale = [k for k in actual if k not in desired]
     changed = [k for k in desired if k in actual and rc.differs(desired[k], actual[k])]
     order = {t: i for i, t in enumerate(rc.ENTITY_TYPES)}
     after = {k: v for k, v in actual.items() if k not in stale}
+
+    def attempt(key, call, *args):
+        try:
+            return call(*args)
+        except ManagementError as exc:
+            if refused is None:
+                raise
+            refused[key] = exc
+            logger.warning("router.refused", extra={"entity": key[1], "type": key[0],
+                                                    "error": str(exc)})
+            return None
+
     for key in sorted(stale, key=lambda k: -order[k[0]]):
-        mgmt.delete(*key)
+        attempt(key, mgmt.delete, *key)
     for key in changed:
         if key[0] in (rc.VHOST, rc.USER):  # keep clients connected
-            after[key] = _confirmed(desired[key], mgmt.update(key[0], key[1], desired[key]))
+            answer = attempt(key, mgmt.update, key[0], key[1], desired[key])
+            if key not in (refused or {}):
+                after[key] = _confirmed(desired[key], answer)
         else:
-            mgmt.delete(*key)
+            attempt(key, mgmt.delete, *key)
             del after[key]
     for key in sorted(desired, key=lambda k: order[k[0]]):
-        if key not in after:
-            after[key] = _confirmed(desired[key], mgmt.create(key[0], key[1], desired[key]))
+        if key not in after and key not in (refused or {}):
+            answer = attempt(key, mgmt.create, key[0], key[1], desired[key])
+            if key not in (refused or {}):
+                after[key] = _confirmed(desired[key], answer)
     if stale or changed or len(actual) != len(desired):
         logger.info("router.applied", extra={"owner": prefix, "n_deleted": len(stale),
                                              "n_changed": len(changed),
@@ -112,28 +144,34 @@ class RouterAgent(Agent):
         if mgmt is not self.management:
             mgmt.close()
 
-    def _desired(self, space: AddressSpace, where: endpoints.SpaceEndpoints | None = None):
+    def _desired(self, space: AddressSpace, where: endpoints.SpaceEndpoints | None = None,
+                 features: rc.RouterFeatures = rc.EMBEDDED):
         addresses = list(Address.objects.filter(space=space, scheduled=True))
         users = list(MessagingUser.objects.filter(space=space))
         user, password = credentials.router_broker(space.vhost)
         broker = (where or endpoints.of(space)).broker
-        login = rc.BrokerLogin(broker.amqp_host, broker.amqp_port,
-                               broker_username(space.vhost, user), password)
+        host, port = broker.amqp_host, broker.amqp_port
+        if not features.connector_virtual_host and settings.MAAS_INFRA_BACKEND != "kubernetes":
+            # The shared RabbitMQ of one machine: only the vhost relay puts a router without
+            # the virtualHost extension into the space's vhost (docs/router.md).
+            host, port = settings.MAAS_VHOST_RELAY_HOST, settings.MAAS_VHOST_RELAY_PORT
+        login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password)
         throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
         # Read at every reconcile, so an operator's change of the plan reaches the routers at
         # the next resync without a config event.
         plan_policy = (AddressSpacePlan.objects.filter(name=space.plan)
                        .values_list("router_policy", flat=True).first())
         return addresses, *rc.desired_entities(space, addresses, users, login, throttled,
-                                               plan_policy=plan_policy)
+                                               plan_policy=plan_policy, features=features)
 
     def reconcile(self, space: AddressSpace) -> Report:
         prefix = rc.owner_prefix(space.vhost)
         where = endpoints.of(space)  # once: on Kubernetes it reads the space's infra
-        addresses, desired, by_address = self._desired(space, where)
         mgmt = self._connect(where)
+        refused: dict = {}
         try:
-            actual = self._apply(mgmt, desired, prefix)
+            addresses, desired, by_address = self._desired(space, where, features(mgmt))
+            actual = self._apply(mgmt, desired, prefix, refused)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
@@ -141,41 +179,48 @@ class RouterAgent(Agent):
                 for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"]):
                     if (rc.AUTO_LINK, row["name"]) in actual:
                         actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row["operStatus"]
-        except ManagementError as exc:
+        except ManagementError as exc:  # a QUERY or the schema: nothing could be compared
             return Report(space_error=f"Router refused the configuration: {exc}")
         except RouterUnreachable as exc:
             raise TransientError(str(exc)) from exc
         finally:
             self._release(mgmt)
-        return self._verify(desired, by_address, actual)
+        return self._verify(desired, by_address, actual, refused)
 
-    def _apply(self, mgmt: Management, desired: dict, prefix: str) -> dict:
+    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
         if self.snapshot is None:
-            return apply(mgmt, desired, prefix)
+            return apply(mgmt, desired, prefix, refused=refused)
         try:
             return apply(mgmt, desired, prefix, dict(self.snapshot.get(prefix, {})))
         except ManagementError:  # changed since the snapshot (a reconcile ran): read it anew
-            return apply(mgmt, desired, prefix)
+            return apply(mgmt, desired, prefix, refused=refused)
 
     @staticmethod
     def _inactive(actual: dict) -> set:
         return {key for key, row in actual.items()
                 if key[0] == rc.AUTO_LINK and row.get("operStatus") != "active"}
 
-    def _verify(self, desired, by_address, actual) -> Report:
+    def _verify(self, desired, by_address, actual, refused=None) -> Report:
+        refused = refused or {}
         missing = {k for k in desired if k not in actual or rc.differs(desired[k], actual[k])}
         inactive = self._inactive(actual)
         errors = {}
         for name, keys in by_address.items():
-            if missing & set(keys):
+            said = [_refusal(k, refused[k]) for k in keys if k in refused]
+            if said:
+                errors[name] = {"message": "; ".join(said), "permanent": False}
+            elif missing & set(keys):
                 errors[name] = {"message": "Router configuration not yet verified",
                                 "permanent": False}
             elif inactive & set(keys):
                 errors[name] = {"message": "Router autoLink to the broker is not active",
                                 "permanent": False}
-        space_missing = [k for k in missing if k[0] in (rc.VHOST, rc.USER, rc.CONNECTOR)]
-        return Report(address_errors=errors,
-                      space_error="Router policy not yet verified" if space_missing else "")
+        space_keys = [k for k in desired if k[0] in (rc.VHOST, rc.USER, rc.CONNECTOR)]
+        said = [_refusal(k, refused[k]) for k in space_keys if k in refused]
+        space_missing = [k for k in space_keys if k in missing]
+        space_error = ("; ".join(said) if said
+                       else "Router policy not yet verified" if space_missing else "")
+        return Report(address_errors=errors, space_error=space_error)
 
     def teardown(self, space: AddressSpace) -> None:
         mgmt = self._connect(endpoints.of(space))
@@ -185,3 +230,9 @@ class RouterAgent(Agent):
             raise TransientError(str(exc)) from exc
         finally:
             self._release(mgmt)
+
+
+def _refusal(key: tuple, exc: ManagementError) -> str:
+    """What a tenant reads in the status when the router refused one of its entities."""
+    etype = key[0].rsplit(".", 1)[-1]
+    return f"Router refused {etype} {key[1]}: {exc.status} {exc.description}"

@@ -38,6 +38,23 @@ def router_policy(plan_policy: dict | None) -> dict:
     return {**settings.MAAS_ROUTER_POLICY, **(plan_policy or {})}
 
 
+class RouterFeatures(NamedTuple):
+    """Which MaaS extensions the router has, read from its schema (GET-ATTRIBUTES): the agent
+    uses an extension only where it exists, so the same agent drives qdrouterd and the
+    embedded router."""
+
+    users: bool  # io.maas.router.user: the router checks passwords itself (else the auth service)
+    connector_virtual_host: bool  # connector.virtualHost: the router picks the broker's vhost
+
+    @classmethod
+    def of(cls, schema: dict) -> "RouterFeatures":
+        return cls(users=USER in schema,
+                   connector_virtual_host="virtualHost" in schema.get(CONNECTOR, ()))
+
+
+EMBEDDED = RouterFeatures(users=True, connector_virtual_host=True)
+
+
 class BrokerLogin(NamedTuple):
     """How the router reaches the space's broker: its AMQP listener and the router's login."""
 
@@ -48,11 +65,11 @@ class BrokerLogin(NamedTuple):
 
 
 def desired_entities(space, addresses, users, broker: BrokerLogin,
-                     throttled: bool = False, plan_policy: dict | None = None
-                     ) -> tuple[dict, dict]:
+                     throttled: bool = False, plan_policy: dict | None = None,
+                     features: RouterFeatures = EMBEDDED) -> tuple[dict, dict]:
     """({(entity type, name): attributes}, {address name: [its entity keys]}) for one space;
     `broker`: where the router connects to the space's broker vhost, and as whom;
-    `plan_policy`: the router_policy of the space's plan."""
+    `plan_policy`: the router_policy of the space's plan; `features`: the router's extensions."""
     vhost, prefix = space.vhost, owner_prefix(space.vhost)
     out: dict = {}
     by_address: dict = {}
@@ -68,8 +85,9 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
         limits["maxSenders"] = 0  # over quota: new senders get amqp:resource-limit-exceeded
     groups = {}
     for user in users:
-        add(USER, f"user:{user.username}", vhost=vhost, username=user.username,
-            passwordHash=user.password_hash)
+        if features.users:
+            add(USER, f"user:{user.username}", vhost=vhost, username=user.username,
+                passwordHash=user.password_hash)
         send, recv = [], []
         for rule in user.authorization:
             ops = set(rule["operations"])
@@ -78,8 +96,11 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
                 send += patterns
             if "recv" in ops or "manage" in ops:
                 recv += patterns
+        # `user@vhost`: the identity the auth service vouches for (qdrouterd matches the
+        # authenticated id exactly); qdrouterd refuses every host unless remoteHosts says so.
         groups[f"user-{user.username}"] = {
-            "users": user.username, "targets": _policy_list(send), "sources": _policy_list(recv),
+            "users": f"{user.username}@{vhost}", "remoteHosts": "*",
+            "targets": _policy_list(send), "sources": _policy_list(recv),
             "allowDynamicSource": True, **limits,
         }
     add(VHOST, "vhost", hostname=vhost, groups=groups,
@@ -87,9 +108,12 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
 
     stored = [a for a in addresses if a.type in ("queue", "topic", "subscription", "deadletter")]
     if stored:
+        # Without the virtualHost extension the connector reaches the vhost relay, which
+        # selects the vhost from the login's `@<vhost>` (qdrouterd 1.19 sends its `host`).
+        vhost_choice = {"virtualHost": f"vhost:{vhost}"} if features.connector_virtual_host else {}
         add(CONNECTOR, "broker", host=broker.host, port=str(broker.port),
             role="route-container", saslUsername=broker.username, saslPassword=broker.password,
-            virtualHost=f"vhost:{vhost}")
+            **vhost_choice)
     connection = prefix + "broker"
     for a in addresses:
         qualified = f"{vhost}/{a.address}"

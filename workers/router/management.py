@@ -62,6 +62,10 @@ class Management:
                 return 200, "OK", []
             if op == "GET-TYPES":
                 return 200, "OK", {t: [] for t in list(store.types()) + list(views.TYPES)}
+            if op == "GET-ATTRIBUTES":  # as qdrouterd: {type: [attribute names]}
+                return 200, "OK", {t: ["name", "identity", *E.SCHEMAS[t].defaults]
+                                   for t in store.types()
+                                   if t in E.SCHEMAS and (not etype or t == etype)}
             if op in ("CREATE", "READ", "UPDATE", "DELETE") and not etype:
                 return 400, "Missing type", None
             if op == "CREATE":

@@ -104,7 +104,8 @@ class Policy:
             if name == "$default":
                 continue
             users = [u.strip() for u in str(group.get("users", "")).split(",")]
-            if username in users or login in users or "*" in users:
+            # `user@vhost` is how the agent names a space's user (the auth service's identity)
+            if {username, login, f"{username}@{vhost}", "*"} & set(users):
                 return Grant(vhost, group)
         if "$default" in groups:
             return Grant(vhost, groups["$default"])

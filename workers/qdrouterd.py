@@ -1,0 +1,102 @@
+"""Qpid Dispatch Router (qdrouterd 1.19) in place of the embedded router: its static
+configuration (listeners, auth service, vhost policy) and the command that starts it.
+
+The platform finds qdrouterd only through the `QDROUTERD` environment variable (the path of
+the binary or of a wrapper that sets its PYTHONPATH); nothing of qdrouterd is in this project.
+Everything the router agent adds later (vhosts, connectors, addresses, links) goes over AMQP
+management, exactly as with the embedded router.
+"""
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+AUTH_PLUGIN = "maas-auth"
+# The policy vhost of the management listener: `$` is not allowed in space names, so no space
+# vhost can take it.
+MANAGEMENT_VHOST = "$management"
+
+
+def binary() -> str | None:
+    """The qdrouterd to run, or None: `QDROUTERD`, if it names an executable."""
+    path = os.environ.get("QDROUTERD", "")
+    return path if path and os.access(path, os.X_OK) else None
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """Where qdrouterd listens and whom it asks; the same settings as the embedded router."""
+
+    host: str
+    amqp_port: int
+    management_host: str
+    management_port: int
+    admin_user: str
+    auth_host: str
+    auth_port: int
+    amqps_port: int | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    metrics_host: str | None = None
+    metrics_port: int | None = None
+    max_connections: int = 10000
+
+
+def router_config(router_id: str, where: Listeners) -> list:
+    """qdrouterd's JSON configuration: a list of [entity type, attributes].
+
+    Tenants' listeners are `multiTenant` (a client's addresses are prefixed with its vhost,
+    the AMQP open hostname) and checked by the vhost policy the agent writes per space; SASL
+    is relayed to the MaaS auth service, which checks the messaging user's hash and returns
+    `user@vhost` as the identity the policy groups name. The management listener has its own
+    policy vhost that admits only the router admin (also checked by the auth service)."""
+    sasl = {"authenticatePeer": True, "saslMechanisms": "PLAIN", "saslPlugin": AUTH_PLUGIN}
+    config: list = [
+        ["router", {"mode": "standalone", "id": router_id}],
+        ["authServicePlugin", {"name": AUTH_PLUGIN, "host": where.auth_host,
+                               "port": str(where.auth_port)}],
+        ["policy", {"enableVhostPolicy": True, "maxConnections": where.max_connections}],
+        ["vhost", {"hostname": MANAGEMENT_VHOST, "allowUnknownUser": False,
+                   "groups": {"admin": {
+                       "users": where.admin_user, "remoteHosts": "*",
+                       "sources": "*", "targets": "*", "allowDynamicSource": True,
+                       "allowAnonymousSender": True, "maxSessions": 10}}}],
+        ["listener", {"name": "amqp", "host": where.host, "port": str(where.amqp_port),
+                      "role": "normal", "multiTenant": True, **sasl}],
+        ["listener", {"name": "management", "host": where.management_host,
+                      "port": str(where.management_port), "role": "normal",
+                      "policyVhost": MANAGEMENT_VHOST, **sasl}],
+    ]
+    if where.amqps_port and where.tls_cert and where.tls_key:
+        config += [
+            ["sslProfile", {"name": "amqps", "certFile": where.tls_cert,
+                            "privateKeyFile": where.tls_key}],
+            ["listener", {"name": "amqps", "host": where.host, "port": str(where.amqps_port),
+                          "role": "normal", "multiTenant": True, "sslProfile": "amqps",
+                          "requireSsl": True, **sasl}],
+        ]
+    if where.metrics_port:
+        # qdrouterd's HTTP listener serves /metrics and /healthz without authentication:
+        # loopback by default, as the embedded router's.
+        config.append(["listener", {"name": "metrics", "host": where.metrics_host or "127.0.0.1",
+                                    "port": str(where.metrics_port), "http": True,
+                                    "metrics": True, "healthz": True, "websockets": False,
+                                    "authenticatePeer": False}])
+    return config
+
+
+def write_config(path: Path, router_id: str, where: Listeners) -> Path:
+    """Writes the configuration where only its owner can read it; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(router_config(router_id, where), out, indent=2)
+    return path
+
+
+def command(config_path: Path) -> list[str]:
+    """The command line that runs qdrouterd on a configuration file."""
+    exe = binary()
+    if exe is None:
+        raise RuntimeError("QDROUTERD does not name an executable qdrouterd")
+    return [exe, "-c", str(config_path)]

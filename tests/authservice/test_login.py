@@ -34,6 +34,16 @@ def test_a_user_at_its_vhost_gets_its_identity_and_address_authz(auth_port, tena
     conn.close()
 
 
+def test_patterns_naming_the_routers_own_addresses_are_left_out(auth_port, tenant):
+    space = new_space(tenant)
+    new_user(space, "app", "app-password", [{"addresses": [
+        "orders", "$management", "_local/*", "_topo/0/r/$management", "x:/$management",
+        "/$management", "//host/$management"], "operations": ["send", "recv"]}])
+    conn = login(auth_port, f"app@{space.vhost}", "app-password")
+    assert identity_of(conn)[1] == {"orders": ["send", "recv"]}
+    conn.close()
+
+
 def test_manage_without_addresses_grants_every_address(auth_port, tenant):
     space = new_space(tenant)
     new_user(space, "ops", "ops-password", [{"addresses": [], "operations": ["manage"]}])

@@ -57,13 +57,22 @@ def _messaging_user(login: str, password: str) -> Identity | None:
 
 def address_authz(rules: list[dict]) -> dict[str, list[str]]:
     """A user's authorization rules as qdrouterd address-authz: send -> send, recv -> recv,
-    manage -> both, view -> nothing; no addresses means every address ("*")."""
+    manage -> both, view -> nothing; no addresses means every address ("*"). Patterns that
+    name the router's own addresses are left out."""
     authz: dict[str, list[str]] = {}
     for rule in rules:
         grants = [g for op in rule.get("operations", ()) for g in _GRANTS.get(op, ())]
         if not grants:
             continue
         for pattern in rule.get("addresses") or ["*"]:
+            if names_router_internals(pattern):
+                continue
             have = authz.setdefault(pattern, [])
             have += [g for g in ("send", "recv") if g in grants and g not in have]
     return authz
+
+
+def names_router_internals(pattern: str) -> bool:
+    """`$management`, `_local/...`, `_topo/...`, directly or behind what qdrouterd strips
+    before routing (a leading `/`, a `scheme:/` or `//host/` head): never a tenant's."""
+    return pattern.startswith(("$", "_", "/")) or ":/" in pattern

@@ -87,10 +87,19 @@ def test_an_oversized_frame_is_refused_before_it_is_read(auth_port, tenant):
     still_serving(auth_port, space)
 
 
+def deeply_nested(depth: int) -> bytes:
+    """sasl-init whose list holds a list that holds a list ... (list32 encodings)."""
+    value = b"\x45"  # the empty list
+    for _ in range(depth):
+        value = b"\xd0" + struct.pack(">II", len(value) + 4, 1) + value
+    return b"\x00\x53\x41" + value
+
+
 def test_a_malformed_frame_body_is_dropped(auth_port, tenant):
     space = new_space(tenant)
     new_user(space, "app", "app-password")
-    for body in (b"\x00\x53\x41\xc0\x10\x05", b"\xff" * 40, b"\x00\x53\x41\x45" + b"junk"):
+    for body in (b"\x00\x53\x41\xc0\x10\x05", b"\xff" * 40, b"\x00\x53\x41\x45" + b"junk",
+                 deeply_nested(7000)):
         with connect(auth_port) as sock:
             sock.sendall(sasl.SASL_HEADER + sasl.frame(sasl.SASL_FRAME, body))
             received = until_closed(sock)

@@ -144,7 +144,7 @@ def decode(body: bytes) -> Performative:
         data.rewind()
         data.next()
         value = data.get_object()
-    except (DataException, TypeError, ValueError, KeyError) as exc:
+    except (DataException, TypeError, ValueError, KeyError, RecursionError) as exc:
         raise ProtocolError(f"undecodable frame body: {exc}") from exc
     if used != len(body) or not isinstance(value, Described) or not isinstance(value.value, list):
         raise ProtocolError("a frame body is not one described list")

@@ -256,6 +256,9 @@ if not MAAS_ROUTER_ADMIN_PASSWORD:
     if MAAS_PRODUCTION and MAAS_ROUTER_ENABLED:
         raise RuntimeError("MAAS_ROUTER_ADMIN_PASSWORD must be set in production")
     MAAS_ROUTER_ADMIN_PASSWORD = installation_secret(MAAS_SECRETS_DIR, "router-admin-password")
+# The auth service routers delegate messaging clients' SASL to (`manage.py run_authservice`).
+MAAS_AUTH_SERVICE_HOST = env("MAAS_AUTH_SERVICE_HOST", "127.0.0.1")
+MAAS_AUTH_SERVICE_PORT = env_int("MAAS_AUTH_SERVICE_PORT", 5676)
 MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
 MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)

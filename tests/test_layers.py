@@ -11,6 +11,7 @@ from . import layering
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["maas", "tenants", "config_service", "workers", "spark"]
 TENANT_MODELS = ("tenants.models", "tenants.migrations.*")
+AUTH_SERVICE_PROTOCOL = ("workers.authservice.sasl", "workers.authservice.server")
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,13 @@ def test_spark_imports_no_django_and_no_app(project):
     others = tuple(p for p in PACKAGES if p != "spark")
     problems = layering.forbidden_imports(imports, "spark.*", layering.NOT_FOR_SPARK + others,
                                           "spark imports no Django and no app")
+    assert problems == [], report(problems)
+
+
+def test_the_auth_service_protocol_imports_no_django(project):
+    _, imports, _ = project  # the layers block already keeps every app out of it
+    problems = [p for module in AUTH_SERVICE_PROTOCOL for p in layering.forbidden_imports(
+        imports, module, layering.NOT_FOR_SPARK, "the auth service's protocol runs without Django")]
     assert problems == [], report(problems)
 
 

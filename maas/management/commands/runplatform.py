@@ -3,8 +3,9 @@
 Starts the web server (127.0.0.1:8000), a Celery worker running the agents on changes, a second
 one for resync and usage work, a third for the router watch, Celery beat (outbox relay, resync,
 router watch, usage sampling), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 5674, management
-5675) and the processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if one of
-them dies.
+5675), the auth service a qdrouterd delegates SASL to (127.0.0.1:5676; with the router enabled,
+embedded or not) and the processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or
+if one of them dies.
 """
 import os
 import signal
@@ -53,6 +54,12 @@ def processes(bind: str) -> dict[str, list[str]]:
             "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,
             "--metrics-host", settings.MAAS_ROUTER_METRICS_HOST,
             "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
+        ]
+    if settings.MAAS_ROUTER_ENABLED:
+        procs["authservice"] = [
+            py, str(settings.BASE_DIR / "manage.py"), "run_authservice",
+            "--host", settings.MAAS_AUTH_SERVICE_HOST,
+            "--port", str(settings.MAAS_AUTH_SERVICE_PORT),
         ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs

@@ -34,9 +34,12 @@ SPACE_SPEC_KEYS = ("type", "plan")
 # (403 ACCESS_REFUSED). `.` and `..` cannot be named in the management API's URLs.
 MAX_WIRE_NAME_BYTES = 255
 RESERVED_ADDRESSES = (".", "..")
-# `$` and `_!`: EnMasse's; `amq.`: RabbitMQ's; `_$qd`, `_local/`, `_topo/`, `_edge/`: the
-# router's own address classes (qdrouterd); `$maas.` (storage internals) starts with `$`.
-RESERVED_ADDRESS_PREFIXES = ("$", "_!", "amq.", "_$qd", "_local/", "_topo/", "_edge/")
+# `$`: EnMasse's and the routers' (`$management`; `$maas.`, storage internals); `amq.`:
+# RabbitMQ's; `_`: qdrouterd's own address classes (`_local/`, `_topo/`, `_edge/`, `_$qd`).
+RESERVED_ADDRESS_PREFIXES = ("$", "_", "amq.")
+# qdrouterd routes an address after dropping a `scheme:/` head, so `a:/b` would not reach
+# the address it names (and `x:/_local/...` would reach the router's own).
+ROUTED_AS_ANOTHER = ":/"
 # C1 controls too: an address is a wire name shown in consoles, never invisible.
 ADDRESS_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -85,6 +88,9 @@ def address(value) -> str:
                       "router)", field)
     if "::" in value:
         raise Invalid("spec.address must not contain '::'", field)
+    if ROUTED_AS_ANOTHER in value:
+        raise Invalid("spec.address must not contain ':/' (a router reads what precedes it as "
+                      "a URL scheme)", field)
     if len(value.encode()) > MAX_WIRE_NAME_BYTES:
         raise Invalid(f"spec.address must be at most {MAX_WIRE_NAME_BYTES} bytes of UTF-8 (a "
                       "RabbitMQ queue or exchange name)", field)

@@ -1,5 +1,5 @@
 """Logins against the real auth service with real proton clients: user@vhost, bare user names,
-the identity and address-authz its open carries, refusals, and the router admin."""
+the identity its open carries (and no address-authz), refusals, and the router admin."""
 import pytest
 from proton import ConnectionException
 
@@ -17,46 +17,20 @@ def refused(port: int, user: str, password: str) -> str:
     return str(failure.value)
 
 
-def test_a_user_at_its_vhost_gets_its_identity_and_address_authz(auth_port, tenant):
+def test_a_user_at_its_vhost_gets_its_identity_and_no_address_authz(auth_port, tenant):
     space = new_space(tenant)
     new_user(space, "app", "app-password", [
         {"addresses": ["orders"], "operations": ["send"]},
         {"addresses": ["news/*"], "operations": ["recv"]},
-        {"addresses": ["jobs", "orders"], "operations": ["manage"]},
-        {"addresses": ["audit"], "operations": ["view"]},
     ])
     conn = login(auth_port, f"app@{space.vhost}", "app-password")
     identity, authz = identity_of(conn)
     assert identity == {"sub": f"app@{space.vhost}", "preferred_username": "app"}
-    assert authz == {"orders": ["send", "recv"], "news/*": ["recv"], "jobs": ["send", "recv"]}
-    assert "ADDRESS-AUTHZ" in conn.conn.remote_offered_capabilities
+    # The space's vhost policy carries the rules: with address-authz qdrouterd 1.19 would let
+    # anonymous senders through to its own management (docs/router.md).
+    assert authz is None
+    assert "ADDRESS-AUTHZ" not in (conn.conn.remote_offered_capabilities or ())
     assert conn.conn.remote_container == "maas-auth-service"
-    conn.close()
-
-
-def test_patterns_naming_the_routers_own_addresses_are_left_out(auth_port, tenant):
-    space = new_space(tenant)
-    new_user(space, "app", "app-password", [{"addresses": [
-        "orders", "$management", "_local/*", "_topo/0/r/$management", "x:/$management",
-        "/$management", "//host/$management"], "operations": ["send", "recv"]}])
-    conn = login(auth_port, f"app@{space.vhost}", "app-password")
-    assert identity_of(conn)[1] == {"orders": ["send", "recv"]}
-    conn.close()
-
-
-def test_manage_without_addresses_grants_every_address(auth_port, tenant):
-    space = new_space(tenant)
-    new_user(space, "ops", "ops-password", [{"addresses": [], "operations": ["manage"]}])
-    conn = login(auth_port, f"ops@{space.vhost}", "ops-password")
-    assert identity_of(conn)[1] == {"*": ["send", "recv"]}
-    conn.close()
-
-
-def test_a_user_who_may_only_view_gets_an_empty_address_authz(auth_port, tenant):
-    space = new_space(tenant)
-    new_user(space, "viewer", "viewer-password", [{"addresses": [], "operations": ["view"]}])
-    conn = login(auth_port, f"viewer@{space.vhost}", "viewer-password")
-    assert identity_of(conn)[1] == {}  # sent empty, so qdrouterd allows no address at all
     conn.close()
 
 
@@ -112,11 +86,10 @@ def test_a_changed_password_applies_to_the_next_login(auth_port, tenant):
     login(auth_port, f"app@{space.vhost}", "new-password").close()
 
 
-def test_the_router_admin_may_send_to_management(auth_port, settings):
+def test_the_router_admin_logs_in_with_its_own_password_only(auth_port, settings):
     settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD = "admin", "mgmt-secret"
     conn = login(auth_port, "admin", "mgmt-secret")
-    assert identity_of(conn) == ({"sub": "admin", "preferred_username": "admin"},
-                                 {"$management": ["send"]})
+    assert identity_of(conn) == ({"sub": "admin", "preferred_username": "admin"}, None)
     conn.close()
     refused(auth_port, "admin", "mgmt-secret-not")
     refused(auth_port, "admin@x.y", "mgmt-secret")

@@ -269,8 +269,9 @@ def test_a_body_over_one_mebibyte_is_a_413(tenant, api, events_before, content_t
 
 # Finding 6: accepted but never Active ---------------------------------------------------------
 
-@pytest.mark.parametrize("wire", [".", "..", "amq.foo", "amq.gen-1", "_local/x", "_topo/0",
-                                  "_$qd.x", "\U0001F600" * 100, "a\x07b", "a\x9bb"])
+@pytest.mark.parametrize("wire", [".", "..", "amq.foo", "amq.gen-1", "_local/x", "_topo/0", "_x",
+                                  "x:/_local/y", "_$qd.x", "\U0001F600" * 100, "a\x07b",
+                                  "a\x9bb"])
 def test_names_rabbitmq_or_the_router_refuse_are_refused(tenant, api, events_before, wire):
     manifest = address_manifest("bs", "x")
     manifest["spec"]["address"] = wire

@@ -80,9 +80,11 @@ def outcome(code: int) -> bytes:
 
 
 def open_frame(container_id: str, sub: str, preferred_username: str,
-               address_authz: dict[str, list[str]], max_frame: int = MAX_FRAME) -> bytes:
+               address_authz: dict[str, list[str]] | None = None,
+               max_frame: int = MAX_FRAME) -> bytes:
     """The open qdrouterd's auth service plugin reads (remote_sasl.c): the identity under
-    `authenticated-identity`.`sub`, and `address-authz` as {string: array of string}."""
+    `authenticated-identity`.`sub`, and, only if given, `address-authz` as {string: array of
+    string} with the ADDRESS-AUTHZ capability. MaaS gives none (docs/router.md)."""
 
     def fill(d: Data) -> None:
         d.put_string(container_id)
@@ -90,7 +92,10 @@ def open_frame(container_id: str, sub: str, preferred_username: str,
         d.put_uint(max_frame)
         for _ in range(4):  # channel-max, idle-time-out, outgoing-locales, incoming-locales
             d.put_null()
-        _symbols(d, ["ADDRESS-AUTHZ"])  # offered-capabilities
+        if address_authz is None:
+            d.put_null()  # offered-capabilities
+        else:
+            _symbols(d, ["ADDRESS-AUTHZ"])
         d.put_null()  # desired-capabilities
         d.put_map()
         d.enter()
@@ -101,6 +106,9 @@ def open_frame(container_id: str, sub: str, preferred_username: str,
             d.put_string(key)
             d.put_string(value)
         d.exit()
+        if address_authz is None:
+            d.exit()
+            return
         d.put_symbol("address-authz")
         d.put_map()
         d.enter()

@@ -7,7 +7,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import sasl
 
@@ -18,7 +18,8 @@ logger = logging.getLogger(__name__)
 class Identity:
     sub: str  # the user id the router uses (its policy and logs)
     preferred_username: str
-    address_authz: dict[str, list[str]] = field(default_factory=dict)  # pattern -> send/recv
+    # pattern -> send/recv; None (MaaS's choice): the router's vhost policy decides alone
+    address_authz: dict[str, list[str]] | None = None
 
 
 Verifier = Callable[[str, str], Identity | None]

@@ -1,5 +1,11 @@
 """The auth service's verifier: messaging users from the database (salted RabbitMQ-style
-hashes) and the router admin, as identities with qdrouterd address-authz."""
+hashes) and the router admin, as the identities routers' vhost policies name.
+
+No address-authz: qdrouterd 1.19 turns anonymous senders on for a connection whose
+permissions come from the auth service and checks their messages' `to` as written, but routes
+it after dropping a `scheme:/` head, so a prefix grant (`news/*`) would reach the router's own
+`_local/$management`. The agent's per-space vhost policy carries the address rules instead
+(anonymous senders off), on qdrouterd and the embedded router alike (docs/router.md)."""
 import hmac
 
 from django.conf import settings
@@ -9,11 +15,6 @@ from config_service.models import MessagingUser
 from config_service.passwords import verify_password
 
 from .server import Identity
-
-# What the router admin may do: send management requests; its replies come to a dynamic
-# receiver, which the router allows to anyone the auth service authenticated.
-ADMIN_AUTHZ = {"$management": ["send"]}
-_GRANTS = {"send": ("send",), "recv": ("recv",), "manage": ("send", "recv")}
 
 
 def verify(login: str, password: str) -> Identity | None:
@@ -32,7 +33,7 @@ def _admin(login: str, password: str) -> Identity | None:
         return None
     if not hmac.compare_digest(password.encode("utf-8"), secret.encode("utf-8")):
         return None
-    return Identity(sub=user, preferred_username=user, address_authz=dict(ADMIN_AUTHZ))
+    return Identity(sub=user, preferred_username=user)
 
 
 def _messaging_user(login: str, password: str) -> Identity | None:
@@ -51,28 +52,5 @@ def _messaging_user(login: str, password: str) -> Identity | None:
     if len(matching) != 1:
         return None
     user = matching[0]
-    return Identity(sub=f"{user.username}@{user.space.vhost}", preferred_username=user.username,
-                    address_authz=address_authz(user.authorization))
+    return Identity(sub=f"{user.username}@{user.space.vhost}", preferred_username=user.username)
 
-
-def address_authz(rules: list[dict]) -> dict[str, list[str]]:
-    """A user's authorization rules as qdrouterd address-authz: send -> send, recv -> recv,
-    manage -> both, view -> nothing; no addresses means every address ("*"). Patterns that
-    name the router's own addresses are left out."""
-    authz: dict[str, list[str]] = {}
-    for rule in rules:
-        grants = [g for op in rule.get("operations", ()) for g in _GRANTS.get(op, ())]
-        if not grants:
-            continue
-        for pattern in rule.get("addresses") or ["*"]:
-            if names_router_internals(pattern):
-                continue
-            have = authz.setdefault(pattern, [])
-            have += [g for g in ("send", "recv") if g in grants and g not in have]
-    return authz
-
-
-def names_router_internals(pattern: str) -> bool:
-    """`$management`, `_local/...`, `_topo/...`, directly or behind what qdrouterd strips
-    before routing (a leading `/`, a `scheme:/` or `//host/` head): never a tenant's."""
-    return pattern.startswith(("$", "_", "/")) or ":/" in pattern

@@ -42,6 +42,21 @@ class Listeners:
     max_connections: int = 10000
 
 
+# Link routes to a container that never connects: an attach to a router-internal address
+# (`_local/$management` ...) finds no route and is refused. qdrouterd checks a link's address
+# against the policy as written but routes it after dropping a `scheme:/` head, so a tenant
+# allowed `news/*` could otherwise attach to `news/x:/_local/$management` and manage the
+# router. The agent and the router watch use `$management` on their own listener, not these.
+INTERNAL_PREFIXES = ("_local", "_topo", "_edge")
+NOWHERE = "maas-no-route"
+
+
+def internal_address_guards() -> list:
+    return [["linkRoute", {"name": f"maas-guard{prefix}-{direction}", "prefix": prefix,
+                           "direction": direction, "containerId": NOWHERE}]
+            for prefix in INTERNAL_PREFIXES for direction in ("in", "out")]
+
+
 def router_config(router_id: str, where: Listeners) -> list:
     """qdrouterd's JSON configuration: a list of [entity type, attributes].
 
@@ -66,6 +81,7 @@ def router_config(router_id: str, where: Listeners) -> list:
         ["listener", {"name": "management", "host": where.management_host,
                       "port": str(where.management_port), "role": "normal",
                       "policyVhost": MANAGEMENT_VHOST, **sasl}],
+        *internal_address_guards(),
     ]
     if where.amqps_port and where.tls_cert and where.tls_key:
         config += [

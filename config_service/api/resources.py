@@ -40,8 +40,10 @@ def endpoints(space) -> list[dict]:
     ports = [{"name": "amqp", "port": settings.MAAS_ROUTER_AMQP_PORT}]
     if _ca_cert(space):
         ports.append({"name": "amqps", "port": settings.MAAS_ROUTER_AMQPS_PORT})
+    # The AMQP open hostname selects the space on the router: qdrouterd's vhost policy and
+    # address prefix follow it alone (the embedded router also reads `user@vhost`).
     return [{"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": ports,
-             "username": f"<username>@{space.vhost}"}]
+             "virtualHost": space.vhost, "username": f"<username>@{space.vhost}"}]
 
 
 def _ca_cert(space) -> str:

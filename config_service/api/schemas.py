@@ -184,7 +184,10 @@ class EndpointStatus(Described):
     name = s.CharField(help_text="messaging or mqtt.")
     serviceHost = s.CharField()
     servicePorts = ServicePort(many=True)
-    virtualHost = s.CharField(required=False, help_text="The AMQP open hostname (brokered).")
+    virtualHost = s.CharField(
+        required=False,
+        help_text="The AMQP open hostname clients must send (the client's virtual host option): "
+                  "`vhost:<vhost>` on brokered spaces, `<vhost>` on standard ones.")
     username = s.CharField(help_text="The login pattern, with `<username>` to fill in.")
 
 

@@ -19,7 +19,7 @@ from proton.utils import BlockingConnection
 from tenants.models import Role
 from tenants.services import add_member, create_tenant
 from tests.conftest import CTX, Worker, make_user
-from tests.workers.conftest import router, router_settings  # noqa: F401 - fixtures
+from tests.workers.conftest import router, router_kind, router_settings  # noqa: F401 - fixtures
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",

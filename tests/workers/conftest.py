@@ -1,17 +1,55 @@
-"""Fixtures of the agent tests: one embedded router process per module, and the settings that
-point the router agent at it."""
+"""Fixtures of the agent tests: one router process per module, and the settings that point the
+router agent at it. Modules that set `BOTH_ROUTERS = True` run against the embedded router and
+against qdrouterd 1.19 (where `QDROUTERD` names a build; skipped with the reason elsewhere)."""
 import pytest
 
+from tests.qdrouterd import SKIP_REASON, AuthService, QdrouterdProcess, VhostRelay
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess
+from workers import qdrouterd
 from workers.agents import base
 
 
+def pytest_generate_tests(metafunc):
+    if "router_kind" in metafunc.fixturenames:
+        both = getattr(metafunc.module, "BOTH_ROUTERS", False)
+        metafunc.parametrize("router_kind", ["embedded", "qdrouterd"] if both else ["embedded"],
+                             scope="module")
+
+
 @pytest.fixture(scope="module")
-def router():
-    proc = RouterProcess()
+def router_kind():
+    """The embedded router, unless pytest_generate_tests chose (modules with BOTH_ROUTERS)."""
+    return "embedded"
+
+
+def pytest_collection_modifyitems(items):
+    # The auth service reads messaging users from its own database connection: the tests
+    # through qdrouterd commit their data.
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("router_kind") == "qdrouterd":
+            item.add_marker(pytest.mark.django_db(transaction=True))
+
+
+@pytest.fixture(scope="module")
+def router(router_kind):
+    if router_kind == "embedded":
+        proc = RouterProcess()
+        proc.kind, proc.relay = "embedded", None
+        proc.start()
+        yield proc
+        proc.stop()
+        return
+    if qdrouterd.binary() is None:
+        pytest.skip(SKIP_REASON)
+    auth, relay = AuthService(), VhostRelay()
+    proc = QdrouterdProcess(auth.port)
+    proc.relay = relay
     proc.start()
     yield proc
     proc.stop()
+    relay.stop()
+    auth.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +58,8 @@ def router_settings(settings, router):
     settings.MAAS_ROUTER_ADMIN_USER = "admin"
     settings.MAAS_ROUTER_ADMIN_PASSWORD = ADMIN_PASSWORD
     settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
+    if router.relay is not None:
+        settings.MAAS_VHOST_RELAY_PORT = router.relay.port
 
 
 def sync(space):

@@ -19,6 +19,7 @@ from tests.workers.conftest import sync
 from workers.agents import router_config as rc
 from workers.agents.qdr import Management
 
+BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
 PASSWORD = "app-password"
 
 
@@ -45,9 +46,12 @@ def user(space, username="app", rules=None):
 
 
 def connect(router, space, username="app", password=PASSWORD) -> BlockingConnection:
+    # The AMQP hostname names the space's vhost: qdrouterd's vhost policy and address prefix
+    # follow it (the embedded router also takes it from `user@vhost`).
     return BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
                               user=f"{username}@{space.vhost}", password=password,
-                              allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5)
+                              allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5,
+                              virtual_host=space.vhost)
 
 
 def phases(space):

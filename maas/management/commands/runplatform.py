@@ -3,9 +3,9 @@
 Starts the web server (127.0.0.1:8000), a Celery worker running the agents on changes, a second
 one for resync and usage work, a third for the router watch, Celery beat (outbox relay, resync,
 router watch, usage sampling), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 5674, management
-5675), the auth service a qdrouterd delegates SASL to (127.0.0.1:5676; with the router enabled,
-embedded or not) and the processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or
-if one of them dies.
+5675) -- or, when `QDROUTERD` names a qdrouterd binary, that qdrouterd on the same ports --, the
+auth service routers delegate SASL to (127.0.0.1:5676; with the router enabled) and the
+processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if one of them dies.
 """
 import os
 import signal
@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+
+from workers import qdrouterd
 
 
 def processes(bind: str) -> dict[str, list[str]]:
@@ -44,17 +46,10 @@ def processes(bind: str) -> dict[str, list[str]]:
         ensure_self_signed(settings.MAAS_ROUTER_TLS_CERT, settings.MAAS_ROUTER_TLS_KEY,
                            settings.MAAS_PUBLIC_HOST)
         mgmt = urlparse(settings.MAAS_ROUTER_MANAGEMENT_URL)
-        procs["router"] = [
-            py, "-m", "workers.router", "--host", settings.MAAS_ROUTER_HOST,
-            "--amqp-port", str(settings.MAAS_ROUTER_AMQP_PORT),
-            "--amqps-port", str(settings.MAAS_ROUTER_AMQPS_PORT),
-            "--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY,
-            "--management-host", mgmt.hostname or "127.0.0.1",
-            "--management-port", str(mgmt.port or 5675),
-            "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,
-            "--metrics-host", settings.MAAS_ROUTER_METRICS_HOST,
-            "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
-        ]
+        if qdrouterd.binary():
+            procs["router"] = qdrouterd_command(mgmt)
+        else:
+            procs["router"] = embedded_router_command(mgmt)
     if settings.MAAS_ROUTER_ENABLED:
         procs["authservice"] = [
             py, str(settings.BASE_DIR / "manage.py"), "run_authservice",
@@ -63,6 +58,36 @@ def processes(bind: str) -> dict[str, list[str]]:
         ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs
+
+
+def qdrouterd_command(mgmt) -> list[str]:
+    """qdrouterd (`QDROUTERD`) on the embedded router's settings, its configuration written
+    to var/qdrouterd.json at each start."""
+    where = qdrouterd.Listeners(
+        host=settings.MAAS_ROUTER_HOST, amqp_port=settings.MAAS_ROUTER_AMQP_PORT,
+        amqps_port=settings.MAAS_ROUTER_AMQPS_PORT, tls_cert=settings.MAAS_ROUTER_TLS_CERT,
+        tls_key=settings.MAAS_ROUTER_TLS_KEY, management_host=mgmt.hostname or "127.0.0.1",
+        management_port=mgmt.port or 5675, admin_user=settings.MAAS_ROUTER_ADMIN_USER,
+        auth_host=settings.MAAS_AUTH_SERVICE_HOST, auth_port=settings.MAAS_AUTH_SERVICE_PORT,
+        metrics_host=settings.MAAS_ROUTER_METRICS_HOST,
+        metrics_port=settings.MAAS_ROUTER_METRICS_PORT)
+    path = qdrouterd.write_config(settings.BASE_DIR / "var" / "qdrouterd.json", "maas", where)
+    return qdrouterd.command(path)
+
+
+def embedded_router_command(mgmt) -> list[str]:
+    py = sys.executable
+    return [
+        py, "-m", "workers.router", "--host", settings.MAAS_ROUTER_HOST,
+        "--amqp-port", str(settings.MAAS_ROUTER_AMQP_PORT),
+        "--amqps-port", str(settings.MAAS_ROUTER_AMQPS_PORT),
+        "--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY,
+        "--management-host", mgmt.hostname or "127.0.0.1",
+        "--management-port", str(mgmt.port or 5675),
+        "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,
+        "--metrics-host", settings.MAAS_ROUTER_METRICS_HOST,
+        "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
+    ]
 
 
 class Command(BaseCommand):

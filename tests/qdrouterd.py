@@ -1,0 +1,100 @@
+"""qdrouterd 1.19 beside the tests: the binary `QDROUTERD` names, configured by the project
+(workers/qdrouterd.py) on free ports, with the MaaS auth service and the vhost relay it needs.
+
+Tests that use it are skipped, with the reason, where `QDROUTERD` is not set; nothing of
+qdrouterd is in this repository.
+"""
+import os
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from proton.utils import BlockingConnection
+
+from tests.router.conftest import free_port, wait_port
+from workers import qdrouterd
+
+SKIP_REASON = "QDROUTERD does not name a qdrouterd 1.19 build (see docs/router.md)"
+needs_qdrouterd = pytest.mark.skipif(qdrouterd.binary() is None, reason=SKIP_REASON)
+
+
+class AuthService:
+    """The MaaS auth service in a thread of the test process, so it reads the test database
+    (the tests that use it commit their data: transactional)."""
+
+    def __init__(self):
+        from workers.authservice import users
+        from workers.authservice.server import AuthServer
+
+        self.port = free_port()
+        self.server = AuthServer(("127.0.0.1", self.port), users.verify)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class VhostRelay:
+    """The vhost relay (workers/vhost_relay.py) in front of the local RabbitMQ."""
+
+    def __init__(self, broker_host: str = "127.0.0.1", broker_port: int = 5672):
+        from workers import vhost_relay
+
+        self.port = free_port()
+        self.relay = vhost_relay.start_in_thread("127.0.0.1", self.port, broker_host, broker_port)
+
+    def stop(self) -> None:
+        self.relay.stop()
+
+
+class QdrouterdProcess:
+    """qdrouterd on free ports, restartable on the same ports; the same attributes as
+    tests.router.conftest.RouterProcess, so a test can take either."""
+
+    kind = "qdrouterd"
+
+    def __init__(self, auth_port: int, admin_user: str = "admin"):
+        self.amqp_port = free_port()
+        self.amqps_port = None
+        self.mgmt_port = free_port()
+        self.metrics_port = free_port()
+        self.auth_port, self.admin_user = auth_port, admin_user
+        self.dir = Path(tempfile.mkdtemp(prefix="qdrouterd-"))
+        self.log = self.dir / "qdrouterd.log"
+        self.proc = None
+
+    def start(self) -> None:
+        where = qdrouterd.Listeners(
+            host="127.0.0.1", amqp_port=self.amqp_port, management_host="127.0.0.1",
+            management_port=self.mgmt_port, admin_user=self.admin_user,
+            auth_host="127.0.0.1", auth_port=self.auth_port, metrics_host="127.0.0.1",
+            metrics_port=self.metrics_port)
+        path = qdrouterd.write_config(self.dir / "qdrouterd.json", "maas-test", where)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(qdrouterd.command(path), stdout=log, stderr=log,
+                                         env=dict(os.environ))
+        wait_port(self.amqp_port)
+        wait_port(self.mgmt_port)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def connect(self, user: str, password: str, vhost: str | None = None, **kw):
+        return BlockingConnection(f"amqp://127.0.0.1:{self.amqp_port}", user=user,
+                                  password=password, allowed_mechs="PLAIN",
+                                  allow_insecure_mechs=True, virtual_host=vhost, timeout=5, **kw)

@@ -286,7 +286,8 @@ MAAS_USAGE_SAMPLE_INTERVAL = env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0)
 # `make run`) or "kubernetes" (the infra controller, workers/infra, docs/deploy.md).
 MAAS_INFRA_BACKEND = env("MAAS_INFRA_BACKEND", "local")
 MAAS_INFRA_NAMESPACE = env("MAAS_INFRA_NAMESPACE", "maas")
-MAAS_ROUTER_IMAGE = env("MAAS_ROUTER_IMAGE", "quay.io/skupper/skupper-router:2.7.3")
+# Qpid Dispatch Router (not skupper-router: no link routes, no vhost policies; docs/deploy.md).
+MAAS_ROUTER_IMAGE = env("MAAS_ROUTER_IMAGE", "quay.io/interconnectedcloud/qdrouterd:1.17.1")
 MAAS_BROKER_IMAGE = env("MAAS_BROKER_IMAGE", "rabbitmq:3.13-management")
 MAAS_CONTROL_PLANE_IMAGE = env("MAAS_CONTROL_PLANE_IMAGE", "ghcr.io/maas-project/maas:0.1.0")
 MAAS_BROKER_STORAGE = env("MAAS_BROKER_STORAGE", "2Gi")
@@ -294,6 +295,10 @@ MAAS_BROKER_STORAGE_CLASS = env("MAAS_BROKER_STORAGE_CLASS", "")
 MAAS_ROUTER_SERVICE_TYPE = env("MAAS_ROUTER_SERVICE_TYPE", "ClusterIP")
 MAAS_INFRA_CONFIG_MAP = env("MAAS_INFRA_CONFIG_MAP", "maas-config")
 MAAS_INFRA_SECRET = env("MAAS_INFRA_SECRET", "maas-secrets")
+# Where the spaces' routers relay SASL: the auth service's Service (deploy/base/authservice.yaml)
+# in MAAS_INFRA_NAMESPACE unless a host is set.
+MAAS_INFRA_AUTH_SERVICE_HOST = env("MAAS_INFRA_AUTH_SERVICE_HOST", "")
+MAAS_INFRA_AUTH_SERVICE_PORT = env_int("MAAS_INFRA_AUTH_SERVICE_PORT", 5676)
 # The host clients are told to connect to (endpoints in address space status).
 MAAS_PUBLIC_HOST = env("MAAS_PUBLIC_HOST", "127.0.0.1")
 

@@ -75,8 +75,9 @@ def _kubernetes(space) -> SpaceEndpoints:
     broker = BrokerEndpoint(f"http://{host}:{m.BROKER_MANAGEMENT_PORT}/api",
                             m.BROKER_ADMIN_USER, infra_secret("broker-admin", infra.infra),
                             host, m.BROKER_AMQP_PORT)
-    # The management listener takes SASL ANONYMOUS: only the space's agent and the control
-    # plane may reach it (the router's NetworkPolicy).
+    # The management listener admits the router admin only (through the auth service), and
+    # only the space's agent may reach it (the router's NetworkPolicy).
     router_host = m.service_host(f"{m.router_name(infra.infra)}-internal", cfg)
-    router = RouterEndpoint(f"amqp://{router_host}:{m.ROUTER_MANAGEMENT_PORT}", "", "")
+    router = RouterEndpoint(f"amqp://{router_host}:{m.ROUTER_MANAGEMENT_PORT}",
+                            settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD)
     return SpaceEndpoints(broker=broker, router=router)

@@ -4,7 +4,9 @@ configuration (listeners, auth service, vhost policy) and the command that start
 The platform finds qdrouterd only through the `QDROUTERD` environment variable (the path of
 the binary or of a wrapper that sets its PYTHONPATH); nothing of qdrouterd is in this project.
 Everything the router agent adds later (vhosts, connectors, addresses, links) goes over AMQP
-management, exactly as with the embedded router.
+management, exactly as with the embedded router. The Kubernetes manifests
+(workers/infra/manifests.py) put the same configuration, in interior mode, into each standard
+space's router ConfigMap.
 """
 import json
 import os
@@ -40,6 +42,14 @@ class Listeners:
     metrics_host: str | None = None
     metrics_port: int | None = None
     max_connections: int = 10000
+    # One machine runs a standalone router; a space's router on Kubernetes is `interior`, with
+    # an inter-router listener, so that its replicas can be meshed.
+    mode: str = "standalone"
+    inter_router_port: int | None = None
+    # A router serving one space (Kubernetes): the tenant listeners' policy vhost, so a client
+    # gets that space's policy and address prefix whatever AMQP open hostname it sends.
+    tenant_vhost: str | None = None
+    worker_threads: int | None = None
 
 
 # Link routes to a container that never connects: an attach to a router-internal address
@@ -64,10 +74,25 @@ def router_config(router_id: str, where: Listeners) -> list:
     the AMQP open hostname) and checked by the vhost policy the agent writes per space; SASL
     is relayed to the MaaS auth service, which checks the messaging user's hash and returns
     `user@vhost` as the identity the policy groups name. The management listener has its own
-    policy vhost that admits only the router admin (also checked by the auth service)."""
+    policy vhost that admits only the router admin (also checked by the auth service).
+
+    With `tenant_vhost` the tenant listeners name it as their `policyVhost`: qdrouterd then
+    takes the policy and the `multiTenant` prefix from that vhost, not from the open hostname.
+    `interior` mode adds the inter-router listener (no SASL: only the space's own routers may
+    reach it, by NetworkPolicy)."""
+    if where.mode not in ("standalone", "interior"):
+        raise ValueError(f"mode must be standalone or interior, not {where.mode!r}")
+    if where.inter_router_port and where.mode != "interior":
+        raise ValueError("an inter-router listener needs mode interior")
     sasl = {"authenticatePeer": True, "saslMechanisms": "PLAIN", "saslPlugin": AUTH_PLUGIN}
+    tenant = {"multiTenant": True, **sasl}
+    if where.tenant_vhost:
+        tenant["policyVhost"] = where.tenant_vhost
+    router = {"mode": where.mode, "id": router_id}
+    if where.worker_threads:
+        router["workerThreads"] = where.worker_threads
     config: list = [
-        ["router", {"mode": "standalone", "id": router_id}],
+        ["router", router],
         ["authServicePlugin", {"name": AUTH_PLUGIN, "host": where.auth_host,
                                "port": str(where.auth_port)}],
         ["policy", {"enableVhostPolicy": True, "maxConnections": where.max_connections}],
@@ -77,7 +102,7 @@ def router_config(router_id: str, where: Listeners) -> list:
                        "sources": "*", "targets": "*", "allowDynamicSource": True,
                        "allowAnonymousSender": True, "maxSessions": 10}}}],
         ["listener", {"name": "amqp", "host": where.host, "port": str(where.amqp_port),
-                      "role": "normal", "multiTenant": True, **sasl}],
+                      "role": "normal", **tenant}],
         ["listener", {"name": "management", "host": where.management_host,
                       "port": str(where.management_port), "role": "normal",
                       "policyVhost": MANAGEMENT_VHOST, **sasl}],
@@ -85,15 +110,22 @@ def router_config(router_id: str, where: Listeners) -> list:
     ]
     if where.amqps_port and where.tls_cert and where.tls_key:
         config += [
-            ["sslProfile", {"name": "amqps", "certFile": where.tls_cert,
-                            "privateKeyFile": where.tls_key}],
+            # TLS 1.2 or newer only, as EnMasse's external listeners. Entity names are unique
+            # across types: the profile cannot be called "amqps" like its listener.
+            ["sslProfile", {"name": "tls", "certFile": where.tls_cert,
+                            "privateKeyFile": where.tls_key, "protocols": "TLSv1.2 TLSv1.3"}],
             ["listener", {"name": "amqps", "host": where.host, "port": str(where.amqps_port),
-                          "role": "normal", "multiTenant": True, "sslProfile": "amqps",
-                          "requireSsl": True, **sasl}],
+                          "role": "normal", "sslProfile": "tls", "requireSsl": True,
+                          **tenant}],
         ]
+    if where.inter_router_port:
+        config.append(["listener", {"name": "inter-router", "host": where.host,
+                                    "port": str(where.inter_router_port),
+                                    "role": "inter-router", "authenticatePeer": False}])
     if where.metrics_port:
         # qdrouterd's HTTP listener serves /metrics and /healthz without authentication:
-        # loopback by default, as the embedded router's.
+        # loopback by default, as the embedded router's (on Kubernetes, the probes' port,
+        # which the router's NetworkPolicy opens to its namespace only).
         config.append(["listener", {"name": "metrics", "host": where.metrics_host or "127.0.0.1",
                                     "port": str(where.metrics_port), "http": True,
                                     "metrics": True, "healthz": True, "websockets": False,

@@ -105,5 +105,11 @@ def test_backend_is_chosen_by_setting():
         assert "controller" not in agent.__dict__  # no API client until it first runs
         cfg = backend.infra_settings()
         assert (cfg.namespace, cfg.router_image) == ("infra", "example/router:1")
+        assert cfg.auth_service == ("maas-authservice.infra.svc", 5676)
+    with override_settings(MAAS_INFRA_AUTH_SERVICE_HOST="auth.example.com",
+                           MAAS_INFRA_AUTH_SERVICE_PORT=15676, MAAS_ROUTER_ADMIN_USER="root"):
+        cfg = backend.infra_settings()
+        assert cfg.auth_service == ("auth.example.com", 15676)
+        assert cfg.router_admin_user == "root"
     with override_settings(MAAS_INFRA_BACKEND="elsewhere"), pytest.raises(ValueError):
         backend.backend()

@@ -11,6 +11,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from django.conf import settings
 
 from workers.infra import kube
 from workers.infra import manifests as m
@@ -74,7 +75,8 @@ def test_static_manifests_validate(path):
 
 def test_there_are_static_manifests_to_validate():
     names = {p.name for p in static_files()}
-    assert {"web.yaml", "worker.yaml", "beat.yaml", "migrate.yaml", "rbac.yaml"} <= names
+    assert {"web.yaml", "worker.yaml", "beat.yaml", "migrate.yaml", "rbac.yaml",
+            "authservice.yaml"} <= names
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -170,3 +172,48 @@ def test_the_infra_controller_role_is_least_privilege_and_covers_what_it_owns(re
         if d["kind"] in ("Deployment", "StatefulSet", "Job") and d["metadata"]["name"] != \
                 "maas-worker":
             assert d["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("target", ["overlays/dev", "overlays/production"])
+def test_the_auth_service_runs_where_the_space_routers_look_for_it(rendered, target):
+    docs = rendered[target]
+    namespace = by(docs, "Deployment", "maas-authservice")["metadata"]["namespace"]
+    pod = by(docs, "Deployment", "maas-authservice")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "manage.py", "run_authservice",
+                                    "--host", "0.0.0.0", "--port", str(m.AUTH_SERVICE_PORT)]
+    assert container["envFrom"] == [{"configMapRef": {"name": "maas-config"}}]
+    assert pod["automountServiceAccountToken"] is False
+    service = by(docs, "Service", m.AUTH_SERVICE_NAME)
+    assert [p["port"] for p in service["spec"]["ports"]] == [m.AUTH_SERVICE_PORT]
+    assert service["spec"]["selector"].items() <= pod_labels(docs, "maas-authservice").items()
+    # The infra controller's default (MAAS_INFRA_NAMESPACE is the worker's namespace).
+    cfg = m.InfraSettings(namespace=namespace)
+    assert cfg.auth_service == (f"{m.AUTH_SERVICE_NAME}.{namespace}.svc", m.AUTH_SERVICE_PORT)
+
+
+def pod_labels(docs, deployment: str) -> dict:
+    return by(docs, "Deployment", deployment)["spec"]["template"]["metadata"]["labels"]
+
+
+def test_only_the_space_routers_reach_the_auth_service(rendered):
+    docs = rendered["overlays/production"]
+    policy = by(docs, "NetworkPolicy", "maas-authservice")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels(
+        docs, "maas-authservice").items()
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": m.AUTH_SERVICE_PORT}]
+    (peer,) = rule["from"]
+    space = m.space_infra("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "acme", "shop", "p", [])
+    wanted = peer["podSelector"]["matchLabels"].items()
+    assert wanted <= m.labels(space, "router").items()
+    for other in ("agent", "broker"):
+        assert not wanted <= m.labels(space, other).items()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_router_image_is_qdrouterd_everywhere(rendered, target):
+    config = by(rendered[target], "ConfigMap", "maas-config")["data"]
+    assert config["MAAS_ROUTER_IMAGE"] == m.InfraSettings().router_image
+    assert settings.MAAS_ROUTER_IMAGE == m.InfraSettings().router_image
+    assert "qdrouterd" in config["MAAS_ROUTER_IMAGE"]

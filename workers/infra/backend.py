@@ -50,6 +50,9 @@ def infra_settings() -> m.InfraSettings:
         router_service_type=get("MAAS_ROUTER_SERVICE_TYPE", defaults.router_service_type),
         config_map=get("MAAS_INFRA_CONFIG_MAP", defaults.config_map),
         secret=get("MAAS_INFRA_SECRET", defaults.secret),
+        auth_service_host=get("MAAS_INFRA_AUTH_SERVICE_HOST", defaults.auth_service_host),
+        auth_service_port=int(get("MAAS_INFRA_AUTH_SERVICE_PORT", defaults.auth_service_port)),
+        router_admin_user=get("MAAS_ROUTER_ADMIN_USER", defaults.router_admin_user),
     )
 
 

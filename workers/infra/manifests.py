@@ -13,6 +13,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from .. import qdrouterd
+
 FIELD_MANAGER = "maas-infra"
 PART_OF = "maas"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -36,6 +38,14 @@ BROKER_AMQP_PORT = 5672
 BROKER_MANAGEMENT_PORT = 15672
 BROKER_DIST_PORTS = (4369, 25672)  # epmd, Erlang distribution (clustered sharded brokers)
 BROKER_ADMIN_USER = "maas-admin"
+# The MaaS auth service of the control plane (deploy/base/authservice.yaml): every space's
+# router relays its clients' SASL there.
+AUTH_SERVICE_NAME = "maas-authservice"
+AUTH_SERVICE_PORT = 5676
+# Where the router container finds its configuration and certificate (volumes below).
+ROUTER_CONFIG_DIR = "/etc/maas-router"
+ROUTER_CERTS_DIR = "/etc/maas-router-certs"
+ROUTER_CONFIG_FILE = "qdrouterd.json"
 _EPSILON = 1e-9
 
 # Kinds the controller owns per space (the owner ConfigMap excluded), for pruning.
@@ -51,7 +61,8 @@ class InfraSettings:
     """Images, namespace and sizes (settings MAAS_INFRA_*, MAAS_*_IMAGE)."""
 
     namespace: str = "maas"
-    router_image: str = "quay.io/skupper/skupper-router:2.7.3"
+    # Qpid Dispatch Router 1.x (docs/deploy.md: why not skupper-router, and how sure the tag is)
+    router_image: str = "quay.io/interconnectedcloud/qdrouterd:1.17.1"
     broker_image: str = "rabbitmq:3.13-management"
     control_plane_image: str = "ghcr.io/maas-project/maas:0.1.0"
     router_resources: dict = field(default_factory=lambda: {
@@ -68,6 +79,15 @@ class InfraSettings:
     secret_mount: str = "/etc/maas/secrets"
     control_plane_selector: dict = field(default_factory=lambda: {LABEL_PART_OF: PART_OF,
                                                                   LABEL_COMPONENT: "worker"})
+    # The routers' SASL goes to the auth service: its Service in `namespace` unless set.
+    auth_service_host: str = ""
+    auth_service_port: int = AUTH_SERVICE_PORT
+    router_admin_user: str = "admin"  # the management listener's only user (MAAS_ROUTER_ADMIN_USER)
+
+    @property
+    def auth_service(self) -> tuple[str, int]:
+        return (self.auth_service_host or service_host(AUTH_SERVICE_NAME, self),
+                self.auth_service_port)
 
 
 @dataclass(frozen=True)
@@ -233,38 +253,38 @@ def owner_manifest(space: SpaceInfra, cfg: InfraSettings) -> dict:
 
 # Router --------------------------------------------------------------------------------------
 
-def router_config(space: SpaceInfra) -> list:
-    """skupper-router (qdrouterd) configuration: listeners only; the agent adds the rest."""
-    certs = "/etc/skupper-router-certs"
-    return [
-        ["router", {"mode": "interior", "id": "${HOSTNAME}", "workerThreads": 2}],
-        ["sslProfile", {"name": "external", "certFile": f"{certs}/tls.crt",
-                        "privateKeyFile": f"{certs}/tls.key", "protocols": "TLSv1.2 TLSv1.3"}],
-        ["listener", {"name": "amqp", "host": "0.0.0.0", "port": ROUTER_AMQP_PORT,
-                      "role": "normal", "authenticatePeer": True, "saslMechanisms": "PLAIN"}],
-        ["listener", {"name": "amqps", "host": "0.0.0.0", "port": ROUTER_AMQPS_PORT,
-                      "role": "normal", "authenticatePeer": True, "saslMechanisms": "PLAIN",
-                      "sslProfile": "external", "requireSsl": True}],
-        # Reachable only from the space's agent (NetworkPolicy).
-        ["listener", {"name": "management", "host": "0.0.0.0", "port": ROUTER_MANAGEMENT_PORT,
-                      "role": "normal", "authenticatePeer": False}],
-        ["listener", {"name": "inter-router", "host": "0.0.0.0",
-                      "port": ROUTER_INTER_ROUTER_PORT, "role": "inter-router",
-                      "authenticatePeer": False}],
-        ["listener", {"name": "health", "host": "0.0.0.0", "port": ROUTER_HTTP_PORT,
-                      "http": True, "healthz": True, "metrics": True, "websockets": False}],
-        ["address", {"prefix": f"{space.vhost}/", "distribution": "balanced"}],
-    ]
+def router_listeners(space: SpaceInfra, cfg: InfraSettings) -> qdrouterd.Listeners:
+    """Where a space's qdrouterd listens: every port on all interfaces (the NetworkPolicy says
+    who may reach which), interior mode for the replicas' mesh, the space's vhost as the tenant
+    listeners' policy vhost (clients need not send it as their AMQP hostname), SASL relayed to
+    the control plane's auth service."""
+    auth_host, auth_port = cfg.auth_service
+    return qdrouterd.Listeners(
+        host="0.0.0.0", amqp_port=ROUTER_AMQP_PORT,
+        management_host="0.0.0.0", management_port=ROUTER_MANAGEMENT_PORT,
+        admin_user=cfg.router_admin_user, auth_host=auth_host, auth_port=auth_port,
+        amqps_port=ROUTER_AMQPS_PORT, tls_cert=f"{ROUTER_CERTS_DIR}/tls.crt",
+        tls_key=f"{ROUTER_CERTS_DIR}/tls.key",
+        metrics_host="0.0.0.0", metrics_port=ROUTER_HTTP_PORT,
+        mode="interior", inter_router_port=ROUTER_INTER_ROUTER_PORT,
+        tenant_vhost=space.vhost, worker_threads=2)
+
+
+def router_config(space: SpaceInfra, cfg: InfraSettings) -> list:
+    """The qdrouterd configuration of the space's router pods (workers/qdrouterd.py): the
+    listeners, the auth service plugin and the management policy; the agent adds the rest over
+    management. The image expands `${HOSTNAME}` (the pod name) into a unique router id."""
+    return qdrouterd.router_config("${HOSTNAME}", router_listeners(space, cfg))
 
 
 def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
                      tls: Certificate) -> list[dict]:
     infra, name = space.infra, router_name(space.infra)
-    config = json.dumps(router_config(space), indent=2, sort_keys=True)
+    config = json.dumps(router_config(space, cfg), indent=2, sort_keys=True)
     tls_name = tls_secret_name(infra)
     meta = lambda n, **kw: _metadata(space, cfg, n, "router", owner_uid, **kw)  # noqa: E731
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
-                  "data": {"skrouterd.json": config}}
+                  "data": {ROUTER_CONFIG_FILE: config}}
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
               "metadata": meta(tls_name),
               "data": {"tls.crt": _b64(tls.cert_pem), "tls.key": _b64(tls.key_pem),
@@ -289,7 +309,9 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
     container = {
         "name": "router",
         "image": cfg.router_image,
-        "env": [{"name": "QDROUTERD_CONF", "value": "/etc/skupper-router/skrouterd.json"},
+        # The image's launch script copies QDROUTERD_CONF to /tmp/qdrouterd.<TYPE>, expands
+        # environment variables in it and runs qdrouterd on it.
+        "env": [{"name": "QDROUTERD_CONF", "value": f"{ROUTER_CONFIG_DIR}/{ROUTER_CONFIG_FILE}"},
                 {"name": "QDROUTERD_CONF_TYPE", "value": "json"}],
         "ports": [
             {"name": "amqp", "containerPort": ROUTER_AMQP_PORT, "protocol": "TCP"},
@@ -306,8 +328,9 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
         "resources": cfg.router_resources,
         "securityContext": {**_security_context(), "readOnlyRootFilesystem": True},
         "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/skupper-router", "readOnly": True},
-            {"name": "certs", "mountPath": "/etc/skupper-router-certs", "readOnly": True},
+            {"name": "config", "mountPath": ROUTER_CONFIG_DIR, "readOnly": True},
+            {"name": "certs", "mountPath": ROUTER_CERTS_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
     statefulset = {
@@ -328,6 +351,7 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{name}-config"}},
                         {"name": "certs", "secret": {"secretName": tls_name}},
+                        {"name": "tmp", "emptyDir": {}},
                     ],
                     "affinity": _spread(space, "router"),
                 },
@@ -357,6 +381,9 @@ def broker_config(space: SpaceInfra, cfg: InfraSettings, broker: Broker) -> dict
         f"management.tcp.port = {BROKER_MANAGEMENT_PORT}",
         "vm_memory_high_watermark.relative = 0.6",
         "disk_free_limit.absolute = 256MB",
+        # qdrouterd's connectors cannot send RabbitMQ's `vhost:NAME` open hostname (they send
+        # the broker's host name, which selects this default): these brokers serve one space.
+        f"amqp1_0.default_vhost = {space.vhost}",
         "cluster_formation.peer_discovery_backend = classic_config",
     ]
     for i in range(broker.replicas):
@@ -504,8 +531,9 @@ def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> dic
         {"name": "MAAS_INFRA_BACKEND", "value": "kubernetes"},
         {"name": "MAAS_ROUTER_MANAGEMENT_URL",
          "value": f"amqp://{router_internal}:{ROUTER_MANAGEMENT_PORT}"},
-        # SASL ANONYMOUS on the management listener, which only this pod reaches.
-        {"name": "MAAS_ROUTER_ADMIN_USER", "value": ""},
+        # The management listener takes the router admin only, checked by the auth service:
+        # MAAS_ROUTER_ADMIN_USER and its password file come from the control plane's config.
+        {"name": "MAAS_ROUTER_ADMIN_USER", "value": cfg.router_admin_user},
         {"name": "MAAS_ROUTER_HOST", "value": service_host(router_name(infra), cfg)},
         {"name": "MAAS_ROUTER_AMQP_PORT", "value": str(ROUTER_AMQP_PORT)},
         {"name": "MAAS_ROUTER_AMQPS_PORT", "value": str(ROUTER_AMQPS_PORT)},

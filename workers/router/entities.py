@@ -77,6 +77,11 @@ SCHEMAS: dict[str, Schema] = {
     ),
 }
 
+# The vhost group settings the embedded policy enforces (policy.py), by qdrouterd's names. A
+# group is a free map: other keys, such as qdrouterd's remoteHosts, are kept and ignored.
+GROUP_KEYS = ("users", "sources", "targets", "allowDynamicSource", "maxSessions", "maxSenders",
+              "maxReceivers")
+
 # attributes the router computes; a CREATE/UPDATE may not set them
 _READ_ONLY = {"operStatus", "lastError", "connectionStatus", "connectionMsg"}
 # never returned by QUERY/READ

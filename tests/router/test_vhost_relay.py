@@ -37,13 +37,13 @@ PASSWORD = "relay-secret"
 
 
 class RelayProcess:
-    def __init__(self, broker_port: int = 5672):
+    def __init__(self, broker_port: int = 5672, log_level: str = "WARNING", stderr=None):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "workers.vhost_relay", "--listen", f"127.0.0.1:{self.port}",
              "--broker", f"127.0.0.1:{broker_port}", "--connect-timeout", "2",
-             "--log-level", "WARNING"],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+             "--log-level", log_level],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=stderr, text=True)
         wait_port(self.port)
 
     def connect(self, user: str, password: str) -> BlockingConnection:
@@ -194,6 +194,23 @@ def test_twenty_concurrent_connections_each_reach_the_vhost(relay, space):
     for t in threads:
         t.join(60)
     assert errors == []
+
+
+def test_each_connection_is_logged_once_with_its_vhost_and_peer(space):
+    logged = RelayProcess(log_level="INFO", stderr=subprocess.PIPE)
+    try:
+        logged.connect(f"u@{space.vhost}", PASSWORD).close()
+        with pytest.raises(ConnectionException):
+            logged.connect(f"u@{space.vhost}", "wrong")
+    finally:
+        logged.stop()
+    lines = [json.loads(line) for line in logged.proc.stderr.read().splitlines()]
+    # (the start-up probe, a bare TCP connect, is logged as closed before its open, no user)
+    per_connection = [(x["event"], x["vhost"]) for x in lines if x.get("user")]
+    assert per_connection == [("vhost_relay.connection", space.vhost),
+                              ("vhost_relay.closed_before_open", space.vhost)]
+    assert all(x["peer"].startswith("127.0.0.1:") for x in lines if "peer" in x)
+    assert PASSWORD not in "".join(map(str, lines))
 
 
 QDROUTERD = os.environ.get("QDROUTERD") or "/opt/qdr/bin/qdrouterd"

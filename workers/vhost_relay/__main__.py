@@ -26,11 +26,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(prog="python -m workers.vhost_relay", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--listen", type=host_port, default=host_port(
-        f"{env('MAAS_VHOST_RELAY_HOST', '127.0.0.1')}:{env('MAAS_VHOST_RELAY_PORT', '5677')}"))
-    p.add_argument("--broker", type=host_port, default=host_port(
-        f"{env('RABBITMQ_AMQP_HOST', '127.0.0.1')}:{env('RABBITMQ_AMQP_PORT', '5672')}"))
-    p.add_argument("--connect-timeout", type=float, default=10.0)
+    p.add_argument("--listen", type=host_port, metavar="HOST:PORT", default=host_port(
+        f"{env('MAAS_VHOST_RELAY_HOST', '127.0.0.1')}:{env('MAAS_VHOST_RELAY_PORT', '5677')}"),
+        help="where routers connect (MAAS_VHOST_RELAY_HOST/_PORT; 127.0.0.1:5677)")
+    p.add_argument("--broker", type=host_port, metavar="HOST:PORT", default=host_port(
+        f"{env('RABBITMQ_AMQP_HOST', '127.0.0.1')}:{env('RABBITMQ_AMQP_PORT', '5672')}"),
+        help="RabbitMQ's AMQP listener (RABBITMQ_AMQP_HOST/_PORT; 127.0.0.1:5672)")
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="to the broker, after which the router's connection is closed")
     p.add_argument("--log-level", default=env("MAAS_VHOST_RELAY_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 

@@ -65,10 +65,14 @@ def phases(space):
 def wait_for_bindings(space, exchange: str, n: int) -> None:
     """Until RabbitMQ has bound `n` receivers' queues to the topic's exchange (a receiver's
     attach returns before the broker has bound its queue)."""
-    path = f"/exchanges/{quote(space.vhost, safe='')}/{exchange}/bindings/source"
+    vhost = quote(space.vhost, safe="")
+    # receivers of `<topic>/<key>` bind to the topic, of the bare topic to its fanout exchange
+    paths = [f"/exchanges/{vhost}/{quote(x, safe='')}/bindings/source"
+             for x in (exchange, rc.FANOUT_PREFIX + exchange)]
 
     def bound() -> int:  # receivers get server-named queues; a subscription's queue is not one
-        return sum(b["destination"].startswith("amq.gen") for b in rabbit.api(path).json())
+        return sum(b["destination"].startswith("amq.gen")
+                   for path in paths for b in rabbit.api(path).json())
 
     wait_for(lambda: bound() >= n, 10, what=f"{n} receivers bound to {exchange}")
 
@@ -130,7 +134,10 @@ def test_topic_reaches_every_subscriber_and_a_durable_subscription_keeps_message
     wait_for_bindings(space, "news", 2)
     sender = open_sender(cs, "news")
     sender.send(Message(body="hello", subject="weather"))
-    assert r1.receive(5).body == "hello" and r2.receive(5).body == "hello"
+    # Settled before the receivers leave: qdrouterd returns what a leaving receiver left
+    # unsettled as `modified`, which RabbitMQ 3.10 answers by ending the session all the
+    # space's routed links share (docs/router.md, known gaps).
+    assert receive_bodies(r1, 1) == ["hello"] and receive_bodies(r2, 1) == ["hello"]
     for conn in (c1, c2):
         conn.close()
     sender.send(Message(body="while away", subject="weather"))  # nobody attached to archive

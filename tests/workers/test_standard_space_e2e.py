@@ -5,8 +5,8 @@ import uuid
 from urllib.parse import quote
 
 import pytest
-from proton import ConnectionException, Delivery, Message, Timeout
-from proton.utils import BlockingConnection, LinkDetached
+from proton import ConnectionException, Delivery, LinkException, Message, Timeout
+from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from config_service import services
 from config_service.models import Address, AddressSpace
@@ -356,3 +356,58 @@ def test_the_msg_command_sends_and_receives_through_the_router(router, space, te
     assert out.getvalue().split("\n")[:2] == ["hi 1", "hi 2"]
     with pytest.raises(CommandError, match="refused"):
         call_command("msg", "send", *common[:-1], "wrong-password")
+
+
+def test_a_refusal_by_the_router_shows_in_the_address_status(router, space):
+    """Another entity holds the prefix the agent needs: the router's own error (both routers
+    answer `400 Already exists`) is in the address's messages, not only in a log."""
+    mgmt = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
+    squatter = (rc.ADDRESS, f"someone-else-{space.name}")
+    mgmt.create(*squatter, {"prefix": f"{space.vhost}/orders", "distribution": "balanced"})
+    add(space, "orders", "anycast", "standard-small-anycast")
+    add(space, "events", "multicast", "standard-small-multicast")
+    sync(space)
+    space = AddressSpace.objects.get(uid=space.uid)
+    states = agent_states([space.uid]).get(space.uid, {})
+    orders = address_status(space, space.addresses.get(address="orders"), states)
+    assert orders.phase == "Configuring"
+    assert any("Router refused address" in m and "400 Already exists" in m
+               for m in orders.messages), orders.messages
+    assert phases(space)["events"] == "Active"  # the rest of the space is configured
+    mgmt.delete(*squatter)
+    mgmt.close()
+    sync(space)
+    assert phases(space)["orders"] == "Active"
+
+
+def management_answers(conn, target: str | None, to: str | None = None) -> bool:
+    """Whether a QUERY sent to `target` (or by an anonymous sender, to `to`) is answered."""
+    try:
+        replies = conn.create_receiver(None, dynamic=True)
+        sender = open_sender(conn, target) if target else conn.create_sender(None)
+        sender.send(Message(body={"attributeNames": ["name"]}, address=to,
+                            reply_to=replies.remote_source.address, properties={
+                                "operation": "QUERY",
+                                "entityType": "org.apache.qpid.dispatch.listener"}), timeout=2)
+        replies.receive(2)
+        return True
+    except (LinkException, SendException, Timeout, ConnectionException):
+        return False  # refused, rejected or unanswered
+
+
+@pytest.mark.parametrize("grant", ["*", "news/*"])
+def test_no_grant_reaches_the_routers_management(router, space, grant):
+    """qdrouterd checks a link's address against the policy as written but routes it after
+    dropping a `scheme:/` head: `news/x:/_local/$management` must still go nowhere."""
+    user(space, rules=[{"addresses": [grant], "operations": ["send", "recv"]}])
+    sync(space)
+    for target, to in [("news/x:/_local/$management", None), ("x:/_local/$management", None),
+                       ("_local/$management", None), ("$management", None),
+                       ("_topo/0/maas-test/$management", None), ("//r/_local/$management", None),
+                       (None, "news/x:/_local/$management"), (None, "_local/$management"),
+                       (None, "$management")]:
+        conn = connect(router, space)
+        try:
+            assert not management_answers(conn, target, to), (target, to)
+        finally:
+            conn.close()

@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 from django.conf import settings
 
+from config_service.validation import TOPIC_FANOUT_PREFIX
+
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
 AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
 LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
@@ -22,7 +24,7 @@ USER = "io.maas.router.user"  # MaaS extension: a SASL PLAIN credential (salted 
 # Applied in this order, deleted in the reverse order (links before what they refer to).
 ENTITY_TYPES = (USER, VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
-FANOUT_PREFIX = "$maas.all."  # the storage controller's fanout exchange of each topic
+FANOUT_PREFIX = TOPIC_FANOUT_PREFIX  # the storage controller's fanout exchange of each topic
 
 
 def owner_prefix(vhost: str) -> str:

@@ -43,7 +43,9 @@ OWNER_TAG = "maas-owned"
 OWNER_ARG = "x-maas-owned"
 INTERNAL_PREFIX = "$maas."
 DLX_EXCHANGE = "$maas.dlx"
-FANOUT_PREFIX = "$maas.all."  # + topic: every message of the topic, for bare-topic receivers
+# + topic: every message of the topic, for bare-topic receivers (config_service.validation
+# keeps topic names short enough for it; the router agent routes to it)
+FANOUT_PREFIX = "$maas.all."
 POLICY_PREFIX = "$maas.q."
 POLICY_PRIORITY = 1000  # only one policy applies to a queue: ours must win over others
 AMQ_DEFAULT = r"amq\.default"  # the name RabbitMQ checks for the default exchange

@@ -28,8 +28,8 @@ def configure(mgmt, rabbit, broker_port: int) -> None:
                     connection="broker", delExternalPrefix="t2/", addExternalPrefix="/exchange/")
     # durable subscription `news-sub`: a queue bound to the topic (key `weather`)
     mgmt.create(LINK_ROUTE, "t2-news-sub", prefix="t2/news-sub", direction="out",
-                connection="broker", delExternalPrefix="t2/news-sub",
-                addExternalPrefix="/amq/queue/news-sub")
+                connection="broker", delExternalPrefix="t2/",
+                addExternalPrefix="/amq/queue/")
 
 
 @pytest.fixture(scope="module")

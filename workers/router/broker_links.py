@@ -227,7 +227,7 @@ class BrokerLinks:
             return
         external = address
         strip = route.get("delExternalPrefix")
-        if strip and external.startswith(strip):
+        if strip and external.startswith(strip) and len(external) > len(strip):  # qdrouterd's
             external = external[len(strip):]
         if route.get("addExternalPrefix"):
             external = route["addExternalPrefix"] + external

@@ -232,7 +232,11 @@ class Loop:
         if conn.closed:
             return
         if conn.tls is not None:
-            conn.tls.write(data)
+            try:
+                conn.tls.write(data)
+            except ssl.SSLError:  # TLS already over: nothing more reaches this client
+                conn.finishing = True
+                return
             data = conn.tls_out.read()
         conn.raw_out += data
 

@@ -297,6 +297,8 @@ def create_address(*, ctx: Context, space: AddressSpace, name=None, address=None
     address_type = validation.address_type(type, space.type)
     if address_type == "subscription":
         validation.subscription_queue(wire, topic)
+    if address_type == "topic":
+        validation.topic_exchanges(wire)
     plan_obj = _address_plan(plan, address_type, space)
     refs = _references(space, address_type, topic, deadletter, expiry)
     extra = _address_spec(address_type, spec or {})

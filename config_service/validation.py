@@ -104,6 +104,19 @@ def subscription_queue(address_: str, topic) -> None:
                       f"{MAX_WIRE_NAME_BYTES} bytes of UTF-8", "spec.address")
 
 
+# The storage controller's fanout exchange of a topic (workers.storage.rabbitmq_objects).
+TOPIC_FANOUT_PREFIX = "$maas.all."
+
+
+def topic_exchanges(address_: str) -> None:
+    """A topic's fanout exchange is `$maas.all.<topic>`: it must fit RabbitMQ's limit too."""
+    if len(f"{TOPIC_FANOUT_PREFIX}{address_}".encode()) > MAX_WIRE_NAME_BYTES:
+        limit = MAX_WIRE_NAME_BYTES - len(TOPIC_FANOUT_PREFIX)
+        raise Invalid(f"a topic's spec.address must be at most {limit} bytes of UTF-8 (its "
+                      f"broker exchanges are `<topic>` and `{TOPIC_FANOUT_PREFIX}<topic>`)",
+                      "spec.address")
+
+
 def address_type(value, space_type: str) -> str:
     allowed = ADDRESS_TYPES_BY_SPACE[space_type]
     if value not in allowed:

@@ -265,7 +265,7 @@ MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
 MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
 # Where a router without the connector virtualHost extension (qdrouterd) reaches the local
-# RabbitMQ: the vhost relay (workers/vhost_relay.py) picks the vhost from the login.
+# RabbitMQ: the vhost relay (workers/vhost_relay/) picks the vhost from the login.
 MAAS_VHOST_RELAY_HOST = env("MAAS_VHOST_RELAY_HOST", "127.0.0.1")
 MAAS_VHOST_RELAY_PORT = env_int("MAAS_VHOST_RELAY_PORT", 5677)
 # Per address space (vhost policy): the operator's defaults. An address space plan's

@@ -6,6 +6,7 @@ qdrouterd is in this repository.
 """
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from proton.utils import BlockingConnection
 
-from tests.router.conftest import free_port, wait_port
+from tests.router.conftest import ROOT, free_port, wait_port
 from workers import qdrouterd
 
 SKIP_REASON = "QDROUTERD does not name a qdrouterd 1.19 build (see docs/router.md)"
@@ -39,16 +40,23 @@ class AuthService:
 
 
 class VhostRelay:
-    """The vhost relay (workers/vhost_relay.py) in front of the local RabbitMQ."""
+    """The vhost relay (`python -m workers.vhost_relay`) in front of the local RabbitMQ."""
 
     def __init__(self, broker_host: str = "127.0.0.1", broker_port: int = 5672):
-        from workers import vhost_relay
-
         self.port = free_port()
-        self.relay = vhost_relay.start_in_thread("127.0.0.1", self.port, broker_host, broker_port)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.vhost_relay", "--listen", f"127.0.0.1:{self.port}",
+             "--broker", f"{broker_host}:{broker_port}"], cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        wait_port(self.port)
 
     def stop(self) -> None:
-        self.relay.stop()
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class QdrouterdProcess:

@@ -1,36 +1,53 @@
-"""Benchmark of the embedded router: throughput and router CPU per 100-byte message.
+"""Benchmark of the routers: throughput and router CPU per 100-byte message, for the embedded
+router and, when `QDROUTERD` names a qdrouterd 1.19 build, for qdrouterd in the same run.
 
 Cases: anycast pre-settled, anycast unsettled, a queue through the router (waypoint +
-autoLinks to RabbitMQ) and the same queue straight on RabbitMQ. Several client processes
-so the Python clients are not the only bottleneck. Prints figures; asserts nothing.
+autoLinks to RabbitMQ) and the same queue straight on RabbitMQ. Each router gets over
+management what the router agent would write for a space (workers/agents/router_config.py):
+a vhost policy naming `bench@<vhost>`, addresses qualified `<vhost>/...`, a connector to the
+space's broker vhost. qdrouterd is configured by the project (workers/qdrouterd.py): SASL goes
+to the MaaS auth service, run in a thread here with a verifier for the bench's own logins, and
+its connector reaches RabbitMQ through the vhost relay. Several client processes; rounds that
+alternate the routers; prints every run, then the medians per case and router with the
+qdrouterd/embedded ratios. Asserts nothing.
 
-    .venv/bin/python tests/bench/bench_router.py [--count 20000] [--clients 2]
+    QDROUTERD=/opt/qdr/bin/qdrouterd .venv/bin/python tests/bench/bench_router.py \
+        [--count 20000] [--clients 2] [--rounds 3]
 """
 
 import argparse
 import multiprocessing as mp
 import os
+import shutil
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import AtMostOnce, Container
-from proton.utils import BlockingConnection
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from workers.router.passwords import hash_password  # noqa: E402
+from workers import qdrouterd  # noqa: E402
+from workers.agents.qdr import Management  # noqa: E402
+from workers.authservice.server import AuthServer, Identity, Verifier  # noqa: E402
 
 RABBIT_API = "http://127.0.0.1:15672/api"
 GUEST = ("guest", "guest")
-ADMIN_PASSWORD = "bench-admin"
+ADMIN, ADMIN_PASSWORD = "admin", "bench-admin"
+# The bench's messaging user (on the routers) and the routers' login on the broker vhost.
+USER, PASSWORD = "bench", "bench"
+BROKER_PASSWORD = "bench-broker"
 PAYLOAD = Message(body=b"x" * 100).encode()
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -145,16 +162,18 @@ def run_case(name, send_target, recv_target, count, clients, presettled, pids):
         p.start()
     expected = (count // clients) * clients
     deadline = t0 + 60
+    seen, last_progress, end = 0, t0, None
     while total.value < expected and time.monotonic() < deadline:
-        if presettled and all(not p.is_alive() for p in senders) and time.monotonic() > \
-                max(t0 + 2, deadline - 55):
-            # pre-settled messages may be dropped; stop when the flow has dried up
-            before = total.value
-            time.sleep(0.5)
-            if total.value == before:
-                break
+        now, value = time.monotonic(), total.value
+        if value != seen:
+            seen, last_progress = value, now
+        elif presettled and now - last_progress > 0.5 and not any(p.is_alive() for p in senders):
+            # Pre-settled messages may be dropped (qdrouterd drops what a receiver that falls
+            # behind cannot take): the flow has dried up, and ended at its last progress.
+            end = last_progress
+            break
         time.sleep(0.05)
-    elapsed = time.monotonic() - t0
+    elapsed = (end or time.monotonic()) - t0
     cpu = {k: cpu_seconds(pid) - cpu0[k] for k, pid in pids.items()}
     stop.set()
     for p in senders + receivers:
@@ -167,103 +186,247 @@ def run_case(name, send_target, recv_target, count, clients, presettled, pids):
         figures[f"{k}_us_per_msg"] = seconds / max(got, 1) * 1e6
     extra = "  ".join(f"{k.split('_')[0]} CPU {v:.0f} us/msg" for k, v in figures.items()
                       if k.endswith("us_per_msg"))
-    print(f"{name:<28} {got:>7} msgs {figures['rate']:>9.0f} msgs/s  {extra}", flush=True)
+    print(f"{name:<40} {got:>7} msgs {figures['rate']:>9.0f} msgs/s  {extra}", flush=True)
     return figures
 
 
-def mgmt_request(port, operation, body=None, **props):
-    conn = BlockingConnection(f"amqp://127.0.0.1:{port}", user="admin",
-                              password=ADMIN_PASSWORD, allowed_mechs="PLAIN",
-                              allow_insecure_mechs=True, timeout=10)
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} does not listen on {port}")
+
+
+@dataclass
+class Router:
+    """A router under test: `embedded` or `qdrouterd`, its process and ports."""
+
+    kind: str
+    proc: subprocess.Popen
+    amqp_port: int
+    mgmt_port: int
+    log: Path | None = None
+
+    def management(self) -> Management:
+        return Management(f"amqp://127.0.0.1:{self.mgmt_port}", ADMIN, ADMIN_PASSWORD)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_embedded(auth_port: int) -> Router:
+    amqp_port, mgmt_port = free_port(), free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "workers.router", "--amqp-port",
+                             str(amqp_port), "--management-port", str(mgmt_port),
+                             "--admin-user", ADMIN, "--auth-service", f"127.0.0.1:{auth_port}",
+                             "--log-level", "WARNING"], cwd=ROOT, env=env)
+    wait_port(mgmt_port, proc, "the embedded router")
+    return Router("embedded", proc, amqp_port, mgmt_port)
+
+
+def start_qdrouterd(auth_port: int, workdir: Path) -> Router:
+    """qdrouterd with the project's static configuration, as `runplatform` writes it."""
+    amqp_port, mgmt_port = free_port(), free_port()
+    where = qdrouterd.Listeners(
+        host="127.0.0.1", amqp_port=amqp_port, management_host="127.0.0.1",
+        management_port=mgmt_port, admin_user=ADMIN, auth_host="127.0.0.1",
+        auth_port=auth_port)
+    path = qdrouterd.write_config(workdir / "qdrouterd.json", "maas-bench", where)
+    log = workdir / "qdrouterd.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(qdrouterd.command(path), stdout=out, stderr=subprocess.STDOUT)
+    wait_port(amqp_port, proc, f"qdrouterd (log: {log})")
+    wait_port(mgmt_port, proc, f"qdrouterd (log: {log})")
+    return Router("qdrouterd", proc, amqp_port, mgmt_port, log)
+
+
+def bench_verifier(vhost: str) -> Verifier:
+    """The auth service's verifier for the bench's own logins, no database: the router admin,
+    and the bench user (bare or `bench@<vhost>`) as the identity a space's policy names."""
+    user = Identity(sub=f"{USER}@{vhost}", preferred_username=USER)
+    identities = {(ADMIN, ADMIN_PASSWORD): Identity(sub=ADMIN, preferred_username=ADMIN),
+                  (USER, PASSWORD): user, (f"{USER}@{vhost}", PASSWORD): user}
+    return lambda login, password: identities.get((login, password))
+
+
+def space_entities(router: Router, vhost: str, broker_port: int, queue: str) -> list:
+    """What the router agent writes for a space with the anycast address `any` and the queue
+    `bq` (workers/agents/router_config.py), on this kind of router: the connector's
+    `virtualHost` is the embedded router's extension; qdrouterd's connector goes to the vhost
+    relay, which picks the broker vhost from the login. Both relay SASL to the auth service."""
+    owner = f"maas:{vhost}:"
+    connector = {"host": "127.0.0.1", "port": str(broker_port), "role": "route-container",
+                 "saslUsername": f"{USER}@{vhost}", "saslPassword": BROKER_PASSWORD}
+    entities = []
+    if router.kind == "embedded":
+        connector["virtualHost"] = f"vhost:{vhost}"
+    autolink = {"address": f"{vhost}/bq", "connection": f"{owner}broker",
+                "externalAddress": f"/amq/queue/{queue}"}
+    return entities + [
+        ("org.apache.qpid.dispatch.vhost", f"{owner}vhost", {"hostname": vhost, "groups": {
+            f"user-{USER}": {"users": f"{USER}@{vhost}", "remoteHosts": "*",
+                             "sources": "*", "targets": "*"}}}),
+        ("org.apache.qpid.dispatch.router.config.address", f"{owner}address:any",
+         {"prefix": f"{vhost}/any", "distribution": "balanced", "waypoint": False}),
+        ("org.apache.qpid.dispatch.router.config.address", f"{owner}address:bq",
+         {"prefix": f"{vhost}/bq", "distribution": "balanced", "waypoint": True}),
+        ("org.apache.qpid.dispatch.connector", f"{owner}broker", connector),
+        ("org.apache.qpid.dispatch.router.config.autoLink", f"{owner}autolink:bq:in",
+         {**autolink, "direction": "in"}),
+        ("org.apache.qpid.dispatch.router.config.autoLink", f"{owner}autolink:bq:out",
+         {**autolink, "direction": "out"}),
+    ]
+
+
+def configure(router: Router, entities: list) -> None:
+    """Creates the entities, then waits until the autoLinks are attached to the broker."""
+    mgmt = router.management()
     try:
-        receiver = conn.create_receiver(None, dynamic=True)
-        sender = conn.create_sender("$management")
-        props["operation"] = operation
-        sender.send(Message(body=body, properties=props,
-                            reply_to=receiver.remote_source.address))
-        reply = receiver.receive(10)
-        return reply.properties["statusCode"], reply.body
+        for etype, name, attrs in entities:
+            mgmt.create(etype, name, attrs)
+        deadline = time.monotonic() + 30
+        while True:
+            rows = mgmt.query("org.apache.qpid.dispatch.router.config.autoLink",
+                              ["name", "operStatus"])
+            if rows and all(r["operStatus"] == "active" for r in rows):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{router.kind}: autoLinks not active: {rows} "
+                                   f"(log: {router.log})")
+            time.sleep(0.2)
     finally:
-        conn.close()
+        mgmt.close()
+
+
+def rabbit(method: str, path: str, body=None) -> None:
+    requests.request(method, f"{RABBIT_API}{path}", json=body, auth=GUEST,
+                     timeout=60).raise_for_status()
+
+
+def median_row(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def print_table(medians: dict, rounds: int) -> None:
+    """One row per case and router; on qdrouterd's rows its ratios to the embedded router."""
+    def us(row, key):
+        return f"{row[key]:.1f}" if key in row else "-"
+
+    print(f"\nmedians of {rounds} round(s)")
+    print(f"{'case':<28} {'router':<10} {'received':>8} {'msgs/s':>8} {'router us/msg':>14} "
+          f"{'RabbitMQ us/msg':>16} {'relay us/msg':>13} {'qdr/emb msgs/s':>15} "
+          f"{'qdr/emb CPU':>12}")
+    for (case, kind), row in medians.items():
+        ratios = ""
+        embedded = medians.get((case, "embedded"))
+        if kind == "qdrouterd" and embedded:
+            ratios = (f"{row['rate'] / embedded['rate']:>15.2f} "
+                      f"{row['router_us_per_msg'] / embedded['router_us_per_msg']:>12.2f}")
+        print(f"{case:<28} {kind:<10} {row['msgs']:>8.0f} {row['rate']:>8.0f} "
+              f"{us(row, 'router_us_per_msg'):>14} "
+              f"{us(row, 'rabbit_us_per_msg'):>16} {us(row, 'relay_us_per_msg'):>13} "
+              f"{ratios}".rstrip())
+    direct = medians.get(("queue direct to RabbitMQ", "none"))
+    for kind in ("embedded", "qdrouterd"):
+        routed = medians.get(("queue via router", kind))
+        if routed and direct and direct["rate"]:
+            print(f"queue via {kind} / direct throughput ratio: "
+                  f"{routed['rate'] / direct['rate']:.2f}")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    amqp_port, mgmt_port = free_port(), free_port()
-    env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=ADMIN_PASSWORD, PYTHONPATH=str(ROOT))
-    router = subprocess.Popen([sys.executable, "-m", "workers.router", "--amqp-port",
-                               str(amqp_port), "--management-port", str(mgmt_port),
-                               "--log-level", "WARNING"], cwd=ROOT, env=env)
     vhost = f"maas-bench-{uuid.uuid4().hex[:8]}"
+    broker_user = requests.utils.quote(f"{USER}@{vhost}", safe="")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-router-"))  # kept if the run fails: logs
+    routers: list[Router] = []
+    auth = relay = None
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", mgmt_port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        requests.put(f"{RABBIT_API}/vhosts/{vhost}", auth=GUEST, timeout=60).raise_for_status()
-        requests.put(f"{RABBIT_API}/permissions/{vhost}/guest",
-                     json={"configure": ".*", "write": ".*", "read": ".*"}, auth=GUEST,
-                     timeout=60).raise_for_status()
-        for queue in ("bq", "dq"):
-            requests.put(f"{RABBIT_API}/queues/{vhost}/{queue}", json={"durable": True},
-                         auth=GUEST, timeout=60).raise_for_status()
-        config = [
-            ("io.maas.router.user", "u", {"vhost": "b", "username": "bench",
-                                           "passwordHash": hash_password("bench")}),
-            ("org.apache.qpid.dispatch.vhost", "b", {"hostname": "b", "groups": {
-                "all": {"users": "bench", "sources": "*", "targets": "*"}}}),
-            ("org.apache.qpid.dispatch.router.config.address", "any", {"prefix": "b/any"}),
-            ("org.apache.qpid.dispatch.router.config.address", "bq",
-             {"prefix": "b/bq", "waypoint": True}),
-            ("org.apache.qpid.dispatch.connector", "broker",
-             {"host": "127.0.0.1", "port": "5672", "saslUsername": "guest",
-              "saslPassword": "guest", "virtualHost": f"vhost:{vhost}"}),
-            ("org.apache.qpid.dispatch.router.config.autoLink", "bq-in",
-             {"address": "b/bq", "direction": "in", "connection": "broker",
-              "externalAddress": "/amq/queue/bq"}),
-            ("org.apache.qpid.dispatch.router.config.autoLink", "bq-out",
-             {"address": "b/bq", "direction": "out", "connection": "broker",
-              "externalAddress": "/amq/queue/bq"}),
-        ]
-        for etype, name, attrs in config:
-            status, body = mgmt_request(mgmt_port, "CREATE", attrs, type=etype, name=name)
-            assert status == 201, body
-        time.sleep(1.0)  # autoLinks attach
+        rabbit("PUT", f"/vhosts/{vhost}")
+        rabbit("PUT", f"/users/{broker_user}", {"password": BROKER_PASSWORD, "tags": ""})
+        rabbit("PUT", f"/permissions/{vhost}/{broker_user}",
+               {"configure": ".*", "write": ".*", "read": ".*"})
+        for queue in ("bq-embedded", "bq-qdrouterd", "dq"):
+            rabbit("PUT", f"/queues/{vhost}/{queue}", {"durable": True})
 
-        url = f"amqp://127.0.0.1:{amqp_port}"
-        client = {"user": "bench", "password": "bench", "allowed_mechs": "PLAIN",
-                  "allow_insecure_mechs": True, "virtual_host": "b"}
-        rabbit = {"user": "guest", "password": "guest", "allowed_mechs": "PLAIN",
-                  "allow_insecure_mechs": True, "virtual_host": f"vhost:{vhost}"}
-        pids = {"router": router.pid}
+        auth = AuthServer(("127.0.0.1", free_port()), bench_verifier(vhost))
+        threading.Thread(target=auth.serve_forever, daemon=True).start()
+        routers.append(start_embedded(auth.server_address[1]))
+        configure(routers[0], space_entities(routers[0], vhost, 5672, "bq-embedded"))
+        if qdrouterd.binary():
+            relay_port = free_port()
+            relay = subprocess.Popen([sys.executable, "-m", "workers.vhost_relay", "--listen",
+                                      f"127.0.0.1:{relay_port}", "--broker", "127.0.0.1:5672",
+                                      "--log-level", "WARNING"], cwd=ROOT,
+                                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            wait_port(relay_port, relay, "the vhost relay")
+            qdr = start_qdrouterd(auth.server_address[1], workdir)
+            routers.append(qdr)
+            configure(qdr, space_entities(qdr, vhost, relay_port, "bq-qdrouterd"))
+        else:
+            print("QDROUTERD names no qdrouterd: the embedded router only")
+
+        # The same client options on both routers: login `bench@<vhost>`, AMQP open hostname
+        # the vhost (qdrouterd's multiTenant listener takes the vhost from it alone).
+        client = {"user": f"{USER}@{vhost}", "password": PASSWORD, "allowed_mechs": "PLAIN",
+                  "allow_insecure_mechs": True, "virtual_host": vhost}
+        on_broker = {"user": f"{USER}@{vhost}", "password": BROKER_PASSWORD,
+                     "allowed_mechs": "PLAIN", "allow_insecure_mechs": True,
+                     "virtual_host": f"vhost:{vhost}"}
         beam = rabbit_pid()
-        if beam:
-            pids["rabbit"] = beam
-        print(f"{args.count} x 100-byte messages, {args.clients} sender and "
-              f"{args.clients} receiver processes, {os.cpu_count()} CPUs")
-        any_t = (url, client, "any")
-        run_case("anycast pre-settled", any_t, any_t, args.count, args.clients, True, pids)
-        unsettled = run_case("anycast unsettled", any_t, any_t, args.count, args.clients,
-                             False, pids)
-        q_t = (url, client, "bq")
-        routed = run_case("queue via router", q_t, q_t, args.count, args.clients, False, pids)
-        d_t = ("amqp://127.0.0.1:5672", rabbit, "/amq/queue/dq")
-        direct = run_case("queue direct to RabbitMQ", d_t, d_t, args.count, args.clients,
-                          False, pids)
-        if direct["rate"]:
-            print(f"queue via router / direct throughput ratio: "
-                  f"{routed['rate'] / direct['rate']:.2f}")
-        print(f"anycast unsettled router CPU: {unsettled['router_us_per_msg']:.0f} us/msg")
+        print(f"{args.count} x 100-byte messages, {args.clients} sender and {args.clients} "
+              f"receiver processes, {os.cpu_count()} CPUs, {args.rounds} rounds, routers: "
+              f"{', '.join(r.kind for r in routers)}")
+        cases = [("anycast pre-settled", "any", True), ("anycast unsettled", "any", False),
+                 ("queue via router", "bq", False)]
+        results: dict[tuple[str, str], list[dict]] = {}
+        for _ in range(args.rounds):
+            for case, address, presettled in cases:
+                for router in routers:
+                    pids = {"router": router.proc.pid}
+                    if address == "bq":
+                        rabbit("DELETE", f"/queues/{vhost}/bq-{router.kind}/contents")
+                        pids.update({"rabbit": beam} if beam else {})
+                        pids.update({"relay": relay.pid} if router.kind == "qdrouterd" else {})
+                    target = (f"amqp://127.0.0.1:{router.amqp_port}", client, address)
+                    results.setdefault((case, router.kind), []).append(run_case(
+                        f"{case} ({router.kind})", target, target, args.count, args.clients,
+                        presettled, pids))
+            rabbit("DELETE", f"/queues/{vhost}/dq/contents")
+            direct = ("amqp://127.0.0.1:5672", on_broker, "/amq/queue/dq")
+            results.setdefault(("queue direct to RabbitMQ", "none"), []).append(run_case(
+                "queue direct to RabbitMQ", direct, direct, args.count, args.clients, False,
+                {"rabbit": beam} if beam else {}))
+        print_table({key: median_row(runs) for key, runs in results.items()}, args.rounds)
+        shutil.rmtree(workdir)
     finally:
-        router.terminate()
-        router.wait(10)
+        for router in routers:
+            router.stop()
+        if relay is not None:
+            relay.terminate()
+            relay.wait(10)
+        if auth is not None:
+            auth.shutdown()
+            auth.server_close()
         requests.delete(f"{RABBIT_API}/vhosts/{vhost}", auth=GUEST, timeout=60)
+        requests.delete(f"{RABBIT_API}/users/{broker_user}", auth=GUEST, timeout=60)
 
 
 if __name__ == "__main__":

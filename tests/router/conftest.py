@@ -208,6 +208,7 @@ class Rabbit:
 
     def __init__(self):
         self.vhost = f"maas-test-{uuid.uuid4().hex[:8]}"
+        self.users: list[str] = []
 
     def _put(self, path: str, body=None):
         r = requests.put(f"{RABBIT_API}{path}", json=body or {}, auth=RABBIT_AUTH, timeout=60)
@@ -217,6 +218,14 @@ class Rabbit:
         self._put(f"/vhosts/{self.vhost}")
         self._put(f"/permissions/{self.vhost}/guest",
                   {"configure": ".*", "write": ".*", "read": ".*"})
+
+    def user(self, name: str, password: str):
+        """A broker user with every permission on the vhost (deleted with it)."""
+        quoted = requests.utils.quote(name, safe="")
+        self._put(f"/users/{quoted}", {"password": password, "tags": ""})
+        self._put(f"/permissions/{self.vhost}/{quoted}",
+                  {"configure": ".*", "write": ".*", "read": ".*"})
+        self.users.append(quoted)
 
     def queue(self, name: str, **arguments):
         self._put(f"/queues/{self.vhost}/{name}", {"durable": True, "arguments": arguments})
@@ -231,6 +240,8 @@ class Rabbit:
 
     def teardown(self):
         requests.delete(f"{RABBIT_API}/vhosts/{self.vhost}", auth=RABBIT_AUTH, timeout=60)
+        for quoted in self.users:
+            requests.delete(f"{RABBIT_API}/users/{quoted}", auth=RABBIT_AUTH, timeout=60)
 
 
 class TcpProxy:

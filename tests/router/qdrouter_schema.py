@@ -82,6 +82,8 @@ def creatable(schema: dict, entity_type: str) -> set[str]:
     """Attributes a configuration file or a CREATE may set (`create: true`, or `name`)."""
     types = schema["entityTypes"]
     name, out = short(entity_type), {"name"}
+    if name not in types and f"router.config.{name}" in types:
+        name = f"router.config.{name}"  # a configuration file's `linkRoute`, `address`, ...
     while name:
         out |= {a for a, d in types[name].get("attributes", {}).items() if d.get("create")}
         name = types[name].get("extends")

@@ -25,10 +25,10 @@ def configure(mgmt, rabbit, broker_port: int) -> None:
     # topic `news`: senders publish to /exchange/news/<key>, receivers bind with a key
     for direction in ("in", "out"):
         mgmt.create(LINK_ROUTE, f"t2-news-{direction}", prefix="t2/news", direction=direction,
-                    connection="broker", addExternalPrefix="/exchange/")
+                    connection="broker", delExternalPrefix="t2/", addExternalPrefix="/exchange/")
     # durable subscription `news-sub`: a queue bound to the topic (key `weather`)
     mgmt.create(LINK_ROUTE, "t2-news-sub", prefix="t2/news-sub", direction="out",
-                connection="broker", delExternalPrefix="news-sub",
+                connection="broker", delExternalPrefix="t2/news-sub",
                 addExternalPrefix="/amq/queue/news-sub")
 
 

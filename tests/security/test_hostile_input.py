@@ -292,6 +292,16 @@ def test_a_subscription_whose_broker_queue_name_is_too_long_is_refused(tenant, a
     assert not Address.objects.filter(type="subscription").exists()
 
 
+def test_a_topic_too_long_for_its_fanout_exchange_is_refused(tenant, api, standard):
+    url = addresses_url(tenant, "ss")
+    # 123 characters (an address may have 200) but 246 bytes of UTF-8
+    manifest = address_manifest("ss", "\u00e9" * 123, "topic", "standard-small-topic")
+    manifest["metadata"]["name"] = "ss.long-topic"
+    refused(api.post(url, manifest, format="json"), "spec.address")
+    manifest["spec"]["address"] = "\u00e9" * 122 + "t"  # `$maas.all.` + 245 bytes: 255
+    assert api.post(url, manifest, format="json").status_code == 201
+
+
 @pytest.mark.parametrize("spec, field", [
     ({"messageTtl": {"maximum": 10**30}}, "spec.messageTtl.maximum"),
     ({"messageTtl": {"maximum": 2**63}}, "spec.messageTtl.maximum"),

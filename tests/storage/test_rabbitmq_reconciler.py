@@ -187,6 +187,19 @@ def test_patterns_and_permissions():
     assert manager["configure"].endswith("(.*)$")
 
 
+def test_only_the_router_login_may_read_the_topics_fanout_exchanges():
+    everything = dict(send=("*",), recv=("*",), manage=True)
+    tenant_user = user_permissions(BrokerUser("u@v", "h", **everything), ["q"], ["news"])
+    assert all("$maas" not in regex.replace(r"(?!\$maas\.)", "")
+               for regex in tenant_user.values())
+    router = user_permissions(BrokerUser("r@v", "h", send=("*",), recv=("*",), router=True),
+                              ["q"], ["news"])
+    assert router["read"].endswith(r"|^(\$maas\.all\..*)$")
+    assert "$maas" not in router["write"].replace(r"(?!\$maas\.)", "")
+    no_topics = user_permissions(BrokerUser("r@v", "h", recv=("*",), router=True), ["q"], [])
+    assert "all" not in no_topics["read"]
+
+
 def test_policy_definition_maps_plan_settings():
     queue = BrokerQueue("q", "queue", deadletter="d", ttl_ms=0, max_delivery_attempts=1,
                         max_length_bytes=10)
@@ -232,6 +245,8 @@ def test_creates_queue_topic_subscription_deadletter(api, reconciler, vhost):
     assert "x-message-ttl" not in queues["orders"]["arguments"]  # changeable: in the policy
     exchanges = by_name(api.list_exchanges(vhost))
     assert exchanges["news"]["type"] == "topic"
+    assert exchanges["$maas.all.news"]["type"] == "fanout"
+    assert exchanges["$maas.all.news"]["internal"] is False
     assert exchanges[DLX_EXCHANGE]["internal"] is True
     policy = by_name(api.list_policies(vhost))[policy_name("orders")]
     assert policy["definition"]["message-ttl"] == 60_000
@@ -239,6 +254,7 @@ def test_creates_queue_topic_subscription_deadletter(api, reconciler, vhost):
     bindings = [(b["source"], b["destination"], b["routing_key"])
                 for b in api.list_bindings(vhost)]
     assert ("news", "news::s1", "#") in bindings
+    assert ("news", "$maas.all.news", "#") in bindings
     assert api.get_vhost_limits(vhost) == {"max-connections": 20}
 
     # A message published to the topic under any key reaches the subscription queue.
@@ -297,6 +313,32 @@ def test_queue_deleted_behind_our_back_is_recreated(api, reconciler, vhost):
     assert result.is_active("orders") and result.is_active("news::s1")
     # The subscription's binding went with its queue and is back too.
     assert any(label.startswith("binding:news->news::s1") for label in result.created)
+
+
+def test_fanout_exchange_deleted_behind_our_back_is_recreated_with_its_binding(
+    api, reconciler, vhost
+):
+    state = full_state(vhost)
+    reconciler.apply(state)
+    api.delete_exchange(vhost, "$maas.all.news")  # its binding from the topic goes with it
+    assert "news" not in reconciler.verify(state).verified
+    result = reconciler.apply(state)
+    assert "exchange:$maas.all.news" in result.created
+    assert any(label.startswith("binding:news->$maas.all.news") for label in result.created)
+    assert result.is_active("news")
+    assert [(b["destination"], b["destination_type"])
+            for b in api.list_source_bindings(vhost, "news")
+            if b["destination_type"] == "exchange"] == [("$maas.all.news", "exchange")]
+
+
+def test_a_fanout_exchange_maas_did_not_make_is_never_adopted(api, reconciler, vhost):
+    api.put_vhost(vhost)
+    api.put_exchange(vhost, "$maas.all.news", "fanout", {})
+    result = reconciler.apply(VhostState(vhost, topics=[BrokerTopic("news")]))
+    assert "not owned" in result.errors["news"] and not result.is_active("news")
+    assert api.list_source_bindings(vhost, "news") == []  # no binding into it
+    reconciler.apply(VhostState(vhost))
+    assert "$maas.all.news" in by_name(api.list_exchanges(vhost))
 
 
 def test_objects_not_owned_are_never_deleted(api, reconciler, vhost):

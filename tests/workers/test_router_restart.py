@@ -20,6 +20,7 @@ from tests.workers.conftest import sync
 from workers.agents import router_watch
 from workers.tasks import watch_router
 
+BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
 PASSWORD = "app-password"
 
 
@@ -71,7 +72,8 @@ def active(space) -> bool:
 def connect(router, space) -> BlockingConnection:
     return BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
                               user=f"app@{space.vhost}", password=PASSWORD,
-                              allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5)
+                              allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5,
+                              virtual_host=space.vhost)
 
 
 def round_trip(router, space, address: str, body: str) -> str:

@@ -5,17 +5,19 @@ import uuid
 from urllib.parse import quote
 
 import pytest
-from proton import ConnectionException, Delivery, Message
-from proton.utils import BlockingConnection, LinkDetached
+from proton import ConnectionException, Delivery, LinkException, Message, Timeout
+from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from config_service import services
 from config_service.models import Address, AddressSpace
 from config_service.status import address_status, agent_states
+from maas.core.amqp import open_receiver, open_sender
 from tenants.models import AddressSpacePlan
 from tests.conftest import CTX, b64, wait_for
 from tests.router.conftest import ADMIN_PASSWORD, pump, pump_until
 from tests.workers import rabbit
 from tests.workers.conftest import sync
+from workers.agents import router as router_agent
 from workers.agents import router_config as rc
 from workers.agents.qdr import Management
 
@@ -63,10 +65,14 @@ def phases(space):
 def wait_for_bindings(space, exchange: str, n: int) -> None:
     """Until RabbitMQ has bound `n` receivers' queues to the topic's exchange (a receiver's
     attach returns before the broker has bound its queue)."""
-    path = f"/exchanges/{quote(space.vhost, safe='')}/{exchange}/bindings/source"
+    vhost = quote(space.vhost, safe="")
+    # receivers of `<topic>/<key>` bind to the topic, of the bare topic to its fanout exchange
+    paths = [f"/exchanges/{vhost}/{quote(x, safe='')}/bindings/source"
+             for x in (exchange, rc.FANOUT_PREFIX + exchange)]
 
     def bound() -> int:  # receivers get server-named queues; a subscription's queue is not one
-        return sum(b["destination"].startswith("amq.gen") for b in rabbit.api(path).json())
+        return sum(b["destination"].startswith("amq.gen")
+                   for path in paths for b in rabbit.api(path).json())
 
     wait_for(lambda: bound() >= n, 10, what=f"{n} receivers bound to {exchange}")
 
@@ -123,12 +129,15 @@ def test_topic_reaches_every_subscriber_and_a_durable_subscription_keeps_message
     sync(space)
     assert set(phases(space).values()) == {"Active"}
     c1, c2, cs = connect(router, space), connect(router, space), connect(router, space)
-    r1 = c1.create_receiver("news", credit=10)
-    r2 = c2.create_receiver("news", credit=10)
+    r1 = open_receiver(c1, "news", credit=10)
+    r2 = open_receiver(c2, "news", credit=10)
     wait_for_bindings(space, "news", 2)
-    sender = cs.create_sender("news")
+    sender = open_sender(cs, "news")
     sender.send(Message(body="hello", subject="weather"))
-    assert r1.receive(5).body == "hello" and r2.receive(5).body == "hello"
+    # Settled before the receivers leave: qdrouterd returns what a leaving receiver left
+    # unsettled as `modified`, which RabbitMQ 3.10 answers by ending the session all the
+    # space's routed links share (docs/router.md, known gaps).
+    assert receive_bodies(r1, 1) == ["hello"] and receive_bodies(r2, 1) == ["hello"]
     for conn in (c1, c2):
         conn.close()
     sender.send(Message(body="while away", subject="weather"))  # nobody attached to archive
@@ -147,13 +156,13 @@ def test_a_topic_receiver_chooses_its_subtopics_by_key(router, space):
     conns = [connect(router, space) for _ in range(4)]
     for conn, source in zip(conns, ("news", "news/sports.*", "news/sports.#", "news/weather.rain"),
                             strict=False):
-        receivers[source] = conn.create_receiver(source, credit=20)
+        receivers[source] = open_receiver(conn, source, credit=20)
     wait_for_bindings(space, "news", 4)
     cs = connect(router, space)
     for address, body in (("news/sports.football", "goal"), ("news/sports.tennis.final", "ace"),
                           ("news/weather.rain", "wet"), ("news/weather.sun", "dry")):
-        cs.create_sender(address).send(Message(body=body))
-    cs.create_sender("news").send(Message(body="by subject", subject="sports.chess"))
+        open_sender(cs, address).send(Message(body=body))
+    open_sender(cs, "news").send(Message(body="by subject", subject="sports.chess"))
 
     def got(source, n):
         return sorted(receive_bodies(receivers[source], n))
@@ -285,9 +294,16 @@ def test_a_user_of_another_tenant_cannot_attach(router, space, outsider):
     with pytest.raises(ConnectionException):
         connect(router, space)  # their credentials are not valid in our space
     conn = connect(router, other)
-    with pytest.raises(LinkDetached, match="not-found"):
-        conn.create_sender("orders")  # and our addresses do not exist in theirs
+    try:  # and our addresses do not exist in theirs:
+        sender = conn.create_sender("orders")
+    except LinkDetached as refused:
+        assert "not-found" in str(refused)  # the embedded router refuses unknown addresses
+    else:  # qdrouterd attaches to `<their vhost>/orders`, which nobody consumes: no credit
+        with pytest.raises(Timeout):
+            sender.send(Message(body="for their orders"), timeout=1)
     conn.close()
+    ours = rabbit.api(f"/queues/{quote(space.vhost, safe='')}/orders").json()
+    assert ours.get("messages", 0) == 0
     services.delete_address_space(ctx=CTX, space=other)
     sync(other)
 
@@ -302,8 +318,8 @@ def test_the_router_agent_creates_changes_and_deletes_only_its_entities(router, 
 
     def owned():
         prefix = rc.owner_prefix(space.vhost)
-        return {(t, row["name"]) for t in rc.ENTITY_TYPES for row in mgmt.query(t)
-                if row["name"].startswith(prefix)}
+        return {(t, row["name"]) for t in router_agent.entity_types(mgmt)
+                for row in mgmt.query(t) if row["name"].startswith(prefix)}
 
     before = owned()
     assert any(k[1].endswith("autolink:q:out") for k in before)
@@ -340,3 +356,58 @@ def test_the_msg_command_sends_and_receives_through_the_router(router, space, te
     assert out.getvalue().split("\n")[:2] == ["hi 1", "hi 2"]
     with pytest.raises(CommandError, match="refused"):
         call_command("msg", "send", *common[:-1], "wrong-password")
+
+
+def test_a_refusal_by_the_router_shows_in_the_address_status(router, space):
+    """Another entity holds the prefix the agent needs: the router's own error (both routers
+    answer `400 Already exists`) is in the address's messages, not only in a log."""
+    mgmt = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
+    squatter = (rc.ADDRESS, f"someone-else-{space.name}")
+    mgmt.create(*squatter, {"prefix": f"{space.vhost}/orders", "distribution": "balanced"})
+    add(space, "orders", "anycast", "standard-small-anycast")
+    add(space, "events", "multicast", "standard-small-multicast")
+    sync(space)
+    space = AddressSpace.objects.get(uid=space.uid)
+    states = agent_states([space.uid]).get(space.uid, {})
+    orders = address_status(space, space.addresses.get(address="orders"), states)
+    assert orders.phase == "Configuring"
+    assert any("Router refused address" in m and "400 Already exists" in m
+               for m in orders.messages), orders.messages
+    assert phases(space)["events"] == "Active"  # the rest of the space is configured
+    mgmt.delete(*squatter)
+    mgmt.close()
+    sync(space)
+    assert phases(space)["orders"] == "Active"
+
+
+def management_answers(conn, target: str | None, to: str | None = None) -> bool:
+    """Whether a QUERY sent to `target` (or by an anonymous sender, to `to`) is answered."""
+    try:
+        replies = conn.create_receiver(None, dynamic=True)
+        sender = open_sender(conn, target) if target else conn.create_sender(None)
+        sender.send(Message(body={"attributeNames": ["name"]}, address=to,
+                            reply_to=replies.remote_source.address, properties={
+                                "operation": "QUERY",
+                                "entityType": "org.apache.qpid.dispatch.listener"}), timeout=2)
+        replies.receive(2)
+        return True
+    except (LinkException, SendException, Timeout, ConnectionException):
+        return False  # refused, rejected or unanswered
+
+
+@pytest.mark.parametrize("grant", ["*", "news/*"])
+def test_no_grant_reaches_the_routers_management(router, space, grant):
+    """qdrouterd checks a link's address against the policy as written but routes it after
+    dropping a `scheme:/` head: `news/x:/_local/$management` must still go nowhere."""
+    user(space, rules=[{"addresses": [grant], "operations": ["send", "recv"]}])
+    sync(space)
+    for target, to in [("news/x:/_local/$management", None), ("x:/_local/$management", None),
+                       ("_local/$management", None), ("$management", None),
+                       ("_topo/0/maas-test/$management", None), ("//r/_local/$management", None),
+                       (None, "news/x:/_local/$management"), (None, "_local/$management"),
+                       (None, "$management")]:
+        conn = connect(router, space)
+        try:
+            assert not management_answers(conn, target, to), (target, to)
+        finally:
+            conn.close()

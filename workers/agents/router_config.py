@@ -2,14 +2,17 @@
 
 Like EnMasse's agent (agent/lib/router_config.js): anycast and multicast are router
 addresses; a queue is a waypoint address with an autoLink pair to its broker queue; a
-deadletter queue an autoLink `in` only; a topic a linkRoute pair to the broker's exchange; a
-subscription a linkRoute `out` to its queue. Every address is qualified `<vhost>/<address>`
-(qdrouterd's vhost name prefix), and every entity name starts with `maas:<vhost>:`, so the agent
-only ever touches what it created for this space.
+deadletter queue and a subscription an autoLink `in` only; a topic a linkRoute pair to the
+broker's exchange, and one to its fanout exchange for receivers of the whole topic. Every
+address is qualified `<vhost>/<address>` (qdrouterd's `multiTenant` prefix), and every entity
+name starts with `maas:<vhost>:`, so the agent only ever touches what it created for this
+space.
 """
 from typing import NamedTuple
 
 from django.conf import settings
+
+from config_service.validation import TOPIC_FANOUT_PREFIX
 
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
 AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
@@ -22,6 +25,7 @@ VHOST = "org.apache.qpid.dispatch.vhost"
 # from the database (workers/authservice); the vhost policy names them `user@vhost`.
 ENTITY_TYPES = (VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
+FANOUT_PREFIX = TOPIC_FANOUT_PREFIX  # the storage controller's fanout exchange of each topic
 
 
 def owner_prefix(vhost: str) -> str:
@@ -131,18 +135,27 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             # bind with that key (RabbitMQ's topic syntax: `.` between levels, `*` one level,
             # `#` any), and receivers of the bare topic get all of it (binding key '#'): an
             # exact pattern is more specific than the prefix, in qdrouterd and here alike.
+            # The external address is made from the vhost-qualified one (as qdrouterd does
+            # under multiTenant): `<vhost>/` comes off, `/exchange/` goes on.
             add(LINK_ROUTE, f"linkroute:{a.address}:in", a, prefix=qualified, direction="in",
-                connection=connection, addExternalPrefix="/exchange/")
+                connection=connection, delExternalPrefix=f"{vhost}/",
+                addExternalPrefix="/exchange/")
             add(LINK_ROUTE, f"linkroute:{a.address}:out", a, prefix=qualified, direction="out",
-                connection=connection, addExternalPrefix="/exchange/")
+                connection=connection, delExternalPrefix=f"{vhost}/",
+                addExternalPrefix="/exchange/")
+            # A receiver of the bare topic gets all of it from the topic's fanout exchange
+            # (`$maas.all.<topic>`, bound to the topic with `#`): qdrouterd cannot make
+            # `/exchange/news/#` of `news` (no suffix, and no prefix as long as the address).
             add(LINK_ROUTE, f"linkroute:{a.address}:out-all", a, pattern=qualified,
-                direction="out", connection=connection, delExternalPrefix=a.address,
-                addExternalPrefix=f"/exchange/{a.address}/#")
+                direction="out", connection=connection, delExternalPrefix=f"{vhost}/",
+                addExternalPrefix=f"/exchange/{FANOUT_PREFIX}")
         elif a.type == "subscription":
+            # Its durable queue, consumed like a queue: a waypoint fed by an `in` autoLink.
             queue = a.broker_object_name
-            add(LINK_ROUTE, f"linkroute:{queue}:out", a, prefix=f"{vhost}/{queue}",
-                direction="out", connection=connection, delExternalPrefix=queue,
-                addExternalPrefix=f"/amq/queue/{queue}")
+            add(ADDRESS, f"address:{queue}", a, prefix=f"{vhost}/{queue}",
+                distribution="balanced", waypoint=True)
+            add(AUTO_LINK, f"autolink:{queue}:in", a, address=f"{vhost}/{queue}",
+                direction="in", connection=connection, externalAddress=f"/amq/queue/{queue}")
     return out, by_address
 
 

@@ -269,7 +269,8 @@ class Engine:
         route = self.broker.match_link_route(qualified, "out" if ls.sender else "in")
         if route is not None:
             self._count(ls, +1)
-            self.broker.route(ls, route, address)
+            # qdrouterd derives the external address from the vhost-qualified one
+            self.broker.route(ls, route, qualified)
             return
         cfg = self.match_address(qualified)
         if cfg is None:

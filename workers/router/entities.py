@@ -124,6 +124,10 @@ class EntityStore:
         if name in self._by_type[etype]:
             raise EntityError(400, "Name conflicts with an existing entity")
         entity = self._validate(etype, schema, {**schema.defaults, **attrs})
+        if etype == ADDRESS and any(  # as qdrouterd: one address configuration per prefix
+                (other["prefix"], other["pattern"]) == (entity["prefix"], entity["pattern"])
+                for other in self._by_type[etype].values()):
+            raise EntityError(400, "Already exists")
         entity.update({"name": name, "identity": str(next(self._ids)), "type": etype})
         self._by_type[etype][name] = entity
         return entity

@@ -99,7 +99,7 @@ def router_broker_user(space: AddressSpace) -> BrokerUser:
     return BrokerUser(
         username=broker_username(space.vhost, user),
         password_hash=rabbitmq.hash_password(password, salt),
-        send=("*",), recv=("*",),
+        send=("*",), recv=("*",), router=True,
     )
 
 

@@ -41,6 +41,7 @@ class BrokerUser:
     recv: tuple[str, ...] = ()
     manage: bool = False
     view: bool = False
+    router: bool = False  # the router's own login: may read the topics' `$maas.all.` fanouts
 
 
 @dataclass

@@ -17,6 +17,7 @@ from .rabbitmq_objects import (
     AMQ_DEFAULT,
     DLX_EXCHANGE,
     EXPIRY_REASONS,
+    FANOUT_PREFIX,
     INTERNAL_PREFIX,
     OWNER_ARG,
     OWNER_TAG,
@@ -26,6 +27,7 @@ from .rabbitmq_objects import (
     TEMP_QUEUES,
     dead_letter_routes,
     desired_objects,
+    fanout_exchange,
     pattern_matches,
     pattern_regex,
     policy_definition,
@@ -37,11 +39,11 @@ from .rabbitmq_objects import (
 from .rabbitmq_reconciler import VHOST_DESCRIPTION, ApplyResult, BrokerReconciler
 
 __all__ = [
-    "AMQ_DEFAULT", "DLX_EXCHANGE", "EXPIRY_REASONS", "HASHING_ALGORITHM", "INTERNAL_PREFIX",
+    "AMQ_DEFAULT", "DLX_EXCHANGE", "EXPIRY_REASONS", "FANOUT_PREFIX", "HASHING_ALGORITHM", "INTERNAL_PREFIX",
     "OWNER_ARG", "OWNER_TAG", "POLICY_PREFIX", "POLICY_PRIORITY", "REJECT_REASONS",
     "TEMP_QUEUES", "USER_SEPARATOR", "VHOST_DESCRIPTION",
     "ApplyResult", "BrokerError", "BrokerReconciler", "RabbitMQApi",
-    "broker_username", "dead_letter_routes", "desired_objects", "hash_password",
+    "broker_username", "dead_letter_routes", "desired_objects", "fanout_exchange", "hash_password",
     "pattern_matches", "pattern_regex", "policy_definition", "policy_name", "queue_arguments",
     "queue_type", "user_permissions", "verify_password",
 ]

@@ -135,19 +135,30 @@ class RabbitMQApi:
     def delete_exchange(self, vhost: str, name: str) -> None:
         self.request("DELETE", f"/exchanges/{_q(vhost)}/{_q(name)}", missing_ok=True)
 
-    # bindings (exchange -> queue)
+    # bindings (exchange -> queue, or exchange -> exchange)
     def list_bindings(self, vhost: str, columns=BINDING_COLUMNS) -> list[dict]:
         return self._list(f"/bindings/{_q(vhost)}", columns)
 
+    def list_source_bindings(
+        self, vhost: str, exchange: str, columns=BINDING_COLUMNS
+    ) -> list[dict]:
+        """The bindings whose source is `exchange`."""
+        return self._list(f"/exchanges/{_q(vhost)}/{_q(exchange)}/bindings/source", columns)
+
     def create_binding(
-        self, vhost: str, exchange: str, queue: str, routing_key: str, arguments: dict
+        self, vhost: str, exchange: str, destination: str, routing_key: str, arguments: dict,
+        destination_type: str = "queue",
     ) -> None:
         body = {"routing_key": routing_key, "arguments": arguments}
-        self.request("POST", f"/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}", body)
+        path = _binding_path(vhost, exchange, destination, destination_type)
+        self.request("POST", path, body)
 
-    def delete_binding(self, vhost: str, exchange: str, queue: str, properties_key: str) -> None:
-        path = f"/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}/{_q(properties_key)}"
-        self.request("DELETE", path, missing_ok=True)
+    def delete_binding(
+        self, vhost: str, exchange: str, destination: str, properties_key: str,
+        destination_type: str = "queue",
+    ) -> None:
+        path = _binding_path(vhost, exchange, destination, destination_type)
+        self.request("DELETE", f"{path}/{_q(properties_key)}", missing_ok=True)
 
     # policies
     def list_policies(self, vhost: str) -> list[dict]:
@@ -204,6 +215,11 @@ class RabbitMQApi:
 
     def delete_topic_permissions(self, vhost: str, user: str) -> None:
         self.request("DELETE", f"/topic-permissions/{_q(vhost)}/{_q(user)}", missing_ok=True)
+
+
+def _binding_path(vhost: str, exchange: str, destination: str, destination_type: str) -> str:
+    kind = {"queue": "q", "exchange": "e"}[destination_type]
+    return f"/bindings/{_q(vhost)}/e/{_q(exchange)}/{kind}/{_q(destination)}"
 
 
 def _reason(resp: requests.Response) -> str:

@@ -14,14 +14,19 @@ How addresses map to RabbitMQ objects (see docs/storage.md):
   limit keeps its messages and reports an address error; a quorum queue whose address no
   longer needs one simply stays quorum (it serves a classic address just as well).
 - topic: a durable `topic` exchange named as the address; a subscription `<topic>::<sub>` is
-  bound to it with key `#`.
+  bound to it with key `#`. Each topic also has a durable `fanout` exchange
+  `$maas.all.<topic>`, bound exchange-to-exchange from the topic with key `#`: a receiver of
+  `/exchange/$maas.all.<topic>` gets every message of the topic. qdrouterd's link routes can
+  only prefix an address, so that is where the router sends receivers of the bare topic
+  (`/exchange/<topic>` alone binds with key "" and gets nothing). Only the router's broker
+  login may read it.
 - dead-lettering: every queue that has a deadletter or expiry target dead-letters into one
   internal headers exchange per vhost (`$maas.dlx`); bindings on `x-first-death-queue` and
   `x-first-death-reason` (match `all-with-x`) send rejected and over-delivered messages to
   the deadletter queue and expired ones to the expiry queue.
 
 Ownership: the vhost carries the tag `maas-owned`; queues, exchanges and MaaS's topic
-bindings carry the argument `x-maas-owned: true`; policies and internal objects have names
+bindings (to subscription queues and to the fanout exchanges) carry the argument `x-maas-owned: true`; policies and internal objects have names
 starting with `$maas.`; users carry the tag `maas-owned` and are named `<user>@<vhost>`.
 Everything else in a vhost is left alone.
 """
@@ -38,6 +43,9 @@ OWNER_TAG = "maas-owned"
 OWNER_ARG = "x-maas-owned"
 INTERNAL_PREFIX = "$maas."
 DLX_EXCHANGE = "$maas.dlx"
+# + topic: every message of the topic, for bare-topic receivers (config_service.validation
+# keeps topic names short enough for it; the router agent routes to it)
+FANOUT_PREFIX = "$maas.all."
 POLICY_PREFIX = "$maas.q."
 POLICY_PRIORITY = 1000  # only one policy applies to a queue: ours must win over others
 AMQ_DEFAULT = r"amq\.default"  # the name RabbitMQ checks for the default exchange
@@ -64,11 +72,22 @@ def pattern_matches(pattern: str, name: str) -> bool:
     return name == pattern
 
 
-def _permission_regex(bodies: list[str]) -> str:
-    """Anchor alternatives; '' grants nothing. Internal `$maas.` objects are never granted."""
-    if not bodies:
-        return ""
-    return "^(?!" + re.escape(INTERNAL_PREFIX) + ")(" + "|".join(sorted(set(bodies))) + ")$"
+def fanout_exchange(topic: str) -> str:
+    """The fanout exchange that gets a copy of every message published to the topic."""
+    return FANOUT_PREFIX + topic
+
+
+def _permission_regex(bodies: list[str], internal: list[str] | None = None) -> str:
+    """Anchor alternatives; '' grants nothing. Internal `$maas.` objects are never granted by
+    `bodies`, only by `internal` (regex bodies starting with the escaped prefix)."""
+    alternatives = []
+    if bodies:
+        alternatives.append(
+            "^(?!" + re.escape(INTERNAL_PREFIX) + ")(" + "|".join(sorted(set(bodies))) + ")$"
+        )
+    if internal:
+        alternatives.append("^(" + "|".join(sorted(set(internal))) + ")$")
+    return "|".join(alternatives)
 
 
 def user_permissions(user: BrokerUser, queues: list[str], topics: list[str]) -> dict[str, str]:
@@ -78,6 +97,10 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str]) -> 
     `/amq/queue/Q` go through the default exchange, so any right to send to one queue grants
     `amq.default` and with it sending to every queue of the vhost. The router in front
     enforces the exact address rules; this is the broker's coarser second line.
+
+    The router's own login (`user.router`) may also read the fanout exchange
+    `$maas.all.<topic>` of each topic its recv patterns match: that is where it routes a
+    receiver of the bare topic. No tenant's user is ever granted a `$maas.` object.
     """
     sends_to_queue = any(pattern_matches(p, q) for p in user.send for q in queues)
     send_topics = [p for p in user.send if any(pattern_matches(p, t) for t in topics)]
@@ -89,10 +112,14 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str]) -> 
     if user.manage:
         patterns = list(user.send) + list(user.recv)
         configure = [pattern_regex(p) for p in patterns] if patterns else [".*"]
+    fanouts = []
+    if user.router:
+        fanouts = [re.escape(FANOUT_PREFIX) + pattern_regex(p) for p in user.recv
+                   if any(pattern_matches(p, t) for t in topics)]
     return {
         "configure": _permission_regex(configure + temp),
         "write": _permission_regex(write + temp),
-        "read": _permission_regex(read + temp),
+        "read": _permission_regex(read + temp, fanouts),
     }
 
 
@@ -102,16 +129,19 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str]) -> 
 
 @dataclass(frozen=True)
 class Binding:
-    """An exchange-to-queue binding, comparable by value."""
+    """An exchange-to-queue (or exchange-to-exchange) binding, comparable by value."""
 
     source: str
     destination: str
     routing_key: str
     arguments: str  # canonical JSON, so bindings compare by value
+    destination_type: str = "queue"  # or "exchange"
 
     @classmethod
-    def of(cls, source: str, destination: str, routing_key: str, arguments: dict) -> Binding:
-        return cls(source, destination, routing_key, json.dumps(arguments, sort_keys=True))
+    def of(cls, source: str, destination: str, routing_key: str, arguments: dict,
+           destination_type: str = "queue") -> Binding:
+        return cls(source, destination, routing_key, json.dumps(arguments, sort_keys=True),
+                   destination_type)
 
 
 @dataclass
@@ -199,6 +229,13 @@ def desired_objects(state: VhostState) -> DesiredObjects:
     for topic in state.topics:
         d.exchanges[topic.name] = {"type": "topic", "internal": False}
         d.owner["exchange:" + topic.name] = topic.name
+        # Not internal: AMQP 1.0 receivers bind their temporary queues to it.
+        fanout = fanout_exchange(topic.name)
+        d.exchanges[fanout] = {"type": "fanout", "internal": False}
+        d.owner["exchange:" + fanout] = topic.name
+        d.bindings[Binding.of(topic.name, fanout, "#", {OWNER_ARG: True}, "exchange")] = (
+            topic.name
+        )
     for queue in state.queues:
         topic = topics.get(queue.topic) if queue.kind == "subscription" else None
         d.queues[queue.name] = queue_arguments(queue)

@@ -63,7 +63,8 @@ def _owned(obj: dict) -> bool:
 
 def _binding_key(row: dict) -> Binding:
     return Binding.of(
-        row["source"], row["destination"], row["routing_key"], row.get("arguments") or {}
+        row["source"], row["destination"], row["routing_key"], row.get("arguments") or {},
+        row["destination_type"],
     )
 
 
@@ -282,13 +283,20 @@ class BrokerReconciler:
         for binding, address in desired.bindings.items():
             if binding in have:
                 continue
-            if binding.destination not in actual.queues and binding.destination in (
-                result.errors
-            ):
-                continue  # its queue could not be created; that error says why
+            if binding.destination_type == "queue":
+                if binding.destination not in actual.queues and binding.destination in (
+                    result.errors
+                ):
+                    continue  # its queue could not be created; that error says why
+            elif not (_exchange_ours(binding.source, actual, result)
+                      and _exchange_ours(binding.destination, actual, result)):
+                # An exchange MaaS does not own gets no binding of ours (nothing would ever
+                # delete it), nor one that could not be created; its error says why.
+                continue
             self._do(result, "created", _binding_label(binding), address,
                      self.api.create_binding, v, binding.source, binding.destination,
-                     binding.routing_key, json.loads(binding.arguments))
+                     binding.routing_key, json.loads(binding.arguments),
+                     binding.destination_type)
 
     def _converge_users(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         for name, user in desired.users.items():
@@ -313,12 +321,14 @@ class BrokerReconciler:
         owned_sources = {n for n, x in actual.exchanges.items() if _owned(x)}
         for row in actual.bindings:
             key = _binding_key(row)
-            ours = row["source"] == DLX_EXCHANGE or _owned(row)
-            if row["destination_type"] != "queue" or not ours:
+            ours = _owned(row) or (row["source"] == DLX_EXCHANGE
+                                   and row["destination_type"] == "queue")
+            if row["destination_type"] not in ("queue", "exchange") or not ours:
                 continue
             if row["source"] in owned_sources and key not in desired.bindings:
                 self._do(result, "deleted", _binding_label(key), None, self.api.delete_binding,
-                         v, row["source"], row["destination"], row["properties_key"])
+                         v, row["source"], row["destination"], row["properties_key"],
+                         row["destination_type"])
         for name, q in actual.queues.items():
             if _owned(q) and name not in desired.queues:
                 self._do(result, "deleted", "queue:" + name, None, self.api.delete_queue, v, name)
@@ -439,6 +449,11 @@ def _concurrently(calls: dict) -> dict:
     futures = {name: _pool[1].submit(fn) for name, fn in calls.items()}
     wait(futures.values())
     return {name: future.result() for name, future in futures.items()}
+
+
+def _exchange_ours(name: str, actual: _Actual, result: ApplyResult) -> bool:
+    """The exchange is MaaS's: listed with the owner argument, or created by this apply."""
+    return _owned(actual.exchanges.get(name) or {}) or "exchange:" + name in result.created
 
 
 def _queue_problem(have: dict, args: dict) -> str | None:

@@ -11,11 +11,12 @@ brokered one) as a messaging user, and sends or receives messages on one address
 import os
 
 from django.core.management.base import BaseCommand, CommandError
-from proton import ConnectionException, Message, Timeout
-from proton.utils import BlockingConnection, LinkDetached
+from proton import ConnectionException, LinkException, Message, Timeout
+from proton.utils import BlockingConnection
 
 from config_service.api.resources import endpoints
 from config_service.models import AddressSpace
+from maas.core.amqp import open_receiver, open_sender
 
 
 def open_connection(space: AddressSpace, user: str, password: str) -> BlockingConnection:
@@ -66,19 +67,19 @@ class Command(BaseCommand):
             raise CommandError(f"connection refused: {exc}") from exc
         try:
             if action == "send":
-                sender = conn.create_sender(wire_address(s, address, receiving=False))
+                sender = open_sender(conn, wire_address(s, address, receiving=False))
                 for i in range(count):
                     text = body if count == 1 else f"{body} {i + 1}"
                     sender.send(Message(body=text, subject=subject), timeout=timeout)
                 self.stdout.write(f"sent {count} message(s) to {address}")
             else:
-                receiver = conn.create_receiver(wire_address(s, address, receiving=True),
-                                                credit=min(count, 100))
+                receiver = open_receiver(conn, wire_address(s, address, receiving=True),
+                                         credit=min(count, 100))
                 for _ in range(count):
                     message = receiver.receive(timeout)
                     receiver.accept()
                     self.stdout.write(str(message.body))
-        except (LinkDetached, ConnectionException) as exc:
+        except (LinkException, ConnectionException) as exc:  # LinkDetached is one
             raise CommandError(str(exc)) from exc
         except Timeout as exc:
             raise CommandError(f"timed out after {timeout}s") from exc

@@ -3,9 +3,10 @@
 Starts the web server (127.0.0.1:8000), a Celery worker running the agents on changes, a second
 one for resync and usage work, a third for the router watch, Celery beat (outbox relay, resync,
 router watch, usage sampling), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 5674, management
-5675) -- or, when `QDROUTERD` names a qdrouterd binary, that qdrouterd on the same ports --, the
-auth service routers delegate SASL to (127.0.0.1:5676; with the router enabled) and the
-processes listed in MAAS_EXTRA_PROCESSES; stops them all on Ctrl-C or if one of them dies.
+5675) -- or, when `QDROUTERD` names a qdrouterd binary, that qdrouterd on the same ports and the
+vhost relay between it and RabbitMQ (127.0.0.1:5677) --, the auth service routers delegate SASL
+to (127.0.0.1:5676; with the router enabled) and the processes listed in MAAS_EXTRA_PROCESSES;
+stops them all on Ctrl-C or if one of them dies.
 """
 import os
 import signal
@@ -55,6 +56,14 @@ def processes(bind: str) -> dict[str, list[str]]:
             py, str(settings.BASE_DIR / "manage.py"), "run_authservice",
             "--host", settings.MAAS_AUTH_SERVICE_HOST,
             "--port", str(settings.MAAS_AUTH_SERVICE_PORT),
+        ]
+    if settings.MAAS_ROUTER_ENABLED and qdrouterd.binary():
+        # qdrouterd opens RabbitMQ connections with its connector's host as the AMQP hostname,
+        # so they land in vhost `/`; the relay sets `vhost:<vhost>` from the login.
+        procs["vhost-relay"] = [
+            py, "-m", "workers.vhost_relay",
+            "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{settings.MAAS_VHOST_RELAY_PORT}",
+            "--broker", f"{settings.RABBITMQ_AMQP_HOST}:{settings.RABBITMQ_AMQP_PORT}",
         ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs

@@ -3,10 +3,11 @@
 import os
 import subprocess
 import sys
+from urllib.parse import urlparse
 
 from django.conf import settings
 
-from maas.management.commands.runplatform import processes
+from maas.management.commands.runplatform import embedded_router_command, processes
 from tests.conftest import free_tcp_port, port_open, wait_for
 
 from .conftest import identity_of, login, new_space, new_user
@@ -42,3 +43,9 @@ def test_runplatform_starts_the_auth_service_with_the_router(settings):
     assert command[2:] == ["run_authservice", "--host", "127.0.0.2", "--port", "15676"]
     settings.MAAS_ROUTER_ENABLED = False
     assert "authservice" not in processes("127.0.0.1:8000")
+
+
+def test_runplatform_points_the_embedded_router_at_the_auth_service(settings):
+    settings.MAAS_AUTH_SERVICE_HOST, settings.MAAS_AUTH_SERVICE_PORT = "127.0.0.2", 15676
+    command = embedded_router_command(urlparse("amqp://127.0.0.1:5675"))
+    assert command[command.index("--auth-service") + 1] == "127.0.0.2:15676"

@@ -41,7 +41,6 @@ sys.path.insert(0, str(ROOT))
 from workers import qdrouterd  # noqa: E402
 from workers.agents.qdr import Management  # noqa: E402
 from workers.authservice.server import AuthServer, Identity, Verifier  # noqa: E402
-from workers.router.passwords import hash_password  # noqa: E402
 
 RABBIT_API = "http://127.0.0.1:15672/api"
 GUEST = ("guest", "guest")
@@ -226,12 +225,13 @@ class Router:
             self.proc.wait()
 
 
-def start_embedded() -> Router:
+def start_embedded(auth_port: int) -> Router:
     amqp_port, mgmt_port = free_port(), free_port()
-    env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=ADMIN_PASSWORD, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "workers.router", "--amqp-port",
                              str(amqp_port), "--management-port", str(mgmt_port),
-                             "--admin-user", ADMIN, "--log-level", "WARNING"], cwd=ROOT, env=env)
+                             "--admin-user", ADMIN, "--auth-service", f"127.0.0.1:{auth_port}",
+                             "--log-level", "WARNING"], cwd=ROOT, env=env)
     wait_port(mgmt_port, proc, "the embedded router")
     return Router("embedded", proc, amqp_port, mgmt_port)
 
@@ -263,18 +263,15 @@ def bench_verifier(vhost: str) -> Verifier:
 
 def space_entities(router: Router, vhost: str, broker_port: int, queue: str) -> list:
     """What the router agent writes for a space with the anycast address `any` and the queue
-    `bq` (workers/agents/router_config.py), on this kind of router: the user entity and the
-    connector's `virtualHost` are the embedded router's extensions; qdrouterd's connector goes
-    to the vhost relay, which picks the broker vhost from the login."""
+    `bq` (workers/agents/router_config.py), on this kind of router: the connector's
+    `virtualHost` is the embedded router's extension; qdrouterd's connector goes to the vhost
+    relay, which picks the broker vhost from the login. Both relay SASL to the auth service."""
     owner = f"maas:{vhost}:"
     connector = {"host": "127.0.0.1", "port": str(broker_port), "role": "route-container",
                  "saslUsername": f"{USER}@{vhost}", "saslPassword": BROKER_PASSWORD}
     entities = []
     if router.kind == "embedded":
         connector["virtualHost"] = f"vhost:{vhost}"
-        entities.append(("io.maas.router.user", f"{owner}user:{USER}",
-                         {"vhost": vhost, "username": USER,
-                          "passwordHash": hash_password(PASSWORD)}))
     autolink = {"address": f"{vhost}/bq", "connection": f"{owner}broker",
                 "externalAddress": f"/amq/queue/{queue}"}
     return entities + [
@@ -369,11 +366,11 @@ def main():
         for queue in ("bq-embedded", "bq-qdrouterd", "dq"):
             rabbit("PUT", f"/queues/{vhost}/{queue}", {"durable": True})
 
-        routers.append(start_embedded())
+        auth = AuthServer(("127.0.0.1", free_port()), bench_verifier(vhost))
+        threading.Thread(target=auth.serve_forever, daemon=True).start()
+        routers.append(start_embedded(auth.server_address[1]))
         configure(routers[0], space_entities(routers[0], vhost, 5672, "bq-embedded"))
         if qdrouterd.binary():
-            auth = AuthServer(("127.0.0.1", free_port()), bench_verifier(vhost))
-            threading.Thread(target=auth.serve_forever, daemon=True).start()
             relay_port = free_port()
             relay = subprocess.Popen([sys.executable, "-m", "workers.vhost_relay", "--listen",
                                       f"127.0.0.1:{relay_port}", "--broker", "127.0.0.1:5672",

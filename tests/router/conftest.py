@@ -1,5 +1,6 @@
-"""Fixtures for the embedded router tests: a real router process, real proton clients, and
-RabbitMQ (localhost, guest/guest) set up through its management HTTP API. No Django."""
+"""Fixtures for the embedded router tests: a real router process, the real auth service it relays
+SASL to (over the fixed users below), real proton clients, and RabbitMQ (localhost, guest/guest)
+set up through its management HTTP API. No Django."""
 
 import os
 import socket
@@ -15,7 +16,7 @@ import requests
 from proton import Message
 from proton.utils import BlockingConnection
 
-from workers.router.passwords import hash_password
+from workers.authservice.server import AuthServer, Identity
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_PASSWORD = "admin-secret"
@@ -27,7 +28,7 @@ LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
 AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
 CONNECTOR = "org.apache.qpid.dispatch.connector"
 VHOST = "org.apache.qpid.dispatch.vhost"
-USER = "io.maas.router.user"
+ADMIN_USER = "admin"
 
 
 def free_port() -> int:
@@ -47,10 +48,57 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"port {port} not listening")
 
 
-class RouterProcess:
-    """`python -m workers.router` on free ports; restartable on the same ports."""
+class FixedUsers:
+    """The verifier of the tests' auth service: the users tests register (`add_tenant`) and the
+    router admin, with the database verifier's rules (workers/authservice/users.py): `user@vhost`,
+    or a bare `user` whose password fits in exactly one vhost; the identity is `user@vhost`."""
 
-    def __init__(self, extra_args=()):
+    def __init__(self):
+        self.passwords: dict[tuple[str, str], str] = {}  # (vhost, user) -> password
+        self.lock = threading.Lock()
+
+    def add(self, vhost: str, user: str, password: str) -> None:
+        with self.lock:
+            self.passwords[(vhost, user)] = password
+
+    def __call__(self, login: str, password: str) -> Identity | None:
+        if login == ADMIN_USER:
+            return Identity(ADMIN_USER, ADMIN_USER) if password == ADMIN_PASSWORD else None
+        user, at, vhost = login.rpartition("@")
+        with self.lock:
+            fits = [(v, u) for (v, u), p in self.passwords.items() if p == password
+                    and (u, v) == ((user, vhost) if at else (login, v))]
+        if len(fits) != 1:
+            return None
+        vhost, user = fits[0]
+        return Identity(f"{user}@{vhost}", user)
+
+
+USERS = FixedUsers()  # one set for the whole test run: each module uses vhosts of its own
+
+
+class FixedAuthService:
+    """The real auth service (workers.authservice.server.AuthServer) in a thread of the test
+    process, verifying against USERS instead of the database; the router's relay to it is the
+    real one."""
+
+    def __init__(self, verify=USERS, port: int = 0):
+        self.server = AuthServer(("127.0.0.1", port), verify)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RouterProcess:
+    """`python -m workers.router` on free ports; restartable on the same ports. It relays SASL
+    to the auth service on `auth_port`, or to a FixedAuthService of its own."""
+
+    def __init__(self, extra_args=(), auth_port: int | None = None):
+        self.own_auth = FixedAuthService() if auth_port is None else None
+        self.auth_port = auth_port if auth_port is not None else self.own_auth.port
         self.amqp_port = free_port()
         self.amqps_port = free_port()
         self.mgmt_port = free_port()
@@ -59,16 +107,18 @@ class RouterProcess:
         self.proc = None
 
     def start(self) -> None:
-        env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=ADMIN_PASSWORD, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
         cmd = [sys.executable, "-m", "workers.router", "--amqp-port", str(self.amqp_port),
                "--amqps-port", str(self.amqps_port), "--management-port", str(self.mgmt_port),
                "--metrics-port", str(self.metrics_port), "--log-level", "WARNING",
+               "--admin-user", ADMIN_USER, "--auth-service", f"127.0.0.1:{self.auth_port}",
                *self.extra_args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
         wait_port(self.amqp_port)
         wait_port(self.mgmt_port)
 
     def stop(self) -> None:
+        """Stops the router; its own auth service, if any, stays for a restart."""
         if self.proc is not None:
             self.proc.terminate()
             try:
@@ -95,7 +145,7 @@ class Management:
     """A minimal qdrouterd management client, as the router agent would speak it."""
 
     def __init__(self, port: int):
-        self.conn = BlockingConnection(f"amqp://127.0.0.1:{port}", user="admin",
+        self.conn = BlockingConnection(f"amqp://127.0.0.1:{port}", user=ADMIN_USER,
                                        password=ADMIN_PASSWORD, allowed_mechs="PLAIN",
                                        allow_insecure_mechs=True, timeout=5)
         self.receiver = self.conn.create_receiver(None, dynamic=True)
@@ -132,10 +182,9 @@ class Management:
 
 def add_tenant(mgmt: Management, vhost: str, users: dict[str, str], groups: dict,
                **vhost_attrs) -> None:
-    """A vhost policy plus its messaging users (passwords sent as RabbitMQ-style hashes)."""
+    """A vhost policy on the router, and its messaging users for the tests' auth service."""
     for username, password in users.items():
-        mgmt.create(USER, f"{vhost}-{username}", vhost=vhost, username=username,
-                    passwordHash=hash_password(password))
+        USERS.add(vhost, username, password)
     mgmt.create(VHOST, vhost, hostname=vhost, groups=groups, **vhost_attrs)
 
 

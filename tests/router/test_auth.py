@@ -1,10 +1,26 @@
-"""SASL PLAIN against pushed user hashes, vhost selection, and qdrouterd-style vhost policy."""
+"""SASL relayed to the auth service (the real server over the tests' fixed users), vhost
+selection from its identity, and qdrouterd-style vhost policy."""
+
+import socket
+import struct
+import time
 
 import pytest
 from proton import ConnectionException
 from proton.utils import BlockingConnection, LinkDetached
 
-from .conftest import ADDRESS, ADMIN_PASSWORD, add_tenant
+from workers.router.sasl_relay import SERVICE_TIMEOUT
+
+from .conftest import (
+    ADDRESS,
+    ADMIN_PASSWORD,
+    VHOST,
+    FixedAuthService,
+    RouterProcess,
+    add_tenant,
+)
+
+CONNECTION = "org.apache.qpid.dispatch.connection"
 
 OPEN = {"users": "alice", "sources": "*", "targets": "*", "allowDynamicSource": True}
 READ_ONLY = {"users": "rita", "sources": "*", "targets": "", "maxReceivers": 1}
@@ -91,3 +107,63 @@ def test_connection_limit_is_resource_limit_exceeded(router):
     with pytest.raises(ConnectionException, match="resource-limit-exceeded"):
         router.connect("bob", "bob-pw", vhost="blue")
     first.close()
+
+
+def test_the_connection_s_user_is_the_auth_service_s_identity(router, mgmt):
+    conn = router.connect("alice", "alice-pw", vhost="red")
+    rows = mgmt.query(CONNECTION, ["user", "tenant", "sasl"])
+    assert {"user": "alice@red", "tenant": "red", "sasl": "PLAIN"} in rows
+    conn.close()
+
+
+def test_a_client_without_sasl_is_refused_and_the_router_serves_on(router):
+    with socket.create_connection(("127.0.0.1", router.amqp_port), timeout=5) as sock:
+        sock.sendall(b"AMQP\x00\x01\x00\x00")
+        assert sock.recv(8) == b"AMQP\x03\x01\x00\x00"
+        assert sock.recv(8) == b""  # closed
+    router.connect("alice", "alice-pw", vhost="red").close()
+
+
+def test_an_oversized_sasl_frame_is_dropped(router):
+    with socket.create_connection(("127.0.0.1", router.amqp_port), timeout=5) as sock:
+        sock.sendall(b"AMQP\x03\x01\x00\x00" + struct.pack(">IBBH", 1 << 20, 2, 1, 0))
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+    assert received.startswith(b"AMQP\x03\x01\x00\x00")
+
+
+def test_without_the_auth_service_clients_get_sys_temp_and_the_router_serves_on():
+    auth = FixedAuthService()
+    port = auth.port
+    router = RouterProcess(auth_port=port)
+    router.start()
+    try:
+        mgmt = router.management()
+        mgmt.create(VHOST, "red", hostname="red", groups={"writers": OPEN})
+        mgmt.close()
+        router.connect("alice", "alice-pw", vhost="red").close()
+        auth.stop()
+        with pytest.raises(ConnectionException, match="(?i)auth"):
+            router.connect("alice", "alice-pw", vhost="red")
+        auth = FixedAuthService(port=port)
+        router.connect("alice", "alice-pw", vhost="red").close()
+    finally:
+        router.stop()
+        auth.stop()
+
+
+def test_a_silent_auth_service_times_out_into_a_refusal():
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers
+    router = RouterProcess(auth_port=silent.getsockname()[1])
+    router.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConnectionException, match="(?i)auth"):
+            BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}", user="alice",
+                               password="alice-pw", allowed_mechs="PLAIN",
+                               allow_insecure_mechs=True, timeout=15)
+        assert time.monotonic() - started < SERVICE_TIMEOUT + 3
+    finally:
+        router.stop()
+        silent.close()

@@ -208,13 +208,13 @@ def test_every_attribute_the_agent_emits_has_a_row(tenant):
     broker = rc.BrokerLogin("broker.example", 5672, "$router-1@t.compat", "secret")
 
     emitted = set()
-    for features in (rc.EMBEDDED, rc.RouterFeatures(users=False, connector_virtual_host=False)):
+    for features in (rc.EMBEDDED, rc.RouterFeatures(connector_virtual_host=False)):
         desired, _ = rc.desired_entities(space, addresses, users, broker, features=features)
         for (etype, _name), attributes in desired.items():
             emitted |= {(etype, key) for key in attributes}
             for group in attributes.get("groups", {}).values() if etype == rc.VHOST else ():
                 emitted |= {(etype, GROUP + key) for key in group}
     assert {t for t, _ in emitted} == set(rc.ENTITY_TYPES)
-    assert (rc.CONNECTOR, "virtualHost") in emitted and (rc.USER, "passwordHash") in emitted
+    assert (rc.CONNECTOR, "virtualHost") in emitted
     rows = {(r["entity"], r["name"]) for r in table()}
     assert not emitted - rows, f"no row in docs/router.md for {sorted(emitted - rows)}"

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from .conftest import ADDRESS, AUTO_LINK, CONNECTOR, LINK_ROUTE, USER, VHOST, RouterProcess
+from .conftest import ADDRESS, AUTO_LINK, CONNECTOR, LINK_ROUTE, VHOST, RouterProcess
 
 ROUTER = "org.apache.qpid.dispatch.router"
 
@@ -59,12 +59,15 @@ def test_unknown_entity_is_404(mgmt):
     assert mgmt.request("QUERY", {}, entityType="org.example.nothing")[0] == 404
 
 
+def test_users_are_the_auth_service_s_not_an_entity_type(mgmt):
+    assert mgmt.request("QUERY", {}, entityType="io.maas.router.user")[0] == 404
+
+
 @pytest.mark.parametrize("etype,attrs", [
     (ADDRESS, {}),  # neither prefix nor pattern
     (ADDRESS, {"prefix": "a", "distribution": "sideways"}),
     (LINK_ROUTE, {"prefix": "a", "direction": "up", "connection": "c"}),
     (AUTO_LINK, {"address": "a", "direction": "in"}),  # no connection nor containerId
-    (USER, {"vhost": "v", "username": "u", "passwordHash": "not-a-hash"}),
     (ADDRESS, {"prefix": "a", "colour": "blue"}),
 ])
 def test_bad_request_is_400_with_description(mgmt, etype, attrs):
@@ -81,7 +84,7 @@ def test_connector_password_is_never_returned(mgmt):
     assert mgmt.delete(CONNECTOR, "ragent-broker")[0] == 204
 
 
-def test_vhost_and_user_entities_round_trip(mgmt):
+def test_vhost_entities_round_trip(mgmt):
     mgmt.create(VHOST, "t9", hostname="t9", maxConnections=3,
                 groups={"g": {"users": "bob", "sources": "*", "targets": "a*"}})
     row = next(r for r in mgmt.query(VHOST) if r["name"] == "t9")

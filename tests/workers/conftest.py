@@ -23,22 +23,25 @@ def router_kind():
 
 
 def pytest_collection_modifyitems(items):
-    # The auth service reads messaging users from its own database connection: the tests
-    # through qdrouterd commit their data.
+    # Both routers relay SASL to the auth service, which reads messaging users from its own
+    # database connection: the tests through either router commit their data.
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("router_kind") == "qdrouterd":
+        if callspec is not None and callspec.params.get("router_kind") in ("embedded",
+                                                                            "qdrouterd"):
             item.add_marker(pytest.mark.django_db(transaction=True))
 
 
 @pytest.fixture(scope="module")
 def router(router_kind):
     if router_kind == "embedded":
-        proc = RouterProcess()
+        auth = AuthService()  # the real, database-backed one, as for qdrouterd
+        proc = RouterProcess(auth_port=auth.port)
         proc.kind, proc.relay = "embedded", None
         proc.start()
         yield proc
         proc.stop()
+        auth.stop()
         return
     if qdrouterd.binary() is None:
         pytest.skip(SKIP_REASON)

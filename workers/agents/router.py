@@ -33,8 +33,8 @@ def management_client(router: endpoints.RouterEndpoint | None = None) -> Managem
 
 
 def entity_types(mgmt: Management) -> list[str]:
-    """The agent's entity types this router has (qdrouterd has no io.maas.router.user and
-    answers a QUERY of it with 400)."""
+    """The agent's entity types this router has (a router answers a QUERY of a type it lacks
+    with 400 or 404)."""
     schema = mgmt.schema()
     return [etype for etype in rc.ENTITY_TYPES if etype in schema]
 
@@ -100,7 +100,7 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     for key in sorted(stale, key=lambda k: -order[k[0]]):
         attempt(key, mgmt.delete, *key)
     for key in changed:
-        if key[0] in (rc.VHOST, rc.USER):  # keep clients connected
+        if key[0] == rc.VHOST:  # keep clients connected
             answer = attempt(key, mgmt.update, key[0], key[1], desired[key])
             if key not in (refused or {}):
                 after[key] = _confirmed(desired[key], answer)
@@ -215,7 +215,7 @@ class RouterAgent(Agent):
             elif inactive & set(keys):
                 errors[name] = {"message": "Router autoLink to the broker is not active",
                                 "permanent": False}
-        space_keys = [k for k in desired if k[0] in (rc.VHOST, rc.USER, rc.CONNECTOR)]
+        space_keys = [k for k in desired if k[0] in (rc.VHOST, rc.CONNECTOR)]
         said = [_refusal(k, refused[k]) for k in space_keys if k in refused]
         space_missing = [k for k in space_keys if k in missing]
         space_error = ("; ".join(said) if said

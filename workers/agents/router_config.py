@@ -19,10 +19,11 @@ AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
 LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
 CONNECTOR = "org.apache.qpid.dispatch.connector"
 VHOST = "org.apache.qpid.dispatch.vhost"
-USER = "io.maas.router.user"  # MaaS extension: a SASL PLAIN credential (salted hash)
 
 # Applied in this order, deleted in the reverse order (links before what they refer to).
-ENTITY_TYPES = (USER, VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
+# Messaging users are no entity: every router relays SASL to the auth service, which reads them
+# from the database (workers/authservice); the vhost policy names them `user@vhost`.
+ENTITY_TYPES = (VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
 FANOUT_PREFIX = TOPIC_FANOUT_PREFIX  # the storage controller's fanout exchange of each topic
 
@@ -47,16 +48,14 @@ class RouterFeatures(NamedTuple):
     uses an extension only where it exists, so the same agent drives qdrouterd and the
     embedded router."""
 
-    users: bool  # io.maas.router.user: the router checks passwords itself (else the auth service)
     connector_virtual_host: bool  # connector.virtualHost: the router picks the broker's vhost
 
     @classmethod
     def of(cls, schema: dict) -> "RouterFeatures":
-        return cls(users=USER in schema,
-                   connector_virtual_host="virtualHost" in schema.get(CONNECTOR, ()))
+        return cls(connector_virtual_host="virtualHost" in schema.get(CONNECTOR, ()))
 
 
-EMBEDDED = RouterFeatures(users=True, connector_virtual_host=True)
+EMBEDDED = RouterFeatures(connector_virtual_host=True)
 
 
 class BrokerLogin(NamedTuple):
@@ -89,9 +88,6 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
         limits["maxSenders"] = 0  # over quota: new senders get amqp:resource-limit-exceeded
     groups = {}
     for user in users:
-        if features.users:
-            add(USER, f"user:{user.username}", vhost=vhost, username=user.username,
-                passwordHash=user.password_hash)
         send, recv = [], []
         for rule in user.authorization:
             ops = set(rule["operations"])

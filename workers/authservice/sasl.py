@@ -1,11 +1,13 @@
-"""AMQP 1.0 framing for the auth service: protocol headers, SASL frames and the open/close
-exchange after them, encoded and decoded with proton's codec (`proton.Data`). No Django."""
+"""AMQP 1.0 framing for the auth service and the embedded router's SASL relay: protocol headers,
+SASL frames and the open/close exchange after them, encoded and decoded with proton's codec
+(`proton.Data`), read from a blocking socket (`Reader`) or as bytes arrive (`FrameBuffer`).
+No Django."""
 import socket
 import struct
 import time
 from dataclasses import dataclass
 
-from proton import Data, DataException, Described
+from proton import Array, Data, DataException, Described
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -77,6 +79,56 @@ def challenge(payload: bytes) -> bytes:
 
 def outcome(code: int) -> bytes:
     return frame(SASL_FRAME, _performative(OUTCOME, lambda d: d.put_ubyte(code)))
+
+
+def init(mechanism: str, initial_response: bytes | None, hostname: str | None = None) -> bytes:
+    def fill(d: Data) -> None:
+        d.put_symbol(mechanism)
+        if initial_response is None:
+            d.put_null()
+        else:
+            d.put_binary(initial_response)
+        if hostname is None:
+            d.put_null()
+        else:
+            d.put_string(hostname)
+
+    return frame(SASL_FRAME, _performative(INIT, fill))
+
+
+def response(payload: bytes) -> bytes:
+    return frame(SASL_FRAME, _performative(RESPONSE, lambda d: d.put_binary(payload)))
+
+
+def client_open(container_id: str, max_frame: int = MAX_FRAME) -> bytes:
+    """The open of a client that only wants the peer's open in return (the router's, to the
+    auth service)."""
+
+    def fill(d: Data) -> None:
+        d.put_string(container_id)
+        d.put_null()  # hostname
+        d.put_uint(max_frame)
+
+    return frame(AMQP_FRAME, _performative(OPEN, fill))
+
+
+def symbols(value) -> list[str]:
+    """A multiple-symbol field (sasl-server-mechanisms): one symbol or an array of them."""
+    if isinstance(value, Array):
+        value = list(value.elements)
+    elif isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProtocolError("expected symbols")
+    return [str(v) for v in value]
+
+
+def authenticated_sub(peer_open: "Performative") -> str | None:
+    """`authenticated-identity`.`sub` of an auth service's open (properties, field 9)."""
+    properties = peer_open.field(9, {})
+    identity = properties.get("authenticated-identity") if isinstance(properties, dict) else None
+    sub = identity.get("sub") if isinstance(identity, dict) else None
+    return sub if isinstance(sub, str) and sub else None
 
 
 def open_frame(container_id: str, sub: str, preferred_username: str,
@@ -187,6 +239,55 @@ def plain(response: bytes) -> tuple[str, str, str]:
     return authzid, authcid, password
 
 
+def _frame_header(header: bytes, max_frame: int) -> tuple[int, int, int]:
+    """(size, data offset, type) of a frame header, or ProtocolError if it is out of bounds."""
+    size, offset, kind, _channel = _FRAME_HEADER.unpack(header)
+    if size < 8 or size > max_frame or offset < 2 or offset * 4 > size:
+        raise ProtocolError(f"bad frame (size {size}, data offset {offset})")
+    return size, offset, kind
+
+
+class FrameBuffer:
+    """Headers and frames of a non-blocking peer, as its bytes arrive: each call returns None
+    until a whole header or frame is there. Holds at most `max_buffer` bytes."""
+
+    def __init__(self, max_frame: int = MAX_FRAME, max_buffer: int = 2 * MAX_FRAME):
+        self.max_frame, self.max_buffer = max_frame, max_buffer
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        if len(self.buffer) > self.max_buffer:
+            raise ProtocolError("the peer sent too much")
+
+    def header(self) -> bytes | None:
+        if len(self.buffer) < 8:
+            return None
+        out = bytes(self.buffer[:8])
+        del self.buffer[:8]
+        return out
+
+    def performative(self, frame_type: int) -> Performative | None:
+        """The next non-empty frame of `frame_type`; empty frames (heartbeats) are skipped."""
+        while len(self.buffer) >= 8:
+            size, offset, kind = _frame_header(bytes(self.buffer[:8]), self.max_frame)
+            if len(self.buffer) < size:
+                return None
+            if kind != frame_type:
+                raise ProtocolError(f"frame type {kind}, expected {frame_type}")
+            body = bytes(self.buffer[offset * 4:size])
+            del self.buffer[:size]
+            if body:
+                return decode(body)
+        return None
+
+    def take(self) -> bytes:
+        """Whatever is left (the bytes after the last frame read)."""
+        out = bytes(self.buffer)
+        self.buffer.clear()
+        return out
+
+
 class Reader:
     """Headers and frames from a socket, under one deadline for the whole exchange."""
 
@@ -218,9 +319,7 @@ class Reader:
     def performative(self, frame_type: int) -> Performative:
         """The next non-empty frame of `frame_type`; empty frames (heartbeats) are skipped."""
         while True:
-            size, offset, kind, _channel = _FRAME_HEADER.unpack(self._exactly(8))
-            if size < 8 or size > self.max_frame or offset < 2 or offset * 4 > size:
-                raise ProtocolError(f"bad frame (size {size}, data offset {offset})")
+            size, offset, kind = _frame_header(self._exactly(8), self.max_frame)
             rest = self._exactly(size - 8)
             if kind != frame_type:
                 raise ProtocolError(f"frame type {kind}, expected {frame_type}")

@@ -98,6 +98,9 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         server, sock, peer = self.server, self.request, self.client_address
+        # Small frames written back to back (the AMQP header, then the open): without this,
+        # Nagle holds the second until the router's delayed ACK, 40 ms per login.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             if server.ssl_context is not None:
                 sock.settimeout(server.handshake_timeout)

@@ -1,23 +1,29 @@
 """Command line entry point: `python -m workers.router [options]`.
 
 Starts the listeners (AMQP, optional AMQPS, management, optional metrics) and runs the loop
-until SIGTERM/SIGINT. The admin credentials of the management listener may come from the
-environment (MAAS_ROUTER_ADMIN_USER / MAAS_ROUTER_ADMIN_PASSWORD) to keep them off `ps`.
+until SIGTERM/SIGINT. Every listener relays SASL to the MaaS auth service (`--auth-service`);
+the management listener admits only the identity `--admin-user`.
 """
 
 import argparse
 import logging
 import os
 import signal
+import ssl
 import sys
-
-from cproton import pn_ssl_domain_set_credentials
-from cproton_ffi import lib as L
 
 from .engine import Engine
 from .metrics_http import serve
+from .sasl_relay import AuthService
 
 logger = logging.getLogger("workers.router")
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError("expected HOST:PORT")
+    return host.strip("[]"), int(port)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -33,10 +39,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--management-host", default=env("MAAS_ROUTER_MANAGEMENT_HOST", "127.0.0.1"))
     p.add_argument("--management-port", type=int,
                    default=int(env("MAAS_ROUTER_MANAGEMENT_PORT", "5675")))
-    p.add_argument("--admin-user", default=env("MAAS_ROUTER_ADMIN_USER", "admin"))
-    p.add_argument("--admin-password", default=env("MAAS_ROUTER_ADMIN_PASSWORD"),
-                   help="PLAIN password of the management listener; without it that "
-                        "loopback listener accepts ANONYMOUS")
+    p.add_argument("--admin-user", default=env("MAAS_ROUTER_ADMIN_USER", "admin"),
+                   help="the only identity the management listener admits")
+    p.add_argument("--auth-service", type=_host_port,
+                   default=(env("MAAS_AUTH_SERVICE_HOST", "127.0.0.1"),
+                            int(env("MAAS_AUTH_SERVICE_PORT", "5676"))),
+                   help="HOST:PORT of the MaaS auth service every listener relays SASL to")
     p.add_argument("--metrics-port", type=int, default=int(env("MAAS_ROUTER_METRICS_PORT", "0")),
                    help="Prometheus text endpoint; 0 (default) disables it")
     # Loopback by default, apart from --host: a router whose AMQP listener faces the tenants
@@ -50,17 +58,16 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if args.management_host not in ("127.0.0.1", "::1", "localhost") and not args.admin_password:
-        logger.error("router.insecure_management", extra={"host": args.management_host})
-        return 2
-    engine = Engine(admin_user=args.admin_user, admin_password=args.admin_password)
+    engine = Engine(AuthService(*args.auth_service), admin_user=args.admin_user)
     engine.listen(args.host, args.amqp_port, "client")
     if args.tls_cert and args.tls_key:
-        domain = L.pn_ssl_domain(L.PN_SSL_MODE_SERVER)
-        if pn_ssl_domain_set_credentials(domain, args.tls_cert, args.tls_key, None) != 0:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError):
             logger.error("router.bad_tls_credentials", extra={"cert": args.tls_cert})
             return 2
-        engine.listen(args.host, args.amqps_port, "client", ssl_domain=domain)
+        engine.listen(args.host, args.amqps_port, "client", ssl_context=context)
     engine.listen(args.management_host, args.management_port, "management")
     if args.metrics_port:
         serve(engine, args.metrics_host, args.metrics_port)
@@ -71,7 +78,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     logger.info("router.started", extra={"amqp_port": args.amqp_port,
-                                         "management_port": args.management_port})
+                                         "management_port": args.management_port,
+                                         "auth_service": str(engine.auth_service)})
     engine.loop.run()
     logger.info("router.stopped")
     return 0

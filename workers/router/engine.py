@@ -6,7 +6,6 @@ and source/target lists, and links are attached to address nodes (see forwarder)
 or the management node (see broker_links, management).
 """
 
-import hmac
 import logging
 import time
 
@@ -25,7 +24,6 @@ from cproton_ffi import ffi
 from cproton_ffi import lib as L
 
 from . import entities as E
-from . import sasl_plugin
 from .broker_links import BrokerLinks
 from .counters import Counters
 from .forwarder import Forwarder, LinkState
@@ -33,6 +31,7 @@ from .loop import Conn, Loop
 from .management import Management
 from .patterns import pattern_matches, prefix_matches
 from .policy import NOT_FOUND, RESOURCE_LIMIT, UNAUTHORIZED, Policy
+from .sasl_relay import AuthService, SaslRelay
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ _MGMT_CREDIT = 100
 
 
 class Engine:
-    def __init__(self, admin_user: str | None = None, admin_password: str | None = None):
+    def __init__(self, auth_service: AuthService, admin_user: str = "admin"):
         self.loop = Loop()
         self.loop.engine = self
         # `uptimeSeconds` of the router entity, as qdrouterd has it: a watcher tells a restarted
@@ -51,8 +50,8 @@ class Engine:
         self.counts = Counters()
         self.fwd = Forwarder(self.counts)
         self.links: dict = {}  # pn_link cdata -> LinkState
+        self.auth_service = auth_service
         self.admin_user = admin_user
-        self.admin_password = admin_password
         self.broker = BrokerLinks(self)
         self.management = Management(self)
         self._dispatch = {
@@ -68,44 +67,27 @@ class Engine:
         }
 
     # -- listeners ---------------------------------------------------------------------------
-    def listen(self, host: str, port: int, kind: str, ssl_domain=None):
+    def listen(self, host: str, port: int, kind: str, ssl_context=None):
+        """Accept connections of `kind` ("client" or "management"), SASL relayed to the auth
+        service; `ssl_context`: TLS first."""
+        admit = self._admits_admin if kind == "management" else self._admits_client
+
         def on_accept(conn: Conn) -> None:
             conn.kind = kind
-            if ssl_domain is not None:
-                L.pn_ssl_init(L.pn_ssl(conn.transport), ssl_domain, ffi.NULL)
-                conn.encrypted = True
-            L.pn_sasl(conn.transport)
-            L.pn_transport_require_auth(conn.transport, True)
-            if kind == "management":
-                mechs = "PLAIN" if self.admin_password else "ANONYMOUS"
-            else:
-                mechs = "PLAIN"
-            sasl_plugin.install(conn.transport, mechs, self._verifier(conn))
+            if ssl_context is not None:
+                conn.start_tls(ssl_context)
+            conn.relay = SaslRelay(self.loop, conn, self.auth_service, admit)
 
         return self.loop.listen(host, port, on_accept)
 
-    def _verifier(self, conn: Conn):
-        def verify(mech: str, authzid: str, login: str, password: str) -> str | None:
-            conn.sasl_mech = mech
-            if conn.kind == "management":
-                if mech == "ANONYMOUS" and not self.admin_password:
-                    conn.login = "anonymous"
-                    return "anonymous"
-                ok = (mech == "PLAIN" and self.admin_password is not None
-                      and hmac.compare_digest(login, self.admin_user or "")
-                      and hmac.compare_digest(password, self.admin_password))
-                conn.login = login if ok else None
-                return login if ok else None
-            if mech != "PLAIN":
-                return None
-            vhosts = self.policy.authenticate(login, password)
-            if not vhosts:
-                return None
-            conn.login = login
-            conn.allowed_vhosts = vhosts
-            return login
+    def _admits_admin(self, identity: str) -> bool:
+        return identity == self.admin_user
 
-        return verify
+    def _admits_client(self, identity: str) -> bool:
+        """Messaging users only: the auth service names them `user@vhost`; the router admin
+        (any other identity) belongs to the management listener."""
+        user, _, vhost = identity.rpartition("@")
+        return identity != self.admin_user and bool(user) and bool(vhost)
 
     # -- event dispatch ----------------------------------------------------------------------
     def process_events(self) -> None:
@@ -155,7 +137,7 @@ class Engine:
     def _admit(self, conn: Conn):
         hostname = pn_connection_remote_hostname(conn.pn)
         login = conn.login or ""
-        vhost = self.policy.choose_vhost(login, hostname, conn.allowed_vhosts)
+        vhost = self.policy.choose_vhost(login, hostname)
         if vhost is None:
             return UNAUTHORIZED, f"User {login} may not connect to vhost {hostname}"
         grant = self.policy.grant(vhost, login)

@@ -9,7 +9,6 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .passwords import is_valid_hash
 from .patterns import normalise_prefix
 
 PREFIX = "org.apache.qpid.dispatch."
@@ -18,7 +17,6 @@ LINK_ROUTE = PREFIX + "router.config.linkRoute"
 AUTO_LINK = PREFIX + "router.config.autoLink"
 CONNECTOR = PREFIX + "connector"
 VHOST = PREFIX + "vhost"
-USER = "io.maas.router.user"
 
 
 class EntityError(Exception):
@@ -70,10 +68,6 @@ SCHEMAS: dict[str, Schema] = {
         defaults={"hostname": None, "maxConnections": 65535, "maxConnectionsPerUser": 65535,
                   "maxConnectionsPerHost": 65535, "allowUnknownUser": False, "groups": {}},
         required=("hostname",),
-    ),
-    USER: Schema(
-        defaults={"vhost": None, "username": None, "passwordHash": None},
-        required=("vhost", "username", "passwordHash"),
     ),
 }
 
@@ -183,8 +177,6 @@ class EntityStore:
                 raise EntityError(400, "Invalid port {!r}".format(ent["port"])) from None
         if etype == VHOST:
             self._validate_vhost(ent)
-        if etype == USER and not is_valid_hash(str(ent["passwordHash"])):
-            raise EntityError(400, "passwordHash must be base64(salt + sha256(salt + password))")
         for key in _READ_ONLY & ent.keys():
             ent[key] = ent.get(key, schema.defaults.get(key))
         return ent

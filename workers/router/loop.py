@@ -4,6 +4,11 @@ One selector, one proton collector for every connection and a heap of timers. By
 socket are pushed into the connection's transport, the engine consumes the collector's events,
 then pending output is written back. Proton's reactor adds a Python handler dispatch per event;
 skipping it is what keeps the per-message cost low.
+
+An accepted connection first goes through its SASL relay (sasl_relay.py), which talks to the
+auth service on a socket of its own in the same selector; its transport gets the bytes after
+SASL and has no SASL layer. TLS, where a listener has it, is Python's `ssl` over memory BIOs,
+under the relay and the transport alike; connections without TLS keep the direct path.
 """
 
 import errno
@@ -12,13 +17,12 @@ import itertools
 import logging
 import selectors
 import socket
+import ssl
 import time
 
 from cproton import pn_connection_set_container
 from cproton_ffi import ffi
 from cproton_ffi import lib as L
-
-from . import sasl_plugin
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +47,13 @@ class Conn:
         self.closed = False
         self.opened = False
         self.encrypted = False
-        self.login: str | None = None
-        self.allowed_vhosts: set[str] = set()
+        self.login: str | None = None  # the auth service's identity (`sub`)
+        self.relay = None  # the SASL relay until SASL is over (accepted connections)
+        self.tls: ssl.SSLObject | None = None
+        self.tls_in = self.tls_out = None
+        self.raw_out = bytearray()  # bytes for the socket not from proton (SASL, TLS records)
+        self.pending_in = bytearray()  # bytes for proton it has no room for yet
+        self.finishing = False  # close once raw_out is sent
         self.vhost: str | None = None
         self.grant = None
         self.sessions: set = set()  # sessions the peer began (counted against maxSessions)
@@ -54,6 +63,11 @@ class Conn:
         self.connector = None  # connector entity name for outbound connections
         self.container: str | None = None
         self.sasl_mech: str | None = None
+
+    def start_tls(self, context: ssl.SSLContext) -> None:
+        self.tls_in, self.tls_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.tls_in, self.tls_out, server_side=True)
+        self.encrypted = True
 
 
 class Loop:
@@ -105,7 +119,7 @@ class Loop:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Conn(sock, "client", "in", f"{addr[0]}:{addr[1]}")
             L.pn_transport_set_server(conn.transport)
-            on_accept(conn)  # sets up SSL/SASL before any byte is processed
+            on_accept(conn)  # sets up TLS and the SASL relay before any byte is processed
             self._bind(conn)
 
     def connect(self, host: str, port: int, setup) -> Conn:
@@ -132,6 +146,9 @@ class Loop:
 
     # -- I/O ---------------------------------------------------------------------------------
     def _read(self, conn: Conn) -> None:
+        if conn.tls is not None or conn.relay is not None or conn.pending_in:
+            self._read_layered(conn)
+            return
         t = conn.transport
         cap = L.pn_transport_capacity(t)
         if cap < 0:
@@ -149,7 +166,95 @@ class Loop:
         else:
             L.pn_transport_push(t, self._rptr, n)
 
+    def _read_layered(self, conn: Conn) -> None:
+        if conn.pending_in:
+            self._push_pending(conn)
+            if conn.pending_in:
+                return  # proton is full; the engine will consume and we read again
+        try:
+            data = conn.sock.recv(_BUF)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data and conn.tls is not None:
+            conn.tls_in.write(data)
+            data = self._tls_read(conn)
+            if data is None:
+                return
+        elif not data:
+            self._eof(conn)
+            return
+        if conn.relay is not None:
+            conn.relay.feed(data)
+        elif data:
+            conn.pending_in += data
+            self._push_pending(conn)
+
+    def _tls_read(self, conn: Conn) -> bytes | None:
+        """The plain text TLS gives for what came in; None if the connection is over."""
+        out = bytearray()
+        try:
+            while chunk := conn.tls.read(_BUF):
+                out += chunk
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLZeroReturnError:
+            self._eof(conn)
+        except ssl.SSLError as exc:
+            logger.info("router.tls_failed", extra={"host": conn.host, "reason": str(exc)})
+            self.close(conn)
+            return None
+        conn.raw_out += conn.tls_out.read()  # handshake records
+        return None if conn.closed else bytes(out)
+
+    def _eof(self, conn: Conn) -> None:
+        if conn.relay is not None:  # gone during SASL
+            self.close(conn)
+        else:
+            L.pn_transport_close_tail(conn.transport)
+
+    def _push_pending(self, conn: Conn) -> None:
+        t = conn.transport
+        while conn.pending_in:
+            cap = L.pn_transport_capacity(t)
+            if cap < 0:
+                conn.pending_in.clear()
+            if cap <= 0:
+                return
+            n = min(cap, len(conn.pending_in))
+            L.pn_transport_push(t, bytes(conn.pending_in[:n]), n)
+            del conn.pending_in[:n]
+
+    # Called by the SASL relay.
+    def send_plain(self, conn: Conn, data: bytes) -> None:
+        """Queue bytes for the client ahead of anything proton writes (through TLS if any)."""
+        if conn.closed:
+            return
+        if conn.tls is not None:
+            try:
+                conn.tls.write(data)
+            except ssl.SSLError:  # TLS already over: nothing more reaches this client
+                conn.finishing = True
+                return
+            data = conn.tls_out.read()
+        conn.raw_out += data
+
+    def sasl_done(self, conn: Conn, leftover: bytes) -> None:
+        """SASL is over: the transport gets the rest of the stream."""
+        conn.relay = None
+        if leftover:
+            conn.pending_in += leftover
+            self._push_pending(conn)
+
+    def finish(self, conn: Conn) -> None:
+        """Close once what is queued for the client is sent."""
+        conn.finishing = True
+
     def _write(self, conn: Conn) -> None:
+        if conn.tls is not None or conn.raw_out or conn.finishing:
+            self._write_layered(conn)
+            return
         t = conn.transport
         while True:
             pending = L.pn_transport_pending(t)
@@ -177,10 +282,52 @@ class Loop:
         if L.pn_transport_closed(t):
             self.close(conn)
 
+    def _write_layered(self, conn: Conn) -> None:
+        t = conn.transport
+        if conn.tls is not None and conn.relay is None:
+            try:
+                while len(conn.raw_out) < _BUF and (pending := L.pn_transport_pending(t)) > 0:
+                    n = min(pending, _BUF)
+                    L.pn_transport_peek(t, self._wptr, n)
+                    conn.tls.write(self._wview[:n])
+                    L.pn_transport_pop(t, n)
+                    conn.raw_out += conn.tls_out.read()
+            except ssl.SSLError as exc:
+                logger.info("router.tls_failed", extra={"host": conn.host, "reason": str(exc)})
+                self.close(conn)
+                return
+        if conn.raw_out:
+            try:
+                sent = conn.sock.send(conn.raw_out)
+                del conn.raw_out[:sent]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self.close(conn)
+                return
+        if conn.raw_out:
+            want = True
+        elif conn.finishing:
+            self.close(conn)
+            return
+        elif conn.tls is None and conn.relay is None:
+            self._write(conn)  # the SASL bytes are out: proton's output goes direct again
+            return
+        else:
+            want = conn.relay is None and L.pn_transport_pending(t) > 0
+        if want != conn.want_write and not conn.closed:
+            conn.want_write = want
+            mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+            self.selector.modify(conn.sock, mask, ("conn", conn))
+        if not conn.raw_out and conn.relay is None and L.pn_transport_closed(t):
+            self.close(conn)
+
     def close(self, conn: Conn) -> None:
         if conn.closed:
             return
         conn.closed = True
+        if conn.relay is not None:
+            conn.relay.abort()
         try:
             self.selector.unregister(conn.sock)
         except (KeyError, ValueError):
@@ -191,7 +338,6 @@ class Loop:
         if self.engine is not None:
             self.engine.on_conn_closed(conn)
         self.conns.pop(conn.pn, None)
-        sasl_plugin.forget(conn.transport)
         L.pn_transport_unbind(conn.transport)
         L.pn_connection_release(conn.pn)
         L.pn_decref(conn.transport)
@@ -213,6 +359,9 @@ class Loop:
                 if what == "listener":
                     self._accept(key.fileobj, obj)
                     continue
+                if what == "relay":
+                    obj.on_ready(mask)
+                    continue
                 conn = obj
                 if conn.closed:
                     continue
@@ -232,6 +381,11 @@ class Loop:
                     self._write(conn)
 
     def flush(self) -> None:
+        waiting = [c for c in self.conns.values() if c.pending_in and not c.closed]
+        for conn in waiting:
+            self._push_pending(conn)
+        if waiting:
+            self.engine.process_events()
         for conn in list(self.conns.values()):
             if not conn.closed and not conn.connecting:
                 self._write(conn)

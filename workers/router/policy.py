@@ -1,15 +1,14 @@
 """Who may connect where and do what: messaging users and qdrouterd-style vhost policies.
 
-Authentication checks a PLAIN password against the `io.maas.router.user` entities (salted
-hashes). The address space (vhost) comes from a `user@vhost` username or the AMQP open
-hostname; a user only ever gets into the vhost it belongs to. Authorization follows
-qdrouterd's vhost `groups`: users -> limits and allowed source/target addresses.
+Authentication is the auth service's (sasl_relay.py): a connection's user is the identity it
+vouched for, `user@vhost`, and that vhost (address space) is the only one the connection may
+use; an AMQP open hostname naming another space is refused. Authorization follows qdrouterd's
+vhost `groups`: users -> limits and allowed source/target addresses.
 """
 
 from dataclasses import dataclass
 
 from . import entities as E
-from .passwords import check_password
 from .patterns import policy_list_matches
 
 UNAUTHORIZED = "amqp:unauthorized-access"
@@ -57,48 +56,31 @@ class Policy:
     def __init__(self, store: E.EntityStore):
         self.store = store
 
-    def authenticate(self, login: str, password: str) -> set[str]:
-        """Vhosts in which (login, password) is valid; empty if none."""
-        username, _, vhost = login.partition("@")
-        matched = set()
-        for user in self.store.all(E.USER):
-            if user["username"] != username and user["username"] != login:
-                continue
-            if vhost and user["username"] == username and user["vhost"] != vhost:
-                continue
-            if check_password(password, user["passwordHash"]):
-                matched.add(user["vhost"])
-        return matched
-
     def vhost(self, hostname: str) -> dict | None:
         for ent in self.store.all(E.VHOST):
             if ent["hostname"] == hostname:
                 return ent
         return None
 
-    def choose_vhost(self, login: str, hostname: str | None, allowed: set[str]) -> str | None:
-        """The vhost of this connection, or None if the user may not be there."""
-        _, _, from_login = login.partition("@")
+    def choose_vhost(self, identity: str, hostname: str | None) -> str | None:
+        """The vhost of this connection: the identity's (`user@vhost`), unless the open
+        hostname (`NAME` or `vhost:NAME`) names another space's; None means refused."""
+        _, _, vhost = identity.rpartition("@")
         requested = hostname or ""
         if requested.startswith("vhost:"):
             requested = requested[len("vhost:"):]
-        if from_login:
-            return from_login if from_login in allowed else None
-        if requested in allowed:
-            return requested
-        if requested and (self.vhost(requested) or self._is_user_vhost(requested)):
-            return None  # names another tenant's space explicitly
-        return next(iter(allowed)) if len(allowed) == 1 else None
-
-    def _is_user_vhost(self, name: str) -> bool:
-        return any(u["vhost"] == name for u in self.store.all(E.USER))
+        if not vhost:
+            return None
+        if requested and requested != vhost and self.vhost(requested) is not None:
+            return None
+        return vhost
 
     def grant(self, vhost: str, login: str) -> Grant | None:
         """The policy group of `login` in `vhost`; None means no access at all."""
         ent = self.vhost(vhost)
         if ent is None:
             return None
-        username = login.partition("@")[0]
+        username = login.rpartition("@")[0] or login
         groups = ent.get("groups") or {}
         for name, group in groups.items():
             if name == "$default":

@@ -94,6 +94,8 @@ def embedded_router_command(mgmt) -> list[str]:
         "--management-host", mgmt.hostname or "127.0.0.1",
         "--management-port", str(mgmt.port or 5675),
         "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,
+        # Every listener relays SASL to the auth service started beside it (processes()).
+        "--auth-service", f"{settings.MAAS_AUTH_SERVICE_HOST}:{settings.MAAS_AUTH_SERVICE_PORT}",
         "--metrics-host", settings.MAAS_ROUTER_METRICS_HOST,
         "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
     ]
@@ -107,7 +109,8 @@ class Command(BaseCommand):
 
     def handle(self, bind, **options):
         (settings.BASE_DIR / "var").mkdir(exist_ok=True)
-        # The router reads its admin password from the environment, not from `ps`.
+        # The auth service checks the router admin's password: it gets the one this process
+        # settled on (environment or var/secrets), through the environment, not `ps`.
         env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=settings.MAAS_ROUTER_ADMIN_PASSWORD)
         running = {name: subprocess.Popen(cmd, env=env)
                    for name, cmd in processes(bind).items()}

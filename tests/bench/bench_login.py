@@ -1,0 +1,78 @@
+"""What one client connection to the embedded router costs: TCP connect, SASL PLAIN and the
+AMQP open, then close. Prints the median and the 90th percentile of N logins, with proton's
+BlockingConnection (what an application sees) and with a bare socket client speaking the frames
+itself (the router's and auth service's share, without the client library's); asserts nothing.
+
+    .venv/bin/python tests/bench/bench_login.py [--count 200]
+
+Uses the router tests' fixtures (tests/router/conftest.py): a router process on free ports and
+whatever it authenticates against there.
+"""
+
+import argparse
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.router.conftest import RouterProcess, add_tenant  # noqa: E402
+from workers.authservice import sasl  # noqa: E402
+
+
+def bare_login(port: int, login: str, password: str) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = sasl.Reader(sock, time.monotonic() + 5)
+        sock.sendall(sasl.SASL_HEADER)
+        assert reader.header() == sasl.SASL_HEADER
+        assert reader.performative(sasl.SASL_FRAME).code == sasl.MECHANISMS
+        sock.sendall(sasl.init("PLAIN", f"\0{login}\0{password}".encode()))
+        outcome = reader.performative(sasl.SASL_FRAME)
+        assert outcome.code == sasl.OUTCOME and outcome.field(0) == sasl.OK, outcome
+        sock.sendall(sasl.AMQP_HEADER + sasl.client_open("bench"))
+        assert reader.header() == sasl.AMQP_HEADER
+        assert reader.performative(sasl.AMQP_FRAME).code == sasl.OPEN
+        sock.sendall(sasl.close_frame())
+        assert reader.performative(sasl.AMQP_FRAME).code == sasl.CLOSE
+
+
+def report(name: str, times: list[float]) -> None:
+    times.sort()
+    print(f"{name}: {len(times)} logins, median {statistics.median(times) * 1000:.2f} ms, "
+          f"p90 {times[int(len(times) * 0.9)] * 1000:.2f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--count", type=int, default=200)
+    args = parser.parse_args()
+    router = RouterProcess()
+    router.start()
+    try:
+        mgmt = router.management()
+        add_tenant(mgmt, "bench", {"bench": "bench-pw"},
+                   {"all": {"users": "bench", "sources": "*", "targets": "*"}})
+        mgmt.close()
+        times = []
+        for _ in range(args.count):
+            start = time.perf_counter()
+            conn = router.connect("bench@bench", "bench-pw")
+            times.append(time.perf_counter() - start)
+            conn.close()
+        report("BlockingConnection (connect, SASL, open)", times)
+        times = []
+        for _ in range(args.count):
+            start = time.perf_counter()
+            bare_login(router.amqp_port, "bench@bench", "bench-pw")
+            times.append(time.perf_counter() - start)
+        report("bare client (connect, SASL, open, close)", times)
+    finally:
+        router.stop()
+
+
+if __name__ == "__main__":
+    main()

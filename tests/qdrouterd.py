@@ -12,9 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from proton.utils import BlockingConnection
 
-from tests.router.conftest import ROOT, free_port, wait_port
+from tests.router.conftest import ROOT, RouterProcess, free_port, terminate, wait_port
 from workers import qdrouterd
 
 SKIP_REASON = "QDROUTERD does not name a qdrouterd 1.19 build (see docs/router.md)"
@@ -51,21 +50,16 @@ class VhostRelay:
         wait_port(self.port)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
 
 
-class QdrouterdProcess:
-    """qdrouterd on free ports, restartable on the same ports; the same attributes as
-    tests.router.conftest.RouterProcess, so a test can take either."""
+class QdrouterdProcess(RouterProcess):
+    """qdrouterd on free ports, restartable on the same ports: a RouterProcess (stop, restart,
+    connect), so a test can take either."""
 
     kind = "qdrouterd"
 
-    def __init__(self, auth_port: int, admin_user: str = "admin"):
+    def __init__(self, auth_port: int, admin_user: str = "admin"):  # not RouterProcess.__init__
         self.amqp_port = free_port()
         self.amqps_port = None
         self.mgmt_port = free_port()
@@ -87,22 +81,3 @@ class QdrouterdProcess:
                                          env=dict(os.environ))
         wait_port(self.amqp_port)
         wait_port(self.mgmt_port)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def connect(self, user: str, password: str, vhost: str | None = None, **kw):
-        return BlockingConnection(f"amqp://127.0.0.1:{self.amqp_port}", user=user,
-                                  password=password, allowed_mechs="PLAIN",
-                                  allow_insecure_mechs=True, virtual_host=vhost, timeout=5, **kw)

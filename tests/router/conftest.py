@@ -92,6 +92,16 @@ class FixedAuthService:
         self.server.server_close()
 
 
+def terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 5 s."""
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class RouterProcess:
     """`python -m workers.router` on free ports; restartable on the same ports. It relays SASL
     to the auth service on `auth_port`, or to a FixedAuthService of its own."""
@@ -120,12 +130,7 @@ class RouterProcess:
     def stop(self) -> None:
         """Stops the router; its own auth service, if any, stays for a restart."""
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc)
             self.proc = None
 
     def restart(self) -> None:

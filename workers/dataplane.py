@@ -13,7 +13,7 @@ from config_service.dataplane import AddressCounters
 
 from . import endpoints
 from .agents.certificates import ca_cert_pem
-from .agents.qdr import Management, RouterUnreachable
+from .agents.qdr import Management, RouterUnreachable, router_address
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +50,16 @@ def _router_rows(router: endpoints.RouterEndpoint, vhost: str) -> dict:
     out: dict = {}
     prefix = f"{vhost}/"
     for row in rows:
-        key = str(row.get("address", ""))
+        key, phase = router_address(row)
         if not key.startswith(prefix):
             continue
         s = out.setdefault(key[len(prefix):], {"in": 0, "out": 0, "senders": 0, "receivers": 0})
-        if int(row.get("phase", 0)) == 0:
+        if phase == 0:
             s["in"] += int(row.get("deliveriesIngress", 0))
-        if int(row.get("phase", 0)) == 1 or not row.get("containerCount"):
+        if phase == 1 or not row.get("containerCount"):
             s["out"] += int(row.get("deliveriesEgress", 0))
     for link in links:
-        key = str(link.get("owningAddr", ""))
+        key = router_address({"owningAddr": link.get("owningAddr")})[0]
         if str(link.get("connectionId")) in internal:
             continue
         if key.startswith(prefix) and key[len(prefix):] in out:

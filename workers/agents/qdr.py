@@ -113,3 +113,20 @@ class Management:
             self.conn.close()
         except (ConnectionException, Timeout):
             pass
+
+
+def router_address(row: dict) -> tuple[str, int]:
+    """(address, phase) of a `router.address` (or a link's `owningAddr`): the embedded router
+    names both; qdrouterd gives only its hash key, `M<phase><address>` for the addresses
+    clients use. ("", 0) for the router's own (local, topological, link-route) keys."""
+    if row.get("address"):
+        return str(row["address"]), int(row.get("phase") or 0)
+    key = str(row.get("key") or row.get("owningAddr") or "")
+    if len(key) > 2 and key[0] == "M" and key[1].isdigit():
+        return key[2:], int(key[1])
+    return "", 0
+
+
+def tenant_of(connection: dict) -> str:
+    """A connection's vhost: qdrouterd reports its tenant space with the trailing `/`."""
+    return str(connection.get("tenant") or "").rstrip("/")

@@ -85,7 +85,10 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
     policy = router_policy(plan_policy)
     limits = {k: int(policy[k]) for k in ("maxSessions", "maxSenders", "maxReceivers")}
     if throttled:
-        limits["maxSenders"] = 0  # over quota: new senders get amqp:resource-limit-exceeded
+        # Over quota: no new sender. The embedded router refuses at maxSenders 0 with
+        # amqp:resource-limit-exceeded; qdrouterd reads 0 as "no limit", so the targets go
+        # too (amqp:unauthorized-access there).
+        limits["maxSenders"] = 0
     groups = {}
     for user in users:
         send, recv = [], []
@@ -100,7 +103,7 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
         # authenticated id exactly); qdrouterd refuses every host unless remoteHosts says so.
         groups[f"user-{user.username}"] = {
             "users": f"{user.username}@{vhost}", "remoteHosts": "*",
-            "targets": _policy_list(send), "sources": _policy_list(recv),
+            "targets": "" if throttled else _policy_list(send), "sources": _policy_list(recv),
             "allowDynamicSource": True, **limits,
         }
     add(VHOST, "vhost", hostname=vhost, groups=groups,

@@ -15,7 +15,7 @@ from django.conf import settings
 from config_service.models import Address, AddressSpace
 
 from .. import endpoints
-from ..agents.qdr import Management, RouterUnreachable
+from ..agents.qdr import Management, RouterUnreachable, router_address, tenant_of
 from ..storage import rabbitmq
 
 logger = logging.getLogger(__name__)
@@ -43,21 +43,23 @@ def router_counters(router: endpoints.RouterEndpoint) -> tuple[dict, dict]:
         mgmt.close()
     per_address: dict = defaultdict(lambda: defaultdict(int))
     for row in addresses:
-        vhost, _, address = str(row.get("address", "")).partition("/")
+        qualified, phase = router_address(row)
+        vhost, _, address = qualified.partition("/")
         if not address:
             continue
         c = per_address[(vhost, address)]
         # Phase 0 is what clients send; phase 1 (a queue's consumers side) what they receive.
-        if int(row.get("phase", 0)) == 0:
+        # Bytes: the embedded router's counters; qdrouterd 1.19 counts deliveries only.
+        if phase == 0:
             c["messages_in"] += row.get("deliveriesIngress", 0)
             c["bytes_in"] += row.get("bytesIngress", 0)
-        if int(row.get("phase", 0)) == 1 or not row.get("containerCount"):
+        if phase == 1 or not row.get("containerCount"):
             c["messages_out"] += row.get("deliveriesEgress", 0)
             c["bytes_out"] += row.get("bytesEgress", 0)
     gauges: dict = defaultdict(lambda: defaultdict(int))
     for row in connections:
-        if row.get("role") == "normal" and row.get("opened") and row.get("tenant"):
-            g = gauges[row["tenant"]]
+        if row.get("role") == "normal" and row.get("opened") and tenant_of(row):
+            g = gauges[tenant_of(row)]
             g["connections"] += 1
             g["senders"] += row.get("senders", 0)
             g["receivers"] += row.get("receivers", 0)

@@ -358,6 +358,36 @@ def test_the_msg_command_sends_and_receives_through_the_router(router, space, te
         call_command("msg", "send", *common[:-1], "wrong-password")
 
 
+def test_the_msg_command_receives_a_multicast_copy(router, space, tenant):
+    """Copies may come pre-settled (the embedded router's multicast): nothing to accept."""
+    import threading
+
+    from django.core.management import call_command
+
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    common = ["--tenant", tenant.slug, "--space", space.name, "--address", "events",
+              "--user", "app", "--password", PASSWORD]
+    out, failed = io.StringIO(), []
+
+    def receive():
+        try:
+            call_command("msg", "receive", *common, "--timeout", "10", stdout=out)
+        except Exception as exc:  # reported below, in the test's thread
+            failed.append(exc)
+
+    receiver = threading.Thread(target=receive)
+    receiver.start()
+    for _ in range(40):  # a multicast copy reaches only receivers already attached
+        call_command("msg", "send", *common, "--body", "to all", stdout=io.StringIO())
+        receiver.join(0.25)
+        if not receiver.is_alive():
+            break
+    receiver.join(10)
+    assert not failed and out.getvalue().startswith("to all"), (failed, out.getvalue())
+
+
 def test_a_refusal_by_the_router_shows_in_the_address_status(router, space):
     """Another entity holds the prefix the agent needs: the router's own error (both routers
     answer `400 Already exists`) is in the address's messages, not only in a log."""

@@ -53,7 +53,8 @@ def user_for_claims(claims: dict, *, request_id: str = "", force: bool = True):
     """The user the claims name, provisioned and brought up to date with them.
 
     `force` (a browser sign-in) applies the claims even when they map as before, which also
-    repairs memberships that were changed in between; bearer tokens pass force=False.
+    repairs memberships that were changed in between; a session refresh passes force=False.
+    Never called for an API access token (user_for_access_token).
     """
     issuer = config.issuer()
     roles = mapping.tenant_roles(claims)

@@ -1,14 +1,21 @@
 """DRF authentication by the provider's JWT access tokens: `Authorization: Bearer <JWT>`.
 
 Validated locally (tokens.py); personal access tokens (`maas_pat_...`) are left to
-tenants.authentication. Every refusal is a 401 whose body says why.
+tenants.authentication. A token only finds the user a sign-in provisioned: it never creates one
+nor changes roles. Every refusal says why: 401 for a bad token or a subject that never signed
+in, 403 for a client's own token (a service identity, which has no tenant role).
 """
+import logging
+
 from rest_framework import authentication, exceptions
 
 from tenants.models import PersonalAccessToken
 
+from . import claims as mapping
 from . import config, provisioning
 from .tokens import TokenRejected, validate_access_token
+
+logger = logging.getLogger(__name__)
 
 
 class OidcBearerAuthentication(authentication.BaseAuthentication):
@@ -30,8 +37,23 @@ class OidcBearerAuthentication(authentication.BaseAuthentication):
             request.bearer_error = exc.reason
             raise exceptions.AuthenticationFailed(f"Invalid bearer token: {exc.reason}.",
                                                   code=exc.code) from None
-        user = provisioning.user_for_claims(
-            claims, request_id=getattr(request, "request_id", ""), force=False)
+        service = mapping.service_client(claims)
+        if service is not None:
+            request.auth_actor = f"service:{service}"
+            logger.info("oidc.service_token_refused", extra={"actor": request.auth_actor})
+            raise exceptions.PermissionDenied(
+                f"The token is the client {service!r}'s own (client credentials): a service "
+                "account has no tenant role unless one is granted, which MaaS does not support "
+                "yet. Use a person's token or a personal access token.",
+                code="service_account_without_role")
+        try:
+            user = provisioning.user_for_access_token(claims)
+        except provisioning.NotSignedIn:
+            request.bearer_error = "the user has not signed in to MaaS yet"
+            raise exceptions.AuthenticationFailed(
+                "Invalid bearer token: the user has not signed in to MaaS yet; sign in once in "
+                "the browser (/accounts/login/), which sets up the account and its tenant roles, "
+                "then use the token.", code="sign_in_required") from None
         if not user.is_active:
             raise exceptions.AuthenticationFailed("Invalid bearer token: the user is disabled.",
                                                   code="user_inactive")

@@ -71,3 +71,18 @@ def username(claims: dict) -> str:
     """Keycloak's preferred_username, else the e-mail address, else the subject."""
     name = claims.get("preferred_username") or claims.get("email") or claims.get("sub") or ""
     return str(name)[:150]
+
+
+USER_CLAIMS = ("preferred_username", "email", "name", "given_name", "family_name")
+
+
+def service_client(claims: dict) -> str | None:
+    """The client a token speaks for when its subject is that client, not a person (a
+    client-credentials grant, RFC 9068 section 2.2: `sub` is the client's id), else None."""
+    clients = {c for c in (claims.get("client_id"), claims.get("azp")) if isinstance(c, str) and c}
+    sub = claims.get("sub")
+    if claims.get("client_id") and sub == claims["client_id"]:
+        return sub
+    if sub in clients and not any(claims.get(name) for name in USER_CLAIMS):
+        return sub
+    return None

@@ -16,7 +16,8 @@ class OidcIdentity(models.Model):
     issuer = models.CharField(max_length=300)
     subject = models.CharField(max_length=255)
     claim_roles = models.JSONField(default=dict, blank=True)  # {tenant slug: role}
-    # Digest of what the last claims mapped to: a bearer token with the same claims writes nothing.
+    # Digest of what the last claims mapped to: a session refresh with the same claims writes
+    # nothing (API access tokens never apply claims).
     claims_digest = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_sign_in = models.DateTimeField(null=True, blank=True)

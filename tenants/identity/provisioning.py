@@ -1,7 +1,7 @@
 """Users from claims: the first sign-in provisions the user, every sign-in applies the claims'
 memberships and operator flag through the tenant service functions (so each change is a config
-event) and accepts the invitations of a verified email address. A bearer token whose claims map
-as before writes nothing."""
+event) and accepts the invitations of a verified email address. A bearer access token only finds
+the user a sign-in provisioned (user_for_access_token) and writes nothing."""
 import hashlib
 import json
 import logging
@@ -53,7 +53,8 @@ def user_for_claims(claims: dict, *, request_id: str = "", force: bool = True):
     """The user the claims name, provisioned and brought up to date with them.
 
     `force` (a browser sign-in) applies the claims even when they map as before, which also
-    repairs memberships that were changed in between; bearer tokens pass force=False.
+    repairs memberships that were changed in between; a session refresh passes force=False.
+    Never called for an API access token (user_for_access_token).
     """
     issuer = config.issuer()
     roles = mapping.tenant_roles(claims)
@@ -86,6 +87,22 @@ def user_for_claims(claims: dict, *, request_id: str = "", force: bool = True):
     identity.last_sign_in = timezone.now()
     identity.save(update_fields=["claim_roles", "claims_digest", "last_sign_in"])
     return user
+
+
+class NotSignedIn(Exception):
+    """A valid access token of a subject that never signed in here: no user to act as."""
+
+
+def user_for_access_token(claims: dict):
+    """The user of a bearer access token, by (issuer, sub) as a sign-in linked it; NotSignedIn
+    when there is none. Never creates a user nor changes memberships or the staff flag: an
+    access token may carry no identity claims at all (RFC 9068 requires none), so what it does
+    not say is no evidence of a removed group."""
+    identity = (OidcIdentity.objects.select_related("user")
+                .filter(issuer=config.issuer(), subject=claims["sub"]).first())
+    if identity is None:
+        raise NotSignedIn(claims["sub"])
+    return identity.user
 
 
 def _apply_roles(user, roles: dict[str, str], previous: dict[str, str], ctx: Context) -> dict:

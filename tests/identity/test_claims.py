@@ -92,3 +92,14 @@ def test_the_operator_flag_follows_the_claim_at_each_sign_in(issuer, acme):
     assert user_for_claims(operator).is_staff
 
     assert not user_for_claims({**operator, "realm_access": {"roles": []}}).is_staff
+
+
+@pytest.mark.parametrize(("token", "client"), [
+    ({"sub": "maas", "client_id": "maas"}, "maas"),
+    ({"sub": "reporting", "azp": "reporting"}, "reporting"),
+    ({"sub": "reporting", "azp": "reporting", "preferred_username": "reporting"}, None),
+    ({"sub": "alice", "azp": "maas", "client_id": "maas"}, None),
+    ({"sub": "alice"}, None),
+])
+def test_a_token_whose_subject_is_its_client_is_a_service(token, client):
+    assert claims.service_client(token) == client

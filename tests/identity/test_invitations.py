@@ -11,6 +11,7 @@ from config_service.models import ConfigEvent
 from tenants.models import Invitation, Membership, Role, Tenant
 from tenants.services import create_tenant
 from tests.conftest import CTX, client_for, free_tcp_port, make_user
+from tests.identity.conftest import Browser
 
 
 def invite(client, tenant, address="nina@example.com", role="admin"):
@@ -145,13 +146,14 @@ def test_an_unreachable_mail_server_still_gives_the_owner_the_link(tenant, clien
     assert re.search(r"/invitations/maas_inv_[\w-]+/$", response.json()["status"]["acceptUrl"])
 
 
-def test_a_provider_sign_in_with_the_verified_address_accepts_at_once(oidc, db, mailer):
-    """alice's realm account has alice@example.test, verified: her first API call with a real
-    token from the provider makes her a member of the tenant she was invited to."""
+def test_a_provider_sign_in_with_the_verified_address_accepts_at_once(oidc, db, mailer, app_port):
+    """alice's realm account has alice@example.test, verified: her first sign-in makes her a
+    member of the tenant she was invited to, and her API token then acts with that role."""
     owner = make_user("bea")
     beta = create_tenant(ctx=CTX, slug="beta", owner=owner)
     response = invite(client_for(owner), beta, address="alice@example.test", role="viewer")
     assert response.status_code == 201
+    Browser(oidc, app_port).sign_in("alice", "alice-pw")
     token = oidc.login("alice", "alice-pw")["access_token"]
     api = client_for(None)
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")

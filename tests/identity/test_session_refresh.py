@@ -3,77 +3,15 @@ token expires: it goes on and follows changed groups while the provider agrees, 
 provider signed the person out or disabled them, and survives a short provider outage.
 
 Time is moved on by setting the session's refresh time to the past, not by waiting."""
-import html
-import re
 import time
-import urllib.parse
 
 import pytest
-import requests
-from django.contrib.sessions.backends.db import SessionStore
-from django.test import Client
 
 from tenants.identity import config as identity_config
 from tenants.models import Membership
 from tenants.services import create_tenant
 from tests.conftest import CTX, make_user
-from tests.identity.conftest import USERS
-
-
-class Browser:
-    """MaaS through Django's test client (on the host the provider redirects to) and the
-    provider through a requests session: the two cookie jars a browser would have."""
-
-    def __init__(self, provider, app_port: int):
-        self.provider = provider
-        self.host = f"127.0.0.1:{app_port}"
-        self.maas = Client(HTTP_HOST=self.host)
-        self.idp = requests.Session()
-
-    def sign_in(self, username: str, password: str) -> None:
-        start = self.maas.get("/oidc/authenticate/")
-        assert start.status_code == 302, start.content
-        response = self.idp.get(start["Location"], allow_redirects=False)
-        login_url = urllib.parse.urljoin(self.provider.origin, response.headers["Location"])
-        response = self.idp.post(login_url, data={"username": username, "password": password},
-                                 allow_redirects=False)
-        callback = f"http://{self.host}/oidc/callback/"
-        while not response.headers["Location"].startswith(callback):
-            response = self.idp.get(
-                urllib.parse.urljoin(self.provider.origin, response.headers["Location"]),
-                allow_redirects=False)
-        done = self.maas.get(response.headers["Location"].removeprefix(f"http://{self.host}"))
-        assert done.status_code == 302 and "/oidc/" not in done["Location"], done["Location"]
-
-    def session(self) -> SessionStore:
-        return SessionStore(self.maas.cookies["sessionid"].value)
-
-    def expire_access_token(self, **more) -> None:
-        """As if the access token's lifetime had passed."""
-        store = self.session()
-        store["oidc_refresh_at"] = time.time() - 1
-        store.update(more)
-        store.save()
-
-    def role_in(self, slug: str) -> str | None:
-        """The role /accounts/me/ shows, or None when the session is gone."""
-        page = self.maas.get("/accounts/me/")
-        if page.status_code != 200:
-            return None
-        match = re.search(rf'data-tenant="{slug}"><td>[^<]*</td><td class="role">(\w+)',
-                          page.content.decode())
-        return match and match.group(1)
-
-    def sign_out_at_provider(self) -> None:
-        """What a sign-out in another application of the realm does: ends the SSO session."""
-        discovery = self.idp.get(f"{self.provider.issuer}/.well-known/openid-configuration").json()
-        page = self.idp.get(discovery["end_session_endpoint"], params={"client_id": "maas"})
-        form = re.search(r'<form[^>]*action="([^"]+)"(.*?)</form>', page.text, re.S)
-        fields = dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(2)))
-        response = self.idp.post(urllib.parse.urljoin(self.provider.origin,
-                                                      html.unescape(form.group(1))),
-                                 data={**fields, "logout": "yes"}, allow_redirects=False)
-        assert response.status_code in (200, 302, 303), response.text
+from tests.identity.conftest import USERS, Browser
 
 
 @pytest.fixture

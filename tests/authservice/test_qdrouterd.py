@@ -2,7 +2,6 @@
 messaging users and the router admin log in through it with their own passwords only. What
 they may do is the space's vhost policy's (tests/workers/test_standard_space_e2e.py)."""
 import json
-import os
 import subprocess
 
 import pytest
@@ -10,13 +9,13 @@ from proton import ConnectionException
 from proton.utils import BlockingConnection
 
 from tests.conftest import free_tcp_port, port_open, wait_for
+from tests.qdrouterd import needs_qdrouterd
+from workers import qdrouterd as qdrouterd_config
 from workers.agents.qdr import Management
 
 from .conftest import new_space, new_user
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("QDROUTERD"),
-    reason="QDROUTERD (the path of a qdrouterd 1.19 binary) is not set")
+pytestmark = needs_qdrouterd
 
 
 @pytest.fixture
@@ -31,7 +30,7 @@ def qdrouterd(auth_port, tmp_path):
     ]
     (tmp_path / "qdrouterd.json").write_text(json.dumps(config))
     with open(tmp_path / "qdrouterd.log", "wb") as log:
-        proc = subprocess.Popen([os.environ["QDROUTERD"], "-c", str(tmp_path / "qdrouterd.json")],
+        proc = subprocess.Popen(qdrouterd_config.command(tmp_path / "qdrouterd.json"),
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: port_open(port) or proc.poll() is not None, 10, what="qdrouterd")

@@ -2,13 +2,13 @@
 router's ConfigMap, is workers.qdrouterd.router_config in interior mode; checked against the
 management schema of the qdrouterd 1.19 build `QDROUTERD` names, and started on it."""
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.qdrouterd import needs_qdrouterd
 from tests.router import qdrouter_schema
 from tests.router.conftest import free_port, wait_port
 from workers import qdrouterd
@@ -16,10 +16,6 @@ from workers.infra import manifests as m
 from workers.infra.controller import make_certificate
 
 from . import spaces
-
-QDROUTERD = os.environ.get("QDROUTERD", "")
-needs_qdrouterd = pytest.mark.skipif(
-    not qdrouterd.binary(), reason="QDROUTERD does not name a qdrouterd 1.19 build")
 
 
 def router_objects(space=None, cfg=spaces.CFG):
@@ -148,7 +144,7 @@ def test_one_machine_keeps_a_standalone_router_that_takes_the_vhost_from_the_hos
 
 @needs_qdrouterd
 def test_every_configured_entity_and_attribute_exists_in_qdrouterd():
-    schema = qdrouter_schema.load(QDROUTERD)
+    schema = qdrouter_schema.load(qdrouterd.binary())
     for space in (spaces.small(), spaces.medium()):
         for etype, attrs in m.router_config(space, spaces.CFG):
             allowed = qdrouter_schema.creatable(schema, etype)

@@ -53,38 +53,33 @@ def short(entity_type: str) -> str:
 def attributes(schema: dict, entity_type: str) -> set[str] | None:
     """Every attribute of the type, inherited ones included (`name`, `identity`, `type` come
     from `entity`); None if the router has no such type."""
-    types = schema["entityTypes"]
-    name = short(entity_type)
-    if name not in types:
-        return None
-    out: set[str] = set()
-    while name:
-        out |= set(types[name].get("attributes", {}))
-        name = types[name].get("extends")
-    return out
+    lineage = _lineage(schema, short(entity_type))
+    return None if lineage is None else {a for t in lineage for a in t.get("attributes", {})}
 
 
 def operations(schema: dict, entity_type: str) -> set[str] | None:
     """The operations the type allows, inherited ones included (READ from
     configurationEntity); None if the router has no such type."""
-    types = schema["entityTypes"]
-    name = short(entity_type)
-    if name not in types:
-        return None
-    out: set[str] = set()
-    while name:
-        out |= set(types[name].get("operations") or ())
-        name = types[name].get("extends")
-    return out
+    lineage = _lineage(schema, short(entity_type))
+    return None if lineage is None else {o for t in lineage for o in t.get("operations") or ()}
 
 
 def creatable(schema: dict, entity_type: str) -> set[str]:
     """Attributes a configuration file or a CREATE may set (`create: true`, or `name`)."""
-    types = schema["entityTypes"]
-    name, out = short(entity_type), {"name"}
-    if name not in types and f"router.config.{name}" in types:
+    name = short(entity_type)
+    if name not in schema["entityTypes"]:
         name = f"router.config.{name}"  # a configuration file's `linkRoute`, `address`, ...
+    return {"name"} | {a for t in _lineage(schema, name) or ()
+                       for a, d in t.get("attributes", {}).items() if d.get("create")}
+
+
+def _lineage(schema: dict, name: str) -> list[dict] | None:
+    """The type and every type it extends, or None if the router has no such type."""
+    types = schema["entityTypes"]
+    if name not in types:
+        return None
+    out = []
     while name:
-        out |= {a for a, d in types[name].get("attributes", {}).items() if d.get("create")}
+        out.append(types[name])
         name = types[name].get("extends")
     return out

@@ -1,7 +1,6 @@
 """docs/router.md's compatibility table says the truth: its qdrouterd column matches the
 qdrouter.json of the qdrouterd 1.19 build `QDROUTERD` names, its embedded column the embedded
 router, and every (entity type, attribute) the router agent emits has a row."""
-import os
 import re
 import time
 from pathlib import Path
@@ -9,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.qdrouterd import SKIP_REASON
+from workers import qdrouterd
 from workers.agents import router_config as rc
 from workers.router import entities as E
 from workers.router import views
@@ -20,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## Compatibility: qdrouterd 1.19 and the embedded router"
 OPERATION = "operation"
 GROUP = "groups."
-QDROUTERD = os.environ.get("QDROUTERD", "")
 
 
 def table() -> list[dict]:
@@ -70,9 +70,9 @@ def test_the_table_has_the_rows_of_the_issue():
 
 @pytest.fixture(scope="module")
 def schema() -> dict:
-    if not QDROUTERD:
-        pytest.skip("QDROUTERD is not set: no qdrouterd 1.19 build to check the table against")
-    return qdrouter_schema.load(QDROUTERD)
+    if qdrouterd.binary() is None:
+        pytest.skip(SKIP_REASON)
+    return qdrouter_schema.load(qdrouterd.binary())
 
 
 def group_keys(schema: dict) -> set[str]:
@@ -81,7 +81,7 @@ def group_keys(schema: dict) -> set[str]:
     keys = qdrouter_schema.attributes(schema, "vhostUserGroupSettings")
     if keys is not None:
         return keys
-    exe = Path(QDROUTERD)
+    exe = Path(qdrouterd.binary())
     for base in [exe.parent.parent / "lib" / "qpid-dispatch" / "python",
                  Path("/work/qdr-build/dispatch-src/python")]:
         source = base / "qpid_dispatch_internal" / "policy" / "policy_local.py"

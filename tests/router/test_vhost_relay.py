@@ -29,6 +29,8 @@ from proton import (
 )
 from proton.utils import BlockingConnection
 
+from tests.qdrouterd import needs_qdrouterd
+from workers import qdrouterd
 from workers.vhost_relay.preamble import AMQP_HEADER, SASL_HEADER, Preamble, ProtocolError
 
 from .conftest import RABBIT_API, RABBIT_AUTH, ROOT, free_port, wait_port
@@ -213,11 +215,7 @@ def test_each_connection_is_logged_once_with_its_vhost_and_peer(space):
     assert PASSWORD not in "".join(map(str, lines))
 
 
-QDROUTERD = os.environ.get("QDROUTERD", "")  # the only way the project finds qdrouterd
-
-
-@pytest.mark.skipif(not QDROUTERD or not os.path.exists(QDROUTERD),
-                    reason="QDROUTERD does not name a qdrouterd 1.19 build")
+@needs_qdrouterd
 def test_qdrouterd_reaches_the_vhost_s_queue_through_the_relay(relay, space, tmp_path):
     """What the relay is for: qdrouterd's connector cannot choose RabbitMQ's vhost."""
     space.queue("via-qdr")
@@ -236,7 +234,7 @@ def test_qdrouterd_reaches_the_vhost_s_queue_through_the_relay(relay, space, tmp
         ["autoLink", {**autolink, "direction": "in"}],
     ]
     (tmp_path / "qdrouterd.json").write_text(json.dumps(config))
-    router = subprocess.Popen([QDROUTERD, "-c", str(tmp_path / "qdrouterd.json")],
+    router = subprocess.Popen(qdrouterd.command(tmp_path / "qdrouterd.json"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)

@@ -19,7 +19,7 @@ from .. import credentials, endpoints
 from ..naming import broker_username
 from . import router_config as rc
 from .base import Agent, Report, TransientError
-from .qdr import Management, ManagementError, RouterUnreachable
+from .qdr import QUERY_PAGE, Management, ManagementError, RouterUnreachable
 
 logger = logging.getLogger(__name__)
 
@@ -44,17 +44,26 @@ def features(mgmt: Management) -> rc.RouterFeatures:
 
 
 def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
-    # Only the attributes the diff and the verification look at: a QUERY returns every
-    # space's entities, so each column costs the router and this agent once per entity.
+    # Only the attributes the diff and the verification look at, and only this space's
+    # entities where the router can filter by name (the embedded router; qdrouterd answers
+    # every space's, filtered here: on Kubernetes each space has its own router anyway).
     wanted: dict = {etype: {"name"} for etype in rc.ENTITY_TYPES}
     wanted[rc.AUTO_LINK].add("operStatus")
     for (etype, _), attributes in desired.items():
         wanted[etype].update(k for k in attributes if k not in rc.WRITE_ONLY)
     actual = {}
     for etype in entity_types(mgmt):
-        for row in mgmt.query(etype, sorted(wanted[etype])):
-            if str(row.get("name", "")).startswith(prefix):
-                actual[(etype, row["name"])] = row
+        read_before = mgmt.rows_read
+        for row in mgmt.query(etype, sorted(wanted[etype]), name_prefix=prefix):
+            actual[(etype, row["name"])] = row
+        if mgmt.rows_read - read_before >= QUERY_PAGE:
+            # Read in pages while other spaces changed the table: an entity may have moved
+            # across a page boundary unseen. Ask for each desired one not seen by name.
+            for key in desired:
+                if key[0] == etype and key not in actual:
+                    row = mgmt.read(etype, key[1])
+                    if row is not None:
+                        actual[key] = {k: row.get(k) for k in wanted[etype]}
     return actual
 
 
@@ -63,9 +72,9 @@ def owned_by_space(mgmt: Management) -> dict[str, dict]:
     QUERY per entity type: a snapshot for restoring many spaces at once."""
     snapshot: dict = {}
     for etype in entity_types(mgmt):
-        for row in mgmt.query(etype):
+        for row in mgmt.query(etype, name_prefix="maas:"):
             name = str(row.get("name", ""))
-            if name.startswith("maas:") and name.count(":") >= 2:
+            if name.count(":") >= 2:
                 owner = name[:name.index(":", len("maas:")) + 1]
                 snapshot.setdefault(owner, {})[(etype, name)] = row
     return snapshot
@@ -176,7 +185,7 @@ class RouterAgent(Agent):
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
                 # Only the autoLinks' status can still change: re-read that alone.
-                for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"]):
+                for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"], name_prefix=prefix):
                     if (rc.AUTO_LINK, row["name"]) in actual:
                         actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row["operStatus"]
         except ManagementError as exc:  # a QUERY or the schema: nothing could be compared

@@ -86,7 +86,7 @@ class BrokerLinks:
         ent["connectionStatus"] = "SUCCESS"
         ent["connectionMsg"] = None
         logger.info("connector.connected", extra={"connector": name, "container": conn.container})
-        for al in self.engine.store.all(E.AUTO_LINK):
+        for al in self.engine.store.autolinks_of(name):
             self._attach_autolink(al)
 
     def on_disconnected(self, conn) -> None:
@@ -208,7 +208,7 @@ class BrokerLinks:
     # -- linkRoutes --------------------------------------------------------------------------
     def match_link_route(self, qualified: str, direction: str) -> dict | None:
         best, best_len = None, -1
-        for ent in self.engine.store.all(E.LINK_ROUTE):
+        for ent in self.engine.store.candidates(E.LINK_ROUTE, qualified):
             if ent["direction"] != direction:
                 continue
             if ent.get("pattern") == qualified:  # exact: the most specific match there is

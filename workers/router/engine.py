@@ -306,7 +306,7 @@ class Engine:
 
     def match_address(self, qualified: str) -> dict | None:
         best, best_len = None, -1
-        for ent in self.store.all(E.ADDRESS):
+        for ent in self.store.candidates(E.ADDRESS, qualified):
             if ent.get("prefix") is not None:
                 if prefix_matches(ent["prefix"], qualified) and len(ent["prefix"]) > best_len:
                     best, best_len = ent, len(ent["prefix"])

@@ -88,18 +88,81 @@ def _bool(value: Any) -> bool:
     return bool(value)
 
 
+def owner_of(name: str) -> str:
+    """The owner part of an entity name, up to its second `:` (`maas:<vhost>:` for the router
+    agent's entities); "" for a name with fewer colons."""
+    first = name.find(":")
+    second = name.find(":", first + 1) if first >= 0 else -1
+    return name[:second + 1] if second >= 0 else ""
+
+
+def _wild(pattern: str) -> bool:
+    return any(token in ("*", "#") for token in pattern.replace("/", ".").split("."))
+
+
+def token_prefixes(address: str):
+    """Every prefix that `prefix_matches` accepts for `address`: "", each run of tokens, and
+    the address itself (so a lookup is one dict probe per token, not a scan)."""
+    yield ""
+    for i, ch in enumerate(address):
+        if ch in "./" and i:
+            yield address[:i]
+    yield address
+
+
 class EntityStore:
-    """Entities by type; each has `name`, `identity`, `type` plus its attributes."""
+    """Entities by type; each has `name`, `identity`, `type` plus its attributes.
+
+    Indexed so that no lookup scans the fleet: by owner (a reconcile reads one space), by
+    vhost hostname (every connection), by connector (autoLinks to attach when it connects) and,
+    for addresses and link routes, by prefix and exact pattern (every link attach). Only
+    wildcard patterns are matched one by one."""
 
     def __init__(self):
         self._by_type: dict[str, dict[str, dict]] = {t: {} for t in SCHEMAS}
         self._ids = itertools.count(1)
+        self._owners: dict[str, dict[str, dict[str, dict]]] = {t: {} for t in SCHEMAS}
+        self._hostnames: dict[str, dict] = {}
+        self._by_connection: dict[str, dict[str, dict]] = {}
+        self._prefixes: dict[str, dict[str, dict[str, dict]]] = {ADDRESS: {}, LINK_ROUTE: {}}
+        self._exact: dict[str, dict[str, dict[str, dict]]] = {ADDRESS: {}, LINK_ROUTE: {}}
+        self._wildcards: dict[str, dict[str, dict]] = {ADDRESS: {}, LINK_ROUTE: {}}
 
     def types(self):
         return SCHEMAS.keys()
 
     def all(self, etype: str) -> list[dict]:
         return list(self._by_type.get(etype, {}).values())
+
+    def count(self, etype: str) -> int:
+        return len(self._by_type.get(etype, {}))
+
+    def owned(self, etype: str, name_prefix: str) -> list[dict]:
+        """Entities of the type whose name starts with `name_prefix`: from the owner index when
+        the prefix is an owner (`maas:<vhost>:`), else by a scan."""
+        if owner_of(name_prefix) == name_prefix and name_prefix:
+            return list(self._owners.get(etype, {}).get(name_prefix, {}).values())
+        return [e for e in self.all(etype) if e["name"].startswith(name_prefix)]
+
+    def vhost(self, hostname: str) -> dict | None:
+        return self._hostnames.get(hostname)
+
+    def autolinks_of(self, connection: str) -> list[dict]:
+        """The autoLinks through this connector, and those that name a container instead."""
+        return [*self._by_connection.get(connection, {}).values(),
+                *self._by_connection.get("", {}).values()]
+
+    def candidates(self, etype: str, address: str) -> list[dict]:
+        """The entities of ADDRESS or LINK_ROUTE that may match `address`, in creation order:
+        those whose prefix is a token prefix of it, whose pattern is it exactly, and every
+        wildcard pattern. The caller applies qdrouterd's precedence."""
+        found: dict[str, dict] = {}
+        prefixes = self._prefixes[etype]
+        for prefix in token_prefixes(address):
+            found.update(prefixes.get(prefix, {}))
+        found.update(self._exact[etype].get(address, {}))
+        found.update(self._wildcards[etype])
+        return sorted(found.values(), key=lambda e: int(e["identity"]))
 
     def find(self, etype: str, name: str | None = None, identity: str | None = None) -> dict:
         table = self._by_type.get(etype)
@@ -124,12 +187,11 @@ class EntityStore:
         if name in self._by_type[etype]:
             raise EntityError(400, "Name conflicts with an existing entity")
         entity = self._validate(etype, schema, {**schema.defaults, **attrs})
-        if etype == ADDRESS and any(  # as qdrouterd: one address configuration per prefix
-                (other["prefix"], other["pattern"]) == (entity["prefix"], entity["pattern"])
-                for other in self._by_type[etype].values()):
-            raise EntityError(400, "Already exists")
+        if etype == ADDRESS and self._same_address(entity):
+            raise EntityError(400, "Already exists")  # as qdrouterd: one per prefix/pattern
         entity.update({"name": name, "identity": str(next(self._ids)), "type": etype})
         self._by_type[etype][name] = entity
+        self._index(entity)
         return entity
 
     def update(self, entity: dict, attrs: dict) -> dict:
@@ -137,11 +199,57 @@ class EntityStore:
         merged = {**entity, **{k: v for k, v in (attrs or {}).items()
                                if k not in ("name", "identity", "type")}}
         validated = self._validate(etype, SCHEMAS[etype], merged)
+        self._unindex(entity)
         entity.update(validated)
+        self._index(entity)
         return entity
 
     def delete(self, entity: dict) -> None:
-        self._by_type[entity["type"]].pop(entity["name"], None)
+        if self._by_type[entity["type"]].pop(entity["name"], None) is not None:
+            self._unindex(entity)
+
+    def _same_address(self, entity: dict) -> bool:
+        if entity.get("prefix") is not None:
+            same = self._prefixes[ADDRESS].get(entity["prefix"], {}).values()
+        else:
+            same = self.candidates(ADDRESS, entity["pattern"])
+        return any((other["prefix"], other["pattern"]) == (entity["prefix"], entity["pattern"])
+                   for other in same)
+
+    def _slots(self, entity: dict):
+        """The index maps this entity belongs in, each with its key there."""
+        etype, name = entity["type"], entity["name"]
+        yield self._owners[etype], owner_of(name)
+        if etype == VHOST:
+            yield None, entity.get("hostname")
+        if etype == AUTO_LINK:  # "": by containerId, any connection may be the one
+            yield self._by_connection, entity.get("connection") or ""
+        if etype in self._prefixes:
+            if entity.get("prefix") is not None:
+                yield self._prefixes[etype], entity["prefix"]
+            elif _wild(entity.get("pattern") or ""):
+                yield self._wildcards, etype
+            elif entity.get("pattern") is not None:
+                yield self._exact[etype], entity["pattern"]
+
+    def _index(self, entity: dict) -> None:
+        for table, key in self._slots(entity):
+            if table is None:
+                self._hostnames[key] = entity
+            else:
+                table.setdefault(key, {})[entity["name"]] = entity
+
+    def _unindex(self, entity: dict) -> None:
+        for table, key in self._slots(entity):
+            if table is None:
+                if self._hostnames.get(key) is entity:
+                    del self._hostnames[key]
+                    continue
+            else:
+                bucket = table.get(key, {})
+                bucket.pop(entity["name"], None)
+                if not bucket and table is not self._wildcards:
+                    table.pop(key, None)
 
     @staticmethod
     def public(entity: dict) -> dict:

@@ -25,6 +25,8 @@ class Management:
             E.CONNECTOR: (engine.broker.connector_created, engine.broker.connector_deleted),
             E.AUTO_LINK: (engine.broker.autolink_created, engine.broker.autolink_deleted),
         }
+        # {(type, namePrefix): rows} of a paged QUERY under way, until its last page
+        self._pages: dict[tuple, list] = {}
 
     def on_request(self, ls, delivery, data: bytes) -> None:
         request = Message()
@@ -57,7 +59,7 @@ class Management:
         store = self.engine.store
         try:
             if op == "QUERY":
-                return self._query(props.get("entityType") or etype, body)
+                return self._query(props.get("entityType") or etype, body, props)
             if op == "GET-MGMT-NODES":
                 return 200, "OK", []
             if op == "GET-TYPES":
@@ -103,17 +105,40 @@ class Management:
             return exc.status, exc.description, None
         return 400, f"Unsupported operation {op}", None
 
-    def _query(self, etype, body):
+    def _query(self, etype, body, props: dict):
+        """qdrouterd's QUERY with its paging (`count`, `offset`), plus `namePrefix`: only the
+        entities so named, from the store's owner index. A paged read is served from the rows
+        its first page saw, so it costs one pass over the table, not one per page."""
         body = body or {}
         names = list(body.get("attributeNames") or [])
-        if etype in views.TYPES:
-            rows = views.rows(self.engine, etype)
-        elif etype in self.engine.store.types():
-            rows = [self.engine.store.public(e) for e in self.engine.store.all(etype)]
-        else:
-            return 404, f"Unknown entity type: {etype}", None
+        prefix = str(props.get("namePrefix") or "")
+        count, offset = _int(props.get("count"), -1), max(_int(props.get("offset"), 0), 0)
+        key = (etype, prefix)
+        rows = self._pages.get(key) if offset else None
+        if rows is None:
+            if etype in views.TYPES:
+                rows = [r for r in views.rows(self.engine, etype)
+                        if str(r.get("name", "")).startswith(prefix)]
+            elif etype in self.engine.store.types():
+                rows = [self.engine.store.public(e)
+                        for e in self.engine.store.owned(etype, prefix)]
+            else:
+                return 404, f"Unknown entity type: {etype}", None
+            if count >= 0:
+                self._pages[key] = rows
+        if count >= 0:
+            rows = rows[offset:offset + count]
+            if len(rows) < count:
+                self._pages.pop(key, None)  # the last page
         if not names:
             for row in rows:
                 names.extend(k for k in row if k not in names)
         return 200, "OK", {"attributeNames": names,
                            "results": [[row.get(n) for n in names] for row in rows]}
+
+
+def _int(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

@@ -23,9 +23,9 @@ GAUGES = (
     ("enmasse_qdr_links_total", "Attached links", lambda e: len(e.links)),
     ("enmasse_qdr_addresses_total", "Addresses known to the router", lambda e: len(e.fwd.nodes)),
     ("enmasse_qdr_auto_links_total", "Auto links configured",
-     lambda e: len(e.store.all(E.AUTO_LINK))),
+     lambda e: e.store.count(E.AUTO_LINK)),
     ("enmasse_qdr_link_routes_total", "Link routes configured",
-     lambda e: len(e.store.all(E.LINK_ROUTE))),
+     lambda e: e.store.count(E.LINK_ROUTE)),
     ("enmasse_qdr_routers_total", "Routers in the network", lambda e: 1),
 )
 COUNTERS = (

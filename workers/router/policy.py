@@ -57,10 +57,7 @@ class Policy:
         self.store = store
 
     def vhost(self, hostname: str) -> dict | None:
-        for ent in self.store.all(E.VHOST):
-            if ent["hostname"] == hostname:
-                return ent
-        return None
+        return self.store.vhost(hostname)
 
     def choose_vhost(self, identity: str, hostname: str | None) -> str | None:
         """The vhost of this connection: the identity's (`user@vhost`), unless the open

@@ -179,7 +179,15 @@ class RabbitMQApi:
 
     # users (global) and their rights in a vhost
     def list_users(self, columns=USER_COLUMNS) -> list[dict]:
+        """Every user of the broker: for tests and tools, never for one space's reconcile."""
         return self._list("/users", columns)
+
+    def get_user(self, name: str) -> dict | None:
+        return self.request("GET", f"/users/{_q(name)}", missing_ok=True)
+
+    def list_users_without_permissions(self, columns=USER_COLUMNS) -> list[dict]:
+        """The users that have no permissions on any vhost (on a healthy broker: few or none)."""
+        return self._list("/users/without-permissions", columns)
 
     def put_user(self, name: str, password_hash: str, tags: tuple[str, ...] = ()) -> None:
         body = {

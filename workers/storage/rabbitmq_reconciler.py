@@ -1,9 +1,9 @@
 """The RabbitMQ reconciler: `BrokerReconciler` makes one vhost look like a `desired.VhostState`.
 
-Level-triggered and idempotent: every `apply` observes what the vhost has (a few list calls
-at once), converges it on the desired objects (`rabbitmq_objects`) by creating, changing or
-deleting only what MaaS owns, then verifies each address and user; `ApplyResult` says what it
-did and what is in place.
+Level-triggered and idempotent: every `apply` observes what the vhost has (a few reads at
+once, each of the vhost or of its users, never of the whole broker), converges it on the
+desired objects (`rabbitmq_objects`) by creating, changing or deleting only what MaaS owns,
+then verifies each address and user; `ApplyResult` says what it did and what is in place.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from ..naming import USER_SEPARATOR
 from .desired import BrokerUser, VhostState
@@ -29,6 +30,7 @@ from .rabbitmq_objects import (
 log = logging.getLogger(__name__)
 
 VHOST_DESCRIPTION = "Managed by MaaS (storage controller)"
+_USER = "user:"  # `_observe`'s key of a desired user's GET among its reads
 
 
 # --- what the vhost has ----------------------------------------------------------------
@@ -41,7 +43,7 @@ class _Actual:
     exchanges: dict[str, dict]
     bindings: list[dict]
     policies: dict[str, dict]
-    users: dict[str, dict]  # every user that has the owner tag or is desired
+    users: dict[str, dict]  # the desired users and the vhost's others (`_users`)
     permissions: dict[str, dict]
     limits: dict
 
@@ -166,22 +168,29 @@ class BrokerReconciler:
     # observing
 
     def _observe(self, vhost: str, desired: DesiredObjects) -> _Actual:
-        """A handful of list calls, at the same time (the broker answers them in parallel:
-        the time of the slowest, not of all); raises BrokerError if the broker cannot be read.
-        """
+        """A handful of reads of the vhost and one GET per desired user, at the same time
+        (the broker answers them in parallel: the time of the slowest, not of all); raises
+        BrokerError if the broker cannot be read. Nothing that grows with the other spaces of
+        the broker is read (see `_users`)."""
         info = self.api.get_vhost(vhost)
+        calls = {_USER + name: partial(self.api.get_user, name) for name in desired.users}
+        calls["unpermitted"] = self.api.list_users_without_permissions
+        if info is not None:
+            calls.update({
+                "queues": lambda: {q["name"]: q for q in self.api.list_queues(vhost)},
+                "exchanges": lambda: {x["name"]: x for x in self.api.list_exchanges(vhost)},
+                "bindings": lambda: [b for b in self.api.list_bindings(vhost) if b["source"]],
+                "policies": lambda: {p["name"]: p for p in self.api.list_policies(vhost)},
+                "permissions": lambda: {p["user"]: p for p in self.api.list_permissions(vhost)},
+                "limits": lambda: self.api.get_vhost_limits(vhost),
+            })
+        read = _concurrently(calls)
+        named = {name: read.pop(_USER + name) for name in desired.users}
+        permissions = read.pop("permissions", {})
+        users = self._users(vhost, named, permissions, read.pop("unpermitted"))
         if info is None:
-            return _Actual(None, {}, {}, [], {}, self._users(vhost, desired), {}, {})
-        lists = _concurrently({
-            "queues": lambda: {q["name"]: q for q in self.api.list_queues(vhost)},
-            "exchanges": lambda: {x["name"]: x for x in self.api.list_exchanges(vhost)},
-            "bindings": lambda: [b for b in self.api.list_bindings(vhost) if b["source"]],
-            "policies": lambda: {p["name"]: p for p in self.api.list_policies(vhost)},
-            "users": lambda: self._users(vhost, desired),
-            "permissions": lambda: {p["user"]: p for p in self.api.list_permissions(vhost)},
-            "limits": lambda: self.api.get_vhost_limits(vhost),
-        })
-        return _Actual(vhost=info, **lists)
+            return _Actual(None, {}, {}, [], {}, users, {}, {})
+        return _Actual(vhost=info, users=users, permissions=permissions, **read)
 
     def _reobserve(self, vhost: str, desired: DesiredObjects, actual: _Actual,
                    result: ApplyResult) -> _Actual:
@@ -204,22 +213,40 @@ class BrokerReconciler:
             again.bindings = [b for b in self.api.list_bindings(vhost) if b["source"]]
         if "policy" in touched:
             again.policies = {p["name"]: p for p in self.api.list_policies(vhost)}
-        if "user" in touched:
-            again.users = self._users(vhost, desired)
+        if "user" in touched:  # only the users this apply wrote: one GET each
+            written = [label.split(":", 1)[1] for label in result.created + result.updated
+                       if label.startswith("user:")]
+            again.users = {**actual.users, **self._get_users(written)}
         if touched & {"user", "permissions"}:  # deleting a user drops its permissions
             again.permissions = {p["user"]: p for p in self.api.list_permissions(vhost)}
         if "limit" in touched:
             again.limits = self.api.get_vhost_limits(vhost)
         return again
 
-    def _users(self, vhost: str, desired: DesiredObjects) -> dict[str, dict]:
-        # RabbitMQ users are global and the API cannot filter them: one list for the vhost.
+    def _users(self, vhost: str, named: dict[str, dict | None], permissions: dict[str, dict],
+               unpermitted: list[dict]) -> dict[str, dict]:
+        """The users MaaS must know of for the vhost, without listing the broker's users
+        (they are global: that list grows with every space): the desired ones (`named`, one
+        GET each), those named for the vhost that hold permissions on it (one GET each of
+        those not desired: stale ones, or someone else's), and those named for it among the users
+        that hold no permissions anywhere (on a healthy broker: few or none). That last read
+        finds a stale user of the vhost without permissions: created, then the agent stopped
+        before granting it and the user was deleted before the next apply; a permission PUT
+        that failed; a teardown whose user delete failed but whose vhost delete did not; a
+        vhost deleted by hand. MaaS grants a user on its own vhost only, so no user of the
+        vhost is missed unless someone granted it on another vhost by hand."""
         suffix = USER_SEPARATOR + vhost
-        return {
-            u["name"]: u for u in self.api.list_users()
-            if u["name"] in desired.users
-            or (OWNER_TAG in _tags(u) and u["name"].endswith(suffix))
-        }
+        users = {name: u for name, u in named.items() if u is not None}
+        users.update((u["name"], u) for u in unpermitted if u["name"].endswith(suffix))
+        users.update(self._get_users(
+            [name for name in permissions if name.endswith(suffix) and name not in users]
+        ))
+        return users
+
+    def _get_users(self, names: list[str]) -> dict[str, dict]:
+        """The named users that exist, one GET each, at the same time."""
+        read = _concurrently({name: partial(self.api.get_user, name) for name in names})
+        return {name: u for name, u in read.items() if u is not None}
 
     @staticmethod
     def _owned_users(vhost: str, actual: _Actual) -> list[str]:

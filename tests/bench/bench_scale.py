@@ -1,0 +1,406 @@
+"""Config distribution at scale (issue 16): fills the platform, then prints each figure of the
+issue's table with the machine's load average. Printed, never asserted.
+
+    .venv/bin/python tests/bench/bench_scale.py --tenants 10 --start            # ~10k addresses
+    .venv/bin/python tests/bench/bench_scale.py --tenants 100 --start --jobs 2  # ~100k
+
+With --start it runs the platform (`manage.py runplatform`, as `make run` does) on a database
+of its own (`--database`, created and migrated if missing) and Celery queues of its own, and
+stops it at the end; without, it measures the platform that DATABASE_URL and --url point at.
+Fills with `manage.py fill_addresses` (the service functions: per tenant STANDARD standard
+spaces of 100 addresses and BROKERED brokered spaces of 100 queues), waits until every address
+is Active, then measures:
+
+- API create latency (REST, one at a time) and create -> Active (recorded by the platform:
+  AppliedEvent.applied_at of the last agent minus the create call) for creates arriving at
+  --rate per second spread over probe spaces;
+- the cost of reconciling a one-address change: wall and CPU seconds of the router agent and
+  the storage controller run in this process, SQL queries, and router entities or broker rows
+  read, median of --repeat;
+- server time of /metrics, of a page of the addresses list (API) and of the portal's
+  addresses page of a space with --big addresses;
+- a full resync of every space (drift check), with creates at --rate meanwhile;
+- the RSS of every long-running process.
+
+The issue's figures compare these at 1k, 10k and 100k addresses: run it once per size.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from tests.bench.common import delete_queues, ensure_database  # noqa: E402
+
+LOG_LEVEL = os.environ.get("MAAS_LOG_LEVEL", "INFO")
+
+
+def pct(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q / 100))] * 1000
+
+
+def load() -> str:
+    return "load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def manage(*args) -> str:
+    out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True,
+                         capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def rss_table(root_pid: int | None) -> list[tuple[str, int]]:
+    """(command, RSS in MiB) of the platform's processes and the services it uses."""
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/status") as f:
+                rss = next((int(line.split()[1]) for line in f if line.startswith("VmRSS")), 0)
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+        procs[int(pid)] = (ppid, cmd, rss)
+
+    def under(pid):
+        while pid in procs:
+            if pid == root_pid:
+                return True
+            pid = procs[pid][0]
+        return False
+
+    rows = []
+    for pid, (_, cmd, rss) in procs.items():
+        service = any(s in cmd for s in ("beam.smp", "redis-server", "postgres: ", "qdrouterd"))
+        if (root_pid and under(pid)) or service:
+            rows.append((cmd[:90], rss // 1024))
+    # postgres runs one process per connection: sum them
+    pg = sum(r for c, r in rows if c.startswith("postgres: "))
+    rows = [r for r in rows if not r[0].startswith("postgres: ")] + [("postgres (all)", pg)]
+    return sorted(rows, key=lambda r: -r[1])
+
+
+class Platform:
+    def __init__(self, args):
+        self.args, self.proc, self.queue = args, None, None
+
+    def start(self):
+        env = dict(os.environ, MAAS_LOG_LEVEL=LOG_LEVEL)
+        self.queue = env["MAAS_CELERY_QUEUE"]
+        out = open(self.args.log, "w") if self.args.log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "runplatform"], cwd=ROOT,
+                                     stdout=out, stderr=subprocess.STDOUT, env=env)
+        for _ in range(90):
+            try:
+                if requests.get(self.args.url + "/healthz", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        raise SystemExit("the platform did not answer /healthz in 90 s")
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+        if self.queue:
+            delete_queues(self.queue)
+
+
+def counts():
+    from config_service.models import Address, AddressSpace
+    from config_service.status import address_status, agent_states
+    spaces = {s.pk: s for s in AddressSpace.objects.all()}
+    states = agent_states(s.uid for s in spaces.values())
+    active = total = 0
+    for a in Address.objects.only("space_id", "name", "type", "scheduled", "pending_reason",
+                                  "resource_version").iterator(chunk_size=5000):
+        space = spaces[a.space_id]
+        total += 1
+        active += address_status(space, a, states.get(space.uid, {})).phase == "Active"
+    return active, total
+
+
+def wait_all_active(timeout: float) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        active, total = counts()
+        if active == total:
+            return time.monotonic() - began
+        time.sleep(5)
+    print(f"  not all Active after {timeout:.0f} s: {counts()}")
+    return float("nan")
+
+
+def probe_creates(session, url, spaces, n, rate):
+    """n creates at `rate`/s over the probe spaces; (latencies, {address name: called at})."""
+    latencies, called = [], {}
+    interval = 1.0 / rate
+    began = time.monotonic()
+    for i in range(n):
+        space_name, space_type = spaces[i % len(spaces)]
+        name = f"{space_name}.p{uuid.uuid4().hex[:8]}"
+        spec = ({"address": name.split(".")[1], "type": "queue", "plan": "brokered-queue"}
+                if space_type == "brokered" else
+                {"address": name.split(".")[1], "type": "anycast",
+                 "plan": "standard-small-anycast"})
+        called[name] = time.time()
+        started = time.monotonic()
+        r = session.post(f"{url}/{space_name}/addresses/", json={"metadata": {"name": name},
+                                                               "spec": spec})
+        latencies.append(time.monotonic() - started)
+        r.raise_for_status()
+        time.sleep(max(0.0, began + (i + 1) * interval - time.monotonic()))
+    return latencies, called
+
+
+def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
+    """Seconds from each create call to its last agent's AppliedEvent (Active from then on)."""
+    from django.db.models import Max
+
+    from config_service.models import Address, AppliedEvent, ConfigEvent
+    deadline = time.monotonic() + timeout
+    names = list(called)
+    while True:
+        rows = dict(Address.objects.filter(name__in=names).values_list("name", "resource_version"))
+        positions = {}
+        for a in Address.objects.filter(name__in=names).select_related("space"):
+            ev = ConfigEvent.objects.filter(stream_id=a.space.uid, sequence=rows[a.name]).first()
+            if ev:
+                positions[a.name] = ev.position
+        applied = dict(AppliedEvent.objects.filter(event_id__in=positions.values())
+                       .values("event_id").annotate(at=Max("applied_at"))
+                       .values_list("event_id", "at"))
+        from config_service.status import agents_for_address
+        done = {}
+        for a in Address.objects.filter(name__in=names).select_related("space"):
+            kinds = agents_for_address(a.space.type, a.type)
+            n = AppliedEvent.objects.filter(event_id=positions.get(a.name), kind__in=kinds).count()
+            if n == len(kinds) and positions.get(a.name) in applied:
+                done[a.name] = applied[positions[a.name]].timestamp() - called[a.name]
+        if len(done) == len(names) or time.monotonic() > deadline:
+            return list(done.values()), len(names) - len(done)
+        time.sleep(1)
+
+
+def one_change_cost(repeat: int):
+    """Median wall, CPU, SQL queries and target rows read of the router agent and the storage
+    controller reconciling one space after one address was added to it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from config_service import services
+    from config_service.models import AddressSpace
+    from maas.core.context import Context
+    from workers.agents import base
+    from workers.agents.router import RouterAgent, management_client
+    from workers.storage import controller
+
+    ctx = Context(actor="bench:scale")
+    out = {}
+    for kind, space_type in (("router", "standard"), ("storage", "brokered")):
+        space = AddressSpace.objects.filter(type=space_type, name__in=("s0", "b0"),
+                                            tenant__slug__startswith="scale-").first()
+        if space is None:
+            continue
+        walls, cpus, queries, rows = [], [], [], []
+        for _ in range(repeat):
+            services.create_address(
+                ctx=ctx, space=space, address=f"c{uuid.uuid4().hex[:8]}",
+                type="anycast" if space_type == "standard" else "queue",
+                plan="standard-small-anycast" if space_type == "standard" else "brokered-queue")
+            if kind == "router":
+                mgmt = management_client()
+                agent = RouterAgent(management=mgmt)
+            else:
+                agent, mgmt = controller.StorageController(), None
+            w, c = time.monotonic(), time.process_time()
+            with CaptureQueriesContext(connection) as q:
+                base.run(space.uid, kind, agent)
+            walls.append(time.monotonic() - w)
+            cpus.append(time.process_time() - c)
+            queries.append(len(q.captured_queries))
+            if mgmt is not None:
+                rows.append(mgmt.rows_read)
+                mgmt.close()
+        out[kind] = (statistics.median(walls), statistics.median(cpus),
+                     statistics.median(queries), statistics.median(rows) if rows else None)
+    return out
+
+
+def server_time(get, repeat=7) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.monotonic()
+        r = get()
+        times.append(time.monotonic() - t)
+        assert r.status_code == 200, r.status_code
+    return statistics.median(times) * 1000
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", type=int, default=1)
+    parser.add_argument("--standard", type=int, default=8)
+    parser.add_argument("--brokered", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--big", type=int, default=0,
+                        help="addresses of one extra space for the portal page (issue: 20000)")
+    parser.add_argument("--probes", type=int, default=200, help="creates for the latencies")
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--database", default="maas_bench_scale")
+    parser.add_argument("--start", action="store_true")
+    parser.add_argument("--log")
+    parser.add_argument("--no-resync", action="store_true")
+    args = parser.parse_args()
+
+    if args.start:
+        os.environ["DATABASE_URL"] = ensure_database(args.database)
+        # The platform's Celery queues, also for the changes this process makes
+        os.environ.setdefault("MAAS_CELERY_QUEUE", f"maas-bench-{uuid.uuid4().hex[:6]}")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "maas.settings")
+    os.environ["MAAS_LOG_LEVEL"] = "WARNING"  # this process's own lines; the platform keeps its
+    import django
+    django.setup()
+    from django.test import Client
+
+    from config_service.models import Address, AddressSpace
+
+    platform = Platform(args)
+    if args.start:
+        platform.start()
+    try:
+        print(f"machine: {os.cpu_count()} cores, {load()}")
+        began = time.monotonic()
+        subprocess.run([sys.executable, "manage.py", "fill_addresses", "--tenants",
+                        str(args.tenants), "--standard", str(args.standard), "--brokered",
+                        str(args.brokered), "--jobs", str(args.jobs)], cwd=ROOT, check=True,
+                       env=dict(os.environ, MAAS_LOG_LEVEL="WARNING"), stdout=subprocess.DEVNULL)
+        filled = time.monotonic() - began
+        converged = wait_all_active(3600)
+        total = Address.objects.count()
+        print(f"fill: {total} addresses in {AddressSpace.objects.count()} spaces; created in "
+              f"{filled:.0f} s, all Active {converged:.0f} s later ({load()})")
+
+        slug = f"probe-{uuid.uuid4().hex[:6]}"
+        manage("createtenant", slug, "--owner", f"{slug}-owner")
+        token = manage("apitoken", f"{slug}-owner")
+        manage("shell", "-c", "from tenants.models import TenantQuota as Q; Q.objects.filter("
+               f"tenant__slug='{slug}').update(max_address_spaces=None, max_addresses=None)")
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token}"
+        base_url = f"{args.url}/api/v1/tenants/{slug}/addressspaces"
+        probes = [(f"ps{i}", "standard") for i in range(5)] + [(f"pb{i}", "brokered")
+                                                               for i in range(5)]
+        for name, space_type in probes:
+            plan = "standard-unlimited" if space_type == "standard" else "brokered-single-broker"
+            session.post(base_url + "/", json={"metadata": {"name": name}, "spec": {
+                "type": space_type, "plan": plan}}).raise_for_status()
+        if args.big:
+            manage("shell", "-c", _BIG_SPACE.format(slug=slug, n=args.big))
+        wait_all_active(600)
+
+        latencies, called = probe_creates(session, base_url, probes, args.probes, args.rate)
+        active, missing = to_active(called)
+        print(f"API create latency ({total} present, {args.rate:.0f}/s over {len(probes)} "
+              f"spaces): p50 {pct(latencies, 50):.1f} ms  p99 {pct(latencies, 99):.1f} ms")
+        print(f"create -> Active: p50 {pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms"
+              f"  (not Active in 60 s: {missing}; {load()})")
+
+        for kind, (wall, cpu, queries, rows) in one_change_cost(args.repeat).items():
+            print(f"one-address reconcile, {kind} agent: wall {wall * 1000:.1f} ms  CPU "
+                  f"{cpu * 1000:.1f} ms  SQL queries {queries:.0f}"
+                  + (f"  router entities read {rows:.0f}" if rows is not None else ""))
+
+        client = Client()
+        print(f"/metrics server time: {server_time(lambda: client.get('/metrics')):.1f} ms"
+              f" (in process, median of 7)")
+        print(f"addresses list, first page of 100 (API, HTTP): "
+              f"{server_time(lambda: session.get(base_url + '/ps0/addresses/')):.1f} ms")
+        if args.big:
+            from django.contrib.auth import get_user_model
+            client.force_login(get_user_model().objects.get(username=f"{slug}-owner"))
+            for what, page in (("space page", f"/portal/t/{slug}/spaces/big/"),
+                               ("addresses table", f"/portal/t/{slug}/spaces/big/addresses/")):
+                print(f"portal {what}, space of {args.big} addresses: "
+                      f"{server_time(lambda page=page: client.get(page)):.1f} ms (in process)")
+
+        if not args.no_resync:
+            resync(session, base_url, probes, args)
+
+        print("RSS (MiB):")
+        for cmd, mib in rss_table(platform.proc.pid if platform.proc else None):
+            print(f"  {mib:6d}  {cmd}")
+    finally:
+        platform.stop()
+
+
+def resync(session, base_url, probes, args):
+    """Every space reconciled again as a drift check, with creates at --rate meanwhile."""
+    from django.db.models import Min
+
+    from config_service.models import AddressSpace, AgentState
+    from workers import dispatch
+
+    began_at = time.time()
+    from django.utils import timezone
+    now = timezone.now()
+    uids = list(AddressSpace.objects.values_list("uid", flat=True))
+    began = time.monotonic()
+    for uid in uids:
+        dispatch.queue_reconcile(uid, resync=True)
+    result = {}
+
+    def creates():
+        result["latencies"], result["called"] = probe_creates(session, base_url, probes,
+                                                              args.probes, args.rate)
+    load_thread = threading.Thread(target=creates)
+    load_thread.start()
+    while time.monotonic() - began < 3600:
+        oldest = AgentState.objects.filter(space_uid__in=uids).aggregate(m=Min("applied_at"))["m"]
+        if oldest and oldest >= now:
+            break
+        time.sleep(2)
+    took = time.monotonic() - began
+    load_thread.join()
+    active, missing = to_active(result["called"])
+    print(f"full resync of {len(uids)} spaces: {took:.0f} s; meanwhile create -> Active p50 "
+          f"{pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms (not Active: {missing}); "
+          f"API p99 {pct(result['latencies'], 99):.1f} ms ({load()}; started {began_at:.0f})")
+
+
+_BIG_SPACE = """
+from config_service import services
+from config_service.models import AddressSpace
+from django.db import transaction
+from maas.core.context import Context
+from tenants.models import Tenant
+ctx = Context(actor="bench:scale")
+tenant = Tenant.objects.get(slug="{slug}")
+space = services.create_address_space(ctx=ctx, tenant=tenant, name="big", type="standard",
+                                      plan="standard-unlimited")
+for start in range(0, {n}, 1000):
+    with transaction.atomic():
+        for i in range(start, min(start + 1000, {n})):
+            services.create_address(ctx=ctx, space=space, address=f"a{{i}}", type="anycast",
+                                    plan="standard-small-anycast")
+"""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""/metrics at fleet scale: per-phase counts from SQL equal address_status for every address,
+one scrape runs the same queries for 1 space as for 30, and the latency histogram kept per
+process equals the whole AppliedEvent table."""
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from config_service import services
+from config_service.models import Address, AddressSpace, AgentState, AppliedEvent, ConfigEvent
+from config_service.status import PHASES, address_status, agent_states
+from maas.metrics import BUCKETS, AppliedLatency
+from tenants.services import set_quota
+from tests.conftest import CTX
+
+
+def gauges(client) -> dict:
+    """{(metric, namespace, address space): value} of one scrape, as Prometheus parses it."""
+    text = client.get("/metrics").content.decode()
+    return {(s.name, s.labels.get("namespace"), s.labels.get("addressspace")): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def space(tenant, name, type_, **addresses):
+    """A space with addresses {address: (type, plan)}, created through the service functions."""
+    plan = "standard-small" if type_ == "standard" else "brokered-single-broker"
+    made = services.create_address_space(ctx=CTX, tenant=tenant, name=name, type=type_,
+                                         plan=plan)
+    for address, (address_type, address_plan) in addresses.items():
+        services.create_address(ctx=CTX, space=made, address=address, type=address_type,
+                                plan=address_plan)
+    return made
+
+
+def rv(made, address) -> int:
+    return Address.objects.get(space=made, address=address).resource_version
+
+
+def report(made, kind, upto=None, errors=None, invalidated=""):
+    """What an agent of `kind` reported for the space: applied up to `upto` (all by default)."""
+    made.refresh_from_db()
+    AgentState.objects.create(
+        space_uid=made.uid, kind=kind, applied_at=timezone.now(), invalidated=invalidated,
+        applied_sequence=made.last_sequence if upto is None else upto,
+        address_errors={f"{made.name}.{a}": {"message": f"{a} failed", "permanent": permanent}
+                        for a, permanent in (errors or {}).items()})
+
+
+@pytest.fixture
+def fleet(tenant):
+    """Spaces with addresses in every phase, of both space types and both kinds of address."""
+    stored = space(tenant, "stored", "brokered", **{
+        f"q{i}": ("queue", "brokered-queue") for i in range(4)}, t0=("topic", "brokered-topic"))
+    report(stored, "storage", upto=rv(stored, "q2"), errors={"q0": True, "q1": False})
+    routed = space(tenant, "routed", "standard", a0=("anycast", "standard-small-anycast"),
+                   m0=("multicast", "standard-small-multicast"),
+                   q0=("queue", "standard-small-queue"), t0=("topic", "standard-small-topic"),
+                   big=("queue", "standard-large-queue"))  # no room for it: Pending
+    # The storage agent is behind on every address, and its error for the anycast one does not
+    # count: no storage agent serves router-only addresses.
+    report(routed, "storage", upto=rv(routed, "a0") - 1, errors={"a0": True})
+    report(routed, "router", upto=rv(routed, "m0"), errors={"q0": True})
+    report(routed, "infra", upto=rv(routed, "a0"))  # needed on Kubernetes only
+    restarted = space(tenant, "restarted", "standard", a0=("anycast", "standard-small-anycast"),
+                      q0=("queue", "standard-small-queue"))
+    report(restarted, "storage")
+    report(restarted, "router", errors={"q0": True}, invalidated="Router restarted empty")
+    space(tenant, "unreported", "brokered", q0=("queue", "brokered-queue"))
+    leaving = space(tenant, "leaving", "brokered", q0=("queue", "brokered-queue"),
+                    q1=("queue", "brokered-queue"))
+    report(leaving, "storage", errors={"q0": True})
+    services.delete_address_space(ctx=CTX, space=leaving)
+
+
+def expected_counts(tenant) -> dict:
+    """{space name: Counter(phase)} from address_status, address by address."""
+    spaces = list(AddressSpace.objects.filter(tenant=tenant))
+    states = agent_states(s.uid for s in spaces)
+    return {s.name: Counter(address_status(s, a, states.get(s.uid, {})).phase
+                            for a in s.addresses.all()) for s in spaces}
+
+
+@pytest.mark.parametrize("infra_backend, router_enabled", [
+    ("local", True), ("kubernetes", True), ("local", False)])
+def test_every_phase_count_is_what_address_status_says(client, tenant, fleet, settings,
+                                                      infra_backend, router_enabled):
+    settings.MAAS_INFRA_BACKEND, settings.MAAS_ROUTER_ENABLED = infra_backend, router_enabled
+    expected = expected_counts(tenant)
+    figures = gauges(client)
+    assert set().union(*expected.values()) == set(PHASES)  # the fleet covers every phase
+    assert {
+        name: {p: figures[(f"enmasse_addresses_{p.lower()}_total", tenant.slug, name)]
+               for p in PHASES}
+        for name in expected
+    } == {name: {p: counts[p] for p in PHASES} for name, counts in expected.items()}
+    assert {name: (figures[("enmasse_addresses_total", tenant.slug, name)],
+                   figures[("enmasse_addresses_ready_total", tenant.slug, name)],
+                   figures[("enmasse_addresses_not_ready_total", tenant.slug, name)])
+            for name in expected} == {
+        name: (c.total(), c["Active"], c.total() - c["Active"]) for name, c in expected.items()}
+
+
+def test_the_fleet_covers_failed_configuring_and_active_as_intended(tenant, fleet):
+    expected = expected_counts(tenant)
+    assert expected["stored"] == Counter(Failed=1, Configuring=3, Active=1)
+    assert expected["routed"] == Counter(Active=2, Failed=1, Configuring=1, Pending=1)
+    assert expected["restarted"] == Counter(Configuring=2)
+    assert expected["leaving"] == Counter(Terminating=2)
+
+
+def grow(tenant, spaces: int, addresses: int) -> None:
+    """Brokered spaces s0.. with queues q0.., each with a storage agent behind by one event and
+    an error on its first queue, so every part of a scrape has work to do."""
+    for i in range(spaces):
+        made = AddressSpace.objects.filter(tenant=tenant, name=f"s{i}").first() or space(
+            tenant, f"s{i}", "brokered")
+        have = made.addresses.count()
+        for j in range(have, addresses):
+            services.create_address(ctx=CTX, space=made, address=f"q{j}", type="queue",
+                                    plan="brokered-queue")
+        AgentState.objects.filter(space_uid=made.uid).delete()
+        report(made, "storage", upto=made.last_sequence - 1, errors={"q0": True})
+
+
+def scrape_queries(client) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/metrics").status_code == 200
+    return len(queries)
+
+
+def test_a_scrape_runs_as_many_queries_for_thirty_spaces_as_for_one(client, tenant):
+    set_quota(ctx=CTX, tenant=tenant, max_address_spaces=None)
+    grow(tenant, spaces=1, addresses=2)
+    small = scrape_queries(client)
+    grow(tenant, spaces=30, addresses=20)
+    large = scrape_queries(client)
+    assert gauges(client)[("enmasse_addresses_total", tenant.slug, "s29")] == 20
+    assert large == small
+    assert small <= 8
+
+
+def histogram(latency: AppliedLatency) -> dict:
+    """{(sample name, agent, le): value} of the latency family."""
+    return {(s.name, s.labels["agent"], s.labels.get("le")): s.value
+            for s in latency.family().samples}
+
+
+def whole_table() -> dict:
+    """The histogram computed from every AppliedEvent row at once."""
+    out = {}
+    for kind in AppliedEvent.objects.values_list("kind", flat=True).distinct():
+        rows = list(AppliedEvent.objects.filter(kind=kind).values_list("latency_seconds",
+                                                                       flat=True))
+        for b in BUCKETS:
+            out[("maas_event_apply_latency_seconds_bucket", kind, str(b))] = sum(
+                r <= b for r in rows)
+        out[("maas_event_apply_latency_seconds_bucket", kind, "+Inf")] = len(rows)
+        out[("maas_event_apply_latency_seconds_count", kind, None)] = len(rows)
+        out[("maas_event_apply_latency_seconds_sum", kind, None)] = pytest.approx(sum(rows))
+    return out
+
+
+def applied(events, kind, age: timedelta, latency: float) -> None:
+    AppliedEvent.objects.bulk_create([
+        AppliedEvent(event=e, kind=kind, applied_at=timezone.now() - age,
+                     latency_seconds=latency * (i + 1)) for i, e in enumerate(events)])
+
+
+def test_the_latency_histogram_kept_per_process_equals_the_whole_table(tenant):
+    space(tenant, "timed", "brokered", **{f"q{i}": ("queue", "brokered-queue") for i in range(6)})
+    events = list(ConfigEvent.objects.filter(tenant=tenant).order_by("position"))
+    latency = AppliedLatency()
+    applied(events[:3], "storage", timedelta(minutes=5), 0.02)  # settled: folded into sums
+    applied(events[3:], "storage", timedelta(0), 0.3)  # recent: read again next scrape
+    assert histogram(latency) == whole_table()
+    applied(events[:2], "router", timedelta(minutes=5), 4.0)
+    applied(events[2:], "router", timedelta(0), 0.004)
+    assert histogram(latency) == whole_table()
+    assert histogram(latency) == whole_table()  # nothing counted twice
+
+
+def test_the_latency_histogram_starts_over_when_the_rows_it_counted_are_gone(tenant):
+    space(tenant, "timed", "brokered", q0=("queue", "brokered-queue"))
+    events = list(ConfigEvent.objects.filter(tenant=tenant).order_by("position"))
+    latency = AppliedLatency()
+    applied(events, "storage", timedelta(minutes=5), 0.02)
+    histogram(latency)
+    AppliedEvent.objects.all().delete()
+    applied(events[:1], "router", timedelta(minutes=5), 0.5)
+    assert histogram(latency) == whole_table()

@@ -5,15 +5,17 @@ errors of a target (broker unreachable) are retried, with backoff.
 """
 import logging
 import math
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
-from config_service.models import AddressSpace, AgentState, Outbox
-from config_service.status import SPACE_TYPES
+from config_service.models import AddressSpace, AgentState, ConfigEvent, Outbox
+from config_service.status import ROUTER_ONLY_TYPES, SPACE_TYPES
 
 from . import dispatch
 from .agents import base, router_watch
@@ -44,10 +46,48 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
     """Runs the space's agents; `only_behind`: only those that have not applied its last
     sequence (a resync that is no drift check)."""
     dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
-    space = AddressSpace.objects.filter(uid=space_uid).only("type").first()
+    space = AddressSpace.objects.filter(uid=space_uid).only("type", "terminating").first()
     kinds = agent_kinds(space.type) if space else list(base.installed_agents())
-    for kind in kinds:
+    if space is None or space.terminating or len(kinds) < 2 or not _router_only(space_uid):
+        # In order: the broker's queues exist before the router's autoLinks attach to them,
+        # and in a teardown the last agent done removes the space.
+        for kind in kinds:
+            base.run(space_uid, kind, only_if_behind=only_behind)
+        return
+    # Changes that need nothing of the broker first (anycast and multicast addresses, users):
+    # the agents run at once (each has its own lock, target and state), so the address is
+    # Active after the slower agent, not after both in turn.
+    with ThreadPoolExecutor(len(kinds), thread_name_prefix="agent") as pool:
+        runs = [pool.submit(_run_agent, space_uid, kind, only_behind) for kind in kinds]
+    failures = [run.exception() for run in runs if run.exception() is not None]
+    if failures:
+        raise failures[0]  # a TransientError retries the space (the others' runs are idempotent)
+
+
+def _router_only(space_uid) -> bool:
+    """Whether every event the router agent has not applied yet creates an anycast or
+    multicast address, deletes an address or changes a messaging user (no event: a resync,
+    which keeps the order)."""
+    applied = (AgentState.objects.filter(space_uid=space_uid, kind="router")
+               .values_list("applied_sequence", flat=True).first() or 0)
+    events = list(ConfigEvent.objects.filter(stream_id=space_uid, sequence__gt=applied)
+                  .values_list("type", "payload")[:100])
+    if not events or len(events) == 100:
+        return False
+    for event_type, payload in events:
+        if event_type.startswith("messaging_user.") or event_type == "address.deleted":
+            continue  # a deletion needs no order: each agent removes its own objects
+        if event_type == "address.created" and payload.get("type") in ROUTER_ONLY_TYPES:
+            continue
+        return False
+    return True
+
+
+def _run_agent(space_uid, kind: str, only_behind: bool) -> None:
+    try:
         base.run(space_uid, kind, only_if_behind=only_behind)
+    finally:
+        connections.close_all()  # this thread's own database connection
 
 
 def agent_kinds(space_type: str) -> list[str]:

@@ -29,8 +29,10 @@ def processes(bind: str) -> dict[str, list[str]]:
         "worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
                    "--concurrency", str(settings.MAAS_WORKER_CONCURRENCY), "-Q",
                    settings.CELERY_TASK_DEFAULT_QUEUE, "-n", "agents@%h"],
-        # Resync, usage sampling and the usage job: never in the way of a change.
-        "background-worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
+        # Resync, usage sampling and the usage job: never in the way of a change, in its own
+        # queue and at a lower CPU priority (on one machine, a full resync of every space
+        # would otherwise take the cores from the changes that arrive meanwhile).
+        "background-worker": ["nice", "-n", "10", py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
                               "--concurrency", "2", "-Q",
                               f"{settings.MAAS_RESYNC_QUEUE},{settings.MAAS_USAGE_QUEUE}",
                               "-n", "background@%h"],

@@ -14,7 +14,7 @@ from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
-from config_service.models import AddressSpace, AgentState, ConfigEvent, Outbox
+from config_service.models import AddressSpace, AgentState, Outbox
 from config_service.status import ROUTER_ONLY_TYPES, SPACE_TYPES
 
 from . import dispatch
@@ -68,11 +68,8 @@ def _router_only(space_uid) -> bool:
     """Whether every event the router agent has not applied yet creates an anycast or
     multicast address, deletes an address or changes a messaging user (no event: a resync,
     which keeps the order)."""
-    applied = (AgentState.objects.filter(space_uid=space_uid, kind="router")
-               .values_list("applied_sequence", flat=True).first() or 0)
-    events = list(ConfigEvent.objects.filter(stream_id=space_uid, sequence__gt=applied)
-                  .values_list("type", "payload")[:100])
-    if not events or len(events) == 100:
+    events = base.pending_events(space_uid, "router")
+    if not events:
         return False
     for event_type, payload in events:
         if event_type.startswith("messaging_user.") or event_type == "address.deleted":

@@ -12,6 +12,7 @@ from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases
 from workers import tasks
 from workers.agents import base
+from workers.storage import controller
 
 
 @pytest.fixture
@@ -67,4 +68,21 @@ def test_an_anycast_change_runs_both_agents_each_in_its_thread(space, runs):
     tasks.reconcile_space(str(space.uid))
     assert [kind for kind, _ in runs] == ["storage", "router"]  # in order, in this thread
     assert all(thread is threading.main_thread() for _, thread in runs)
+
+
+def test_the_storage_agent_asks_the_broker_only_when_something_stored_changed(
+        space, monkeypatch):
+    asked = []
+    real = controller._api
+    monkeypatch.setattr(controller, "_api", lambda s: asked.append(s.name) or real(s))
+    add(space, "a2", "anycast", "standard-small-anycast")
+    add(space, "m2", "multicast", "standard-small-multicast")
+    base.run(space.uid, "storage")
+    assert asked == []  # nothing of the broker changes
+    base.run(space.uid, "router")
     assert set(phases(space).values()) == {"Active"}
+    add(space, "q2", "queue", "standard-small-queue")
+    base.run(space.uid, "storage")
+    assert asked == [space.name]
+    base.run(space.uid, "storage")  # no new event: a resync, which checks the broker
+    assert asked == [space.name, space.name]

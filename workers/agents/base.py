@@ -117,6 +117,16 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     return target
 
 
+def pending_events(space_uid, kind: str, limit: int = 100) -> list[tuple[str, dict]] | None:
+    """(type, payload) of the space's events the agent kind has not applied yet, oldest
+    first; None if there are more than `limit` (a big batch: no shortcut is worth it)."""
+    applied = (AgentState.objects.filter(space_uid=space_uid, kind=kind)
+               .values_list("applied_sequence", flat=True).first() or 0)
+    events = list(ConfigEvent.objects.filter(stream_id=space_uid, sequence__gt=applied)
+                  .order_by("sequence").values_list("type", "payload")[:limit + 1])
+    return None if len(events) > limit else events
+
+
 @contextmanager
 def serialised(space_uid, kind: str):
     """One reconcile per (space, agent kind) at a time, in every process: a session-level

@@ -10,9 +10,10 @@ import os
 from django.conf import settings
 
 from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
+from config_service.status import ROUTER_ONLY_TYPES
 
 from .. import credentials, endpoints
-from ..agents.base import Agent, Report, TransientError
+from ..agents.base import Agent, Report, TransientError, pending_events
 from ..naming import broker_username
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -127,6 +128,9 @@ class StorageController(Agent):
     kind = "storage"
 
     def reconcile(self, space: AddressSpace) -> Report:
+        unchanged = nothing_to_store(space)
+        if unchanged is not None:
+            return unchanged
         addresses = stored_addresses(space)
         try:
             api = _api(space)
@@ -182,6 +186,20 @@ class StorageController(Agent):
                         + [f"user {u}: {m}" for u, m in result.user_errors.items()])
             raise TransientError("; ".join(problems)[:400])
         credentials.forget(credentials.router_broker_name(space.vhost))
+
+
+def nothing_to_store(space: AddressSpace) -> Report | None:
+    """The last report again, without asking the broker, when every event this agent has not
+    applied creates an anycast or multicast address (nothing of the broker changes; the router
+    agent runs meanwhile); None otherwise. A resync has no new event: it checks the broker."""
+    events = pending_events(space.uid, StorageController.kind)
+    if not events or any(t != "address.created" or p.get("type") not in ROUTER_ONLY_TYPES
+                         for t, p in events):
+        return None
+    state = AgentState.objects.filter(space_uid=space.uid, kind=StorageController.kind).first()
+    if state is None or state.applied_at is None or state.invalidated:
+        return None
+    return Report(address_errors=state.address_errors, space_error=state.space_error)
 
 
 def purges_to_carry_out(space: AddressSpace) -> list[str]:

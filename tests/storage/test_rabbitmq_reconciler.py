@@ -536,3 +536,18 @@ def test_queue_type_never_changes_on_a_live_queue(api, reconciler, vhost):
     assert by_name(api.list_queues(vhost))["q"]["type"] == "quorum"
     policy = by_name(api.list_policies(vhost))[policy_name("q")]["definition"]
     assert "delivery-limit" not in policy
+
+
+def test_its_own_vhost_without_the_managers_permissions_is_granted_them_again(
+        api, reconciler, vhost):
+    """A vhost PUT that timed out on a busy broker can leave the vhost without the creator's
+    permissions (every later write: 401); the next apply grants them and converges."""
+    state = VhostState(vhost=vhost, queues=[BrokerQueue(name="orders", kind="queue")])
+    assert reconciler.apply(state).ok
+    api.request("DELETE", f"/permissions/{vhost}/{API_USER}")
+    more = VhostState(vhost=vhost, queues=[BrokerQueue(name="orders", kind="queue"),
+                                           BrokerQueue(name="invoices", kind="queue")])
+    result = reconciler.apply(more)
+    assert result.ok, (result.errors, result.vhost_errors)
+    assert result.is_active("invoices")
+    assert API_USER in {p["user"] for p in api.list_permissions(vhost)}

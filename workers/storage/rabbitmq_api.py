@@ -39,6 +39,7 @@ class RabbitMQApi:
 
     def __init__(self, base_url: str, user: str, password: str, timeout: float = 10) -> None:
         self.base_url = base_url.rstrip("/")
+        self.user = user
         self.timeout = timeout
         self.session = requests.Session()
         self.session.auth = (user, password)

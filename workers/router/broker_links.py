@@ -22,7 +22,7 @@ from cproton_ffi import lib as L
 
 from . import entities as E
 from .forwarder import LinkState, Node
-from .patterns import pattern_matches, prefix_matches
+from .patterns import best_match
 from .policy import NOT_FOUND
 
 logger = logging.getLogger(__name__)
@@ -207,18 +207,9 @@ class BrokerLinks:
 
     # -- linkRoutes --------------------------------------------------------------------------
     def match_link_route(self, qualified: str, direction: str) -> dict | None:
-        best, best_len = None, -1
-        for ent in self.engine.store.candidates(E.LINK_ROUTE, qualified):
-            if ent["direction"] != direction:
-                continue
-            if ent.get("pattern") == qualified:  # exact: the most specific match there is
-                return ent
-            if ent.get("prefix") is not None:
-                if prefix_matches(ent["prefix"], qualified) and len(ent["prefix"]) > best_len:
-                    best, best_len = ent, len(ent["prefix"])
-            elif pattern_matches(ent["pattern"], qualified) and best_len < 0:
-                best, best_len = ent, 0
-        return best
+        routes = [e for e in self.engine.store.candidates(E.LINK_ROUTE, qualified)
+                  if e["direction"] == direction]
+        return best_match(routes, qualified, exact_pattern_first=True)
 
     def route(self, client: LinkState, route: dict, address: str) -> None:
         conn = self._conn_for(route)

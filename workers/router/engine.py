@@ -29,7 +29,7 @@ from .counters import Counters
 from .forwarder import Forwarder, LinkState
 from .loop import Conn, Loop
 from .management import Management
-from .patterns import pattern_matches, prefix_matches
+from .patterns import best_match
 from .policy import NOT_FOUND, RESOURCE_LIMIT, UNAUTHORIZED, Policy
 from .sasl_relay import AuthService, SaslRelay
 
@@ -305,14 +305,7 @@ class Engine:
             ls.conn.senders += delta
 
     def match_address(self, qualified: str) -> dict | None:
-        best, best_len = None, -1
-        for ent in self.store.candidates(E.ADDRESS, qualified):
-            if ent.get("prefix") is not None:
-                if prefix_matches(ent["prefix"], qualified) and len(ent["prefix"]) > best_len:
-                    best, best_len = ent, len(ent["prefix"])
-            elif pattern_matches(ent["pattern"], qualified) and best_len < 0:
-                best, best_len = ent, 0
-        return best
+        return best_match(self.store.candidates(E.ADDRESS, qualified), qualified)
 
     def open_link(self, ls: LinkState, dynamic_address: str | None = None) -> None:
         link = ls.pn

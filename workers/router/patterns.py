@@ -38,6 +38,22 @@ def pattern_matches(pattern: str, address: str) -> bool:
     return _pattern_regex(pattern).match(address) is not None
 
 
+def best_match(entities, address: str, exact_pattern_first: bool = False) -> dict | None:
+    """qdrouterd's precedence among address or link-route configurations: the longest
+    matching prefix, else the first matching pattern (`exact_pattern_first`: a pattern equal
+    to the address wins over everything, as for link routes)."""
+    best, best_len = None, -1
+    for ent in entities:
+        if exact_pattern_first and ent.get("pattern") == address:
+            return ent
+        if ent.get("prefix") is not None:
+            if prefix_matches(ent["prefix"], address) and len(ent["prefix"]) > best_len:
+                best, best_len = ent, len(ent["prefix"])
+        elif pattern_matches(ent["pattern"], address) and best_len < 0:
+            best, best_len = ent, 0
+    return best
+
+
 def normalise_prefix(prefix: str) -> str:
     """qdrouterd drops a leading `/` from configured prefixes."""
     return prefix[1:] if prefix.startswith("/") else prefix

@@ -551,3 +551,10 @@ def test_its_own_vhost_without_the_managers_permissions_is_granted_them_again(
     assert result.ok, (result.errors, result.vhost_errors)
     assert result.is_active("invoices")
     assert API_USER in {p["user"] for p in api.list_permissions(vhost)}
+
+
+def test_the_manager_gets_no_permissions_on_a_vhost_maas_did_not_create(api, reconciler, vhost):
+    api.put_vhost(vhost, "someone else's")
+    api.delete_permissions(vhost, API_USER)
+    reconciler.apply(full_state(vhost))
+    assert API_USER not in {p["user"] for p in api.list_permissions(vhost)}

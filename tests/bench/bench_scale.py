@@ -121,17 +121,14 @@ class Platform:
 
 
 def counts():
-    from config_service.models import Address, AddressSpace
-    from config_service.status import address_status, agent_states
-    spaces = {s.pk: s for s in AddressSpace.objects.all()}
-    states = agent_states(s.uid for s in spaces.values())
-    active = total = 0
-    for a in Address.objects.only("space_id", "name", "type", "scheduled", "pending_reason",
-                                  "resource_version").iterator(chunk_size=5000):
-        space = spaces[a.space_id]
-        total += 1
-        active += address_status(space, a, states.get(space.uid, {})).phase == "Active"
-    return active, total
+    """(Active addresses, all addresses), counted as /metrics counts them."""
+    from config_service.models import AddressSpace
+    from config_service.status import agent_states
+    from maas.metrics import phase_counts
+
+    spaces = list(AddressSpace.objects.all())
+    phases = phase_counts(spaces, agent_states(s.uid for s in spaces)).values()
+    return sum(p["Active"] for p in phases), sum(sum(p.values()) for p in phases)
 
 
 def wait_all_active(timeout: float) -> float:
@@ -168,29 +165,34 @@ def probe_creates(session, url, spaces, n, rate):
 
 
 def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
-    """Seconds from each create call to its last agent's AppliedEvent (Active from then on)."""
-    from django.db.models import Max
-
+    """Seconds from each create call to its last agent's AppliedEvent (Active from then on),
+    and how many were not Active by the timeout."""
     from config_service.models import Address, AppliedEvent, ConfigEvent
-    deadline = time.monotonic() + timeout
+    from config_service.status import agents_for_address
+
     names = list(called)
+    # the event that created each address: (stream, sequence) = (space, resourceVersion)
+    needed, created = {}, {}
+    for name, uid, version, space_type, address_type in Address.objects.filter(
+            name__in=names).values_list("name", "space__uid", "resource_version",
+                                        "space__type", "type"):
+        needed[(uid, version)] = (name, set(agents_for_address(space_type, address_type)))
+    for uid, sequence, position in ConfigEvent.objects.filter(
+            stream_id__in={uid for uid, _ in needed}, type="address.created").values_list(
+            "stream_id", "sequence", "position"):
+        if (uid, sequence) in needed:
+            created[position] = needed[(uid, sequence)]
+    deadline = time.monotonic() + timeout
     while True:
-        rows = dict(Address.objects.filter(name__in=names).values_list("name", "resource_version"))
-        positions = {}
-        for a in Address.objects.filter(name__in=names).select_related("space"):
-            ev = ConfigEvent.objects.filter(stream_id=a.space.uid, sequence=rows[a.name]).first()
-            if ev:
-                positions[a.name] = ev.position
-        applied = dict(AppliedEvent.objects.filter(event_id__in=positions.values())
-                       .values("event_id").annotate(at=Max("applied_at"))
-                       .values_list("event_id", "at"))
-        from config_service.status import agents_for_address
+        applied: dict = {}  # position -> {kind: applied at}
+        for position, kind, at in AppliedEvent.objects.filter(
+                event_id__in=list(created)).values_list("event_id", "kind", "applied_at"):
+            applied.setdefault(position, {})[kind] = at
         done = {}
-        for a in Address.objects.filter(name__in=names).select_related("space"):
-            kinds = agents_for_address(a.space.type, a.type)
-            n = AppliedEvent.objects.filter(event_id=positions.get(a.name), kind__in=kinds).count()
-            if n == len(kinds) and positions.get(a.name) in applied:
-                done[a.name] = applied[positions[a.name]].timestamp() - called[a.name]
+        for position, (name, kinds) in created.items():
+            at = applied.get(position, {})
+            if kinds <= at.keys():  # Active once the last agent it needs applied it
+                done[name] = max(at[k] for k in kinds).timestamp() - called[name]
         if len(done) == len(names) or time.monotonic() > deadline:
             return list(done.values()), len(names) - len(done)
         time.sleep(1)

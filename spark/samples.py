@@ -3,6 +3,9 @@
 Files sit under `<base>/date=YYYY-MM-DD/`, the date being the day the file was WRITTEN (a late
 reading of day D may sit in date=D+1). Written with pyarrow, so the Django sampler needs no JVM;
 Spark reads the same directories with a path string (local, s3a://, hdfs://).
+
+A row is a reading (every counter and gauge given) or a gap: the source could not be read at
+`ts`, and every counter and gauge is null, never zero (docs/usage.md).
 """
 import os
 import uuid
@@ -24,8 +27,22 @@ SCHEMA = pa.schema(
         pa.field("source", pa.string(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
     ]
-    + [pa.field(name, pa.int64(), nullable=False) for name in COUNTERS + GAUGES]
+    # Null on gaps only.
+    + [pa.field(name, pa.int64(), nullable=True) for name in COUNTERS + GAUGES]
+    + [
+        # The counter instance the counters come from, and when it began counting (null:
+        # unknown). Appended last: files written before they existed read them as null.
+        pa.field("epoch", pa.string(), nullable=False),
+        pa.field("since", pa.timestamp("us", tz="UTC"), nullable=True),
+    ]
 )
+MEASURES = COUNTERS + GAUGES
+REQUIRED = ("sample_id", "ts", "tenant", "space", "address", "source", "kind", "epoch")
+
+
+def gap(row: dict) -> dict:
+    """The row as a gap: the source could not be read, so nothing is known (not zero)."""
+    return {**row, **dict.fromkeys(MEASURES)}
 
 
 def partition_dir(base: str, written_at: datetime) -> str:
@@ -35,9 +52,14 @@ def partition_dir(base: str, written_at: datetime) -> str:
 
 def write_samples(rows: list[dict], base: str, written_at: datetime) -> str:
     """Writes the readings as ONE new Parquet file under base (a local path); returns its path."""
-    missing = {name for row in rows for name in SCHEMA.names if row.get(name) is None}
+    missing = {name for row in rows for name in REQUIRED if row.get(name) is None}
     if missing:
         raise ValueError(f"samples lack {sorted(missing)}")
+    for row in rows:
+        given = sum(row.get(name) is not None for name in MEASURES)
+        if given not in (0, len(MEASURES)):  # half a reading would bill as zeros
+            raise ValueError(f"sample {row['sample_id']}: a reading gives every counter and "
+                             "gauge, a gap none")
     return write_table(pa.Table.from_pylist(rows, schema=SCHEMA), base, written_at)
 
 

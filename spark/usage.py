@@ -4,11 +4,15 @@ Every transform is pure (DataFrame in, DataFrame out); only `read_samples` touch
 Times are UTC instants: days and hours are cut on epoch seconds, whatever the session's zone.
 Definitions (docs/usage.md):
 - a series is one counter source for one address or space: (source, tenant, space, kind,
-  address); its counters are cumulative and restart from zero when the source restarts;
-- delta = cur - prev when cur >= prev, else cur (the source restarted); the first reading of a
-  series with no earlier reading (baseline) contributes 0, since its start is unknown;
+  address); a gap (the source could not be read: counters null) is no reading at all;
+- a reading's `epoch` names the counter instance: within one epoch a counter only grows, so
+  delta = cur - prev, and a lower reading bills 0 (never a reset); a new epoch started from zero,
+  so its first reading bills cur; a series' first reading bills cur only when its epoch began
+  (`since`) inside the window read, else 0, since its start is unknown;
 - gauges of several readings in one minute count once per series (their maximum) and are
-  summed over series (addresses, sources) before taking peaks.
+  summed over series (addresses, sources) before taking peaks;
+- space rows carry traffic where it is measured per space only (a brokered space's connection
+  octets); the address tables show it under the address "".
 """
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
@@ -28,6 +32,7 @@ SPARK_SCHEMA = T.StructType(
     + [T.StructField("ts", T.TimestampType())]
     + [T.StructField(name, T.StringType()) for name in COLUMNS[2:7]]
     + [T.StructField(name, T.LongType()) for name in COUNTERS + GAUGES]
+    + [T.StructField("epoch", T.StringType()), T.StructField("since", T.TimestampType())]
 )
 ADDRESS_KEYS = ("tenant", "space", "address")
 
@@ -53,19 +58,38 @@ def read_samples(spark: SparkSession, base: str, day: date) -> DataFrame:
     return select_day(raw, day)
 
 
+def window_start(day: date) -> datetime:
+    """The earliest `ts` whose file the job of `day` reads: a counter that began counting at or
+    after it has all its earlier readings in the window, so the job knows what it billed."""
+    return day_start(day - timedelta(days=1))
+
+
 def select_day(samples: DataFrame, day: date) -> DataFrame:
-    """Keeps the readings of `day` and the last reading before it per series, once each."""
+    """Keeps the readings of `day` and the last reading before it per series, once each; gaps
+    are dropped (a gap is neither a reading nor a baseline)."""
     start, end = F.lit(day_start(day)), F.lit(day_start(day + timedelta(days=1)))
-    on_day = samples.select(*COLUMNS).where((F.col("ts") >= start) & (F.col("ts") < end))
-    # Of the earlier readings only each series' last one matters: reducing them before the
-    # shuffle keeps the previous day's files out of it. A struct compares field by field, so
-    # its maximum is the last reading by (ts, sample_id).
-    rest = ["ts", "sample_id", *[name for name in COLUMNS if name not in (*SERIES, "ts", "sample_id")]]
-    baselines = (
+    samples = samples.where(F.col("messages_in").isNotNull()).select(
+        *[F.coalesce(F.col("epoch"), F.lit("")).alias(n) if n == "epoch" else F.col(n)
+          for n in COLUMNS])
+    on_day = samples.where((F.col("ts") >= start) & (F.col("ts") < end))
+    # Of the earlier readings only each series' last one matters, with its epoch's highest
+    # counters (what with_deltas compares against): reducing them before the shuffle keeps the
+    # previous day's files out of it. A struct compares field by field, so its maximum is the
+    # last reading by (ts, sample_id).
+    rest = ["ts", "sample_id", *[n for n in COLUMNS if n not in (*SERIES, "ts", "sample_id")]]
+    last = [n for n in rest if n not in COUNTERS]
+    per_epoch = (
         samples.where(F.col("ts") < start)
-        .groupBy(*SERIES)
-        .agg(F.max(F.struct(*rest)).alias("_last"))
-        .select(*SERIES, *[F.col(f"_last.{name}").alias(name) for name in rest])
+        .groupBy(*SERIES, "epoch")
+        .agg(F.max(F.struct(*[n for n in last if n != "epoch"])).alias("_last"),
+             *[F.max(n).alias(n) for n in COUNTERS])
+        .select(*SERIES, F.struct(*[F.col(f"_last.{n}").alias(n) if n != "epoch" else
+                                    F.col("epoch") for n in last], *COUNTERS).alias("_row"))
+    )
+    baselines = (
+        per_epoch.groupBy(*SERIES)
+        .agg(F.max("_row").alias("_row"))
+        .select(*SERIES, *[F.col(f"_row.{n}").alias(n) for n in rest])
     )
     # Clustering by (tenant, space) satisfies the series windows here and in with_deltas and
     # every rollup's grouping (all keyed by tenant and space), so no further shuffle is needed.
@@ -79,18 +103,28 @@ def select_day(samples: DataFrame, day: date) -> DataFrame:
     )
 
 
-def with_deltas(samples: DataFrame) -> DataFrame:
-    """Adds `<counter>_delta` per reading: what the counter grew since the series' previous one."""
+def with_deltas(samples: DataFrame, day: date) -> DataFrame:
+    """Adds `<counter>_delta` per reading: what the counter grew beyond the highest earlier
+    reading of its epoch, by the rules above (`day`: the day whose window was read)."""
+    earlier_in_epoch = (Window.partitionBy(*SERIES, "epoch").orderBy("ts", "sample_id")
+                        .rowsBetween(Window.unboundedPreceding, -1))
     previous = samples.select(
-        *COLUMNS, *[F.lag(name).over(_series_order()).alias(f"_previous_{name}") for name in COUNTERS]
+        *COLUMNS,
+        F.lag("epoch").over(_series_order()).alias("_previous_epoch"),
+        *[F.max(name).over(earlier_in_epoch).alias(f"_highest_{name}") for name in COUNTERS],
     )
+    first = F.col("_previous_epoch").isNull()
+    known_start = F.col("since").isNotNull() & (F.col("since") >= F.lit(window_start(day)))
+    zero = F.lit(0).cast("long")
     deltas = []
     for name, delta in zip(COUNTERS, DELTAS, strict=True):
-        cur, prev = F.col(name), F.col(f"_previous_{name}")
+        cur, highest = F.col(name), F.col(f"_highest_{name}")
         deltas.append(
-            F.when(prev.isNull(), F.lit(0).cast("long"))
-            .when(cur >= prev, cur - prev)
-            .otherwise(cur)  # the source restarted from zero
+            F.when(first, F.when(known_start, cur).otherwise(zero))
+            .when(highest.isNull(), cur)  # a new counter instance: all of it is new
+            # Lower than before within one epoch is not a reset: it bills nothing, and the
+            # next reading is compared with the highest, so nothing is billed twice.
+            .otherwise(F.greatest(cur - highest, zero))
             .alias(delta)
         )
     return previous.select(*COLUMNS, *deltas)
@@ -119,7 +153,8 @@ def daily_from_hourly(address_hourly: DataFrame, day: date) -> DataFrame:
 
 
 def hourly_address(deltas: DataFrame, day: date) -> DataFrame:
-    """The same as daily_address per hour (`hour`: the hour's start, a UTC timestamp)."""
+    """The same as daily_address per hour (`hour`: the hour's start, a UTC timestamp); traffic
+    of space rows shows under the address ""."""
     return (
         _address_rows(deltas, day)
         .withColumn("hour", _hour(F.unix_seconds("ts")))
@@ -152,6 +187,7 @@ def hourly_peaks(deltas: DataFrame, day: date) -> DataFrame:
     # that caches hourly_address(deltas, day) has Spark read this identical plan from the cache.
     addresses = (
         hourly_address(deltas, day)
+        .where(F.col("address") != "")
         .groupBy("tenant", "space", "hour")
         .agg(F.count(F.lit(1)).alias("addresses"))
     )
@@ -223,7 +259,10 @@ def _on_day(deltas: DataFrame, day: date) -> DataFrame:
 
 
 def _address_rows(deltas: DataFrame, day: date) -> DataFrame:
-    return _on_day(deltas, day).where(F.col("kind") == "address")
+    """Address readings, and space readings that carry traffic (as the address "")."""
+    moved = sum((F.col(d) for d in DELTAS), F.lit(0))
+    return _on_day(deltas, day).where(
+        (F.col("kind") == "address") | ((F.col("kind") == "space") & (moved > 0)))
 
 
 def _address_measures() -> list[Column]:

@@ -60,7 +60,7 @@ def rollups(
         return cached[-1]
 
     try:
-        deltas = usage.with_deltas(usage.read_samples(spark, samples_base, day))
+        deltas = usage.with_deltas(usage.read_samples(spark, samples_base, day), day)
         readings = keep(usage.rollup_input(deltas, day))
         # Cached before hourly_peaks is built, so that its address counts read this cache.
         address_hourly = keep(usage.hourly_address(readings, day))

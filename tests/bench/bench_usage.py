@@ -72,7 +72,8 @@ def generate(base: str, rows: int, tenants: int, addresses: int, seed: int = 5) 
         r = np.repeat(np.arange(first, min(readings, first + per_file)), n_series)
         s = np.tile(np.arange(n_series), len(r) // n_series)
         n = len(r)
-        since = np.where((reset_at[s] >= 0) & (r >= reset_at[s]), r - reset_at[s], r)
+        restarted = (reset_at[s] >= 0) & (r >= reset_at[s])
+        since = np.where(restarted, r - reset_at[s], r)
         messages_in = since * rate[s] + rng.integers(0, 3, n) * is_address[s]
         messages_out = np.maximum(0, messages_in - rng.integers(0, 50, n))
         stored = (messages_in - messages_out) * is_address[s]
@@ -89,6 +90,9 @@ def generate(base: str, rows: int, tenants: int, addresses: int, seed: int = 5) 
             "bytes_in": messages_in * size[s], "bytes_out": messages_out * size[s],
             "stored_messages": stored, "stored_bytes": stored * size[s],
             "connections": links, "senders": links // 2, "receivers": links // 3,
+            # A restarted source is a new counter instance (epoch); its start is not given.
+            "epoch": pa.array(np.where(restarted, "e1", "e0")),
+            "since": pa.nulls(n, type=pa.timestamp("us", tz="UTC")),
         })
         write_table(table, base, START + timedelta(seconds=first * interval))
         written += n
@@ -113,7 +117,7 @@ def bench_spark(base: str, out: str) -> tuple[float, float, tuple]:
     whole = time.monotonic() - started
     print("  per table:", ", ".join(parts))
     started = time.monotonic()
-    df = daily_address(with_deltas(read_samples(spark, base, DAY)), DAY)
+    df = daily_address(with_deltas(read_samples(spark, base, DAY), DAY), DAY)
     df.write.mode("overwrite").parquet(f"{out}/daily_address_only")
     alone = time.monotonic() - started
     check = spark.read.parquet(f"{out}/daily_address_only").selectExpr(
@@ -154,9 +158,11 @@ def bench_duckdb(base: str, out: str) -> tuple[float, tuple]:
     sql = DUCKDB_DAILY_ADDRESS.format(
         files=", ".join(f"'{base}/date={d}/*.parquet'" for d in existing),
         start=START.isoformat(), end=(START + timedelta(days=1)).isoformat(), out=out,
-        lags=", ".join(f"lag({c}) OVER w AS p_{c}" for c in counters),
-        sums=", ".join(f"sum(CASE WHEN p_{c} IS NULL THEN 0 WHEN {c} >= p_{c} THEN {c} - p_{c} "
-                       f"ELSE {c} END) AS {c}" for c in counters),
+        lags=", ".join(["lag(epoch) OVER w AS p_epoch",
+                        *(f"lag({c}) OVER w AS p_{c}" for c in counters)]),
+        sums=", ".join(f"sum(CASE WHEN p_{c} IS NULL THEN 0 WHEN epoch <> p_epoch THEN {c} "
+                       f"WHEN {c} >= p_{c} THEN {c} - p_{c} ELSE 0 END) AS {c}"
+                       for c in counters),
     )
     con = duckdb.connect()
     con.execute("SET threads = 2; SET TimeZone = 'UTC'")

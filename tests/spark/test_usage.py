@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark.jobs import nightly
-from spark.samples import write_samples
+from spark.samples import gap, write_samples
 from spark.usage import daily_address, read_samples, with_deltas
 
 from . import generate
@@ -21,9 +21,10 @@ LINKS = ("connections", "senders", "receivers")
 def reference(by_date: dict, day=DAY, tenants=TENANTS) -> dict[str, list[tuple]]:
     """The definitions, computed row by row."""
     end = START + timedelta(days=1)
+    window = START - timedelta(days=1)
     read = [row for d in (day - timedelta(days=1), day, day + timedelta(days=1))
             for rows in by_date.get(d, []) for row in rows]
-    unique = {row["sample_id"]: row for row in read}
+    unique = {row["sample_id"]: row for row in read if row["messages_in"] is not None}
     series = defaultdict(list)
     for row in unique.values():
         series[(row["source"], row["tenant"], row["space"], row["kind"], row["address"])].append(row)
@@ -31,25 +32,36 @@ def reference(by_date: dict, day=DAY, tenants=TENANTS) -> dict[str, list[tuple]]
     for rows in series.values():
         rows.sort(key=lambda r: (r["ts"], r["sample_id"]))
         before = [r for r in rows if r["ts"] < START]
-        prev = before[-1] if before else None
+        # What the day compares with: the highest readings of the last epoch seen before it.
+        highest: dict = {}
+        if before:
+            last = before[-1]["epoch"]
+            highest[last] = {c: max(r[c] for r in before if r["epoch"] == last)
+                             for c in COUNTERS}
+        seen = bool(before)
         for row in (r for r in rows if START <= r["ts"] < end):
             deltas = {}
             for c in COUNTERS:
-                if prev is None:
-                    deltas[c] = 0
-                elif row[c] >= prev[c]:
-                    deltas[c] = row[c] - prev[c]
-                else:
+                if not seen:
+                    known = row["since"] is not None and row["since"] >= window
+                    deltas[c] = row[c] if known else 0
+                elif row["epoch"] not in highest:
                     deltas[c] = row[c]
+                else:
+                    deltas[c] = max(row[c] - highest[row["epoch"]][c], 0)
+            epoch = highest.setdefault(row["epoch"], dict.fromkeys(COUNTERS, 0))
+            for c in COUNTERS:
+                epoch[c] = max(epoch[c], row[c])
+            seen = True
             on_day.append((row, deltas))
-            prev = row
 
     def hour(ts):
         return ts.replace(minute=0, second=0, microsecond=0)
 
     address_daily, address_hourly = {}, {}
     for row, deltas in on_day:
-        if row["kind"] != "address":
+        # Space rows with traffic count under the address "".
+        if row["kind"] != "address" and not sum(deltas.values()):
             continue
         for table, key in ((address_daily, (row["tenant"], row["space"], row["address"], day)),
                            (address_hourly, (row["tenant"], row["space"], row["address"],
@@ -141,8 +153,11 @@ def test_the_generated_samples_have_what_the_rollups_must_handle(samples):
     ids = [row["sample_id"] for row in rows]
     late = [r for r in (row for rows in by_date[DAY + timedelta(days=1)] for row in rows)
             if r["ts"].date() == DAY]
-    resets = [row for row in rows if row["kind"] == "address" and row["messages_in"] == 0]
-    assert len(ids) > len(set(ids)) and late and resets
+    restarts = {row["epoch"] for row in rows if not row["epoch"].endswith("-0")}
+    gaps = [row for row in rows if row["messages_in"] is None]
+    octets = [row for row in rows if row["kind"] == "space" and row["bytes_in"]]
+    known_start = [row for row in rows if row["since"] is not None and row["ts"].date() == DAY]
+    assert len(ids) > len(set(ids)) and late and restarts and gaps and octets and known_start
     assert DAY - timedelta(days=2) in by_date and DAY + timedelta(days=1) in by_date
 
 
@@ -158,31 +173,57 @@ def test_hours_come_back_as_utc_datetimes(results):
     assert hours == {START + timedelta(hours=h) for h in range(24)}
 
 
-def test_resets_duplicates_late_and_next_day_readings_by_hand(spark, tmp_path):
+def test_epochs_gaps_duplicates_late_and_next_day_readings_by_hand(spark, tmp_path):
     base = str(tmp_path / "samples")
 
-    def reading(hours: float, messages_in: int, sample_id: str | None = None, **series) -> dict:
+    def reading(hours: float, messages_in: int | None, sample_id: str | None = None,
+                **series) -> dict:
         row = {"sample_id": sample_id or f"id-{hours}-{series}", "ts": START + timedelta(hours=hours),
                "tenant": "acme", "space": "shop", "address": "q", "source": "broker:b",
-               "kind": "address", "messages_in": messages_in, "messages_out": 0,
-               "bytes_in": 0, "bytes_out": 0, "stored_messages": 0, "stored_bytes": 0,
-               "connections": 0, "senders": 0, "receivers": 0}
-        return row | series
+               "kind": "address", "epoch": "e1", "since": None, "messages_in": messages_in,
+               "messages_out": 0, "bytes_in": 0, "bytes_out": 0, "stored_messages": 0,
+               "stored_bytes": 0, "connections": 0, "senders": 0, "receivers": 0}
+        row |= series
+        return gap(row) if messages_in is None else row
 
     def at(hours: float) -> datetime:
         return START + timedelta(hours=hours)
 
     write_samples([reading(-30, 40), reading(-2, 100)], base, at(-2))  # baseline: 100
-    write_samples([reading(1, 150), reading(2, 30, sample_id="dup")], base, at(2))  # reset
-    write_samples([reading(2, 30, sample_id="dup")], base, at(3))  # the same reading again
-    write_samples([reading(23.5, 80), reading(25, 5000)], base, at(25))  # late; next day
+    write_samples([reading(1, 150), reading(2, 30, sample_id="dup", epoch="e2")], base, at(2))
+    write_samples([reading(2, 30, sample_id="dup", epoch="e2")], base, at(3))  # a copy
+    write_samples([reading(3, 20, epoch="e2")], base, at(3))  # lower, same epoch: not a reset
+    write_samples([reading(23.5, 80, epoch="e2"), reading(25, 5000, epoch="e2")], base, at(25))
+    # The source could not be read for two rounds: a gap, not zeros followed by a jump.
+    write_samples([reading(-1, 500, address="paused")], base, at(-1))
+    write_samples([reading(h, None, address="paused") for h in (1, 2)], base, at(2))
+    write_samples([reading(3, 520, address="paused")], base, at(3))
+    # First seen on the day: an unknown start bills growth only, a known one all of it.
     write_samples([reading(9, 10, address="new"), reading(10, 25, address="new")], base, at(10))
+    write_samples([reading(9, 10, address="fresh", since=at(8.5)),
+                   reading(10, 25, address="fresh", since=at(8.5))], base, at(10))
+    write_samples([reading(4, 7, address="early", since=at(-20))], base, at(4))
     write_samples([reading(-50, 1, address="old")], base, at(-50))  # a partition not read
     write_samples([reading(5, 9, address="old")], base, at(5))
-    rows = daily_address(with_deltas(read_samples(spark, base, DAY)), DAY).collect()
+    # A lower reading before the day: the day compares with the epoch's highest (100).
+    write_samples([reading(-3, 100, address="dip"), reading(-2, 60, address="dip")], base, at(-2))
+    write_samples([reading(1, 110, address="dip")], base, at(1))
+    rows = daily_address(with_deltas(read_samples(spark, base, DAY), DAY), DAY).collect()
     got = {row["address"]: row["messages_in"] for row in rows}
-    # 50 + 30 (restarted) + 50; new: no baseline, so 15; old: its baseline is not read.
-    assert got == {"q": 130, "new": 15, "old": 0}
+    # q: 50 + 30 (epoch e2 from zero) + 0 (lower) + 50 (80 - the highest 30 of e2).
+    assert got == {"q": 130, "paused": 20, "new": 15, "fresh": 25, "early": 7, "old": 0,
+                   "dip": 10}
+
+
+def test_a_gap_is_refused_unless_it_is_whole(tmp_path):
+    row = {"sample_id": "a", "ts": START, "tenant": "t", "space": "s", "address": "q",
+           "source": "router:r", "kind": "address", "epoch": "e", "since": None,
+           **dict.fromkeys(COUNTERS + LINKS + ("stored_messages", "stored_bytes"), 0)}
+    with pytest.raises(ValueError, match="every counter"):
+        write_samples([row | {"bytes_in": None}], str(tmp_path), START)
+    with pytest.raises(ValueError, match="epoch"):
+        write_samples([row | {"epoch": None}], str(tmp_path), START)
+    assert write_samples([gap(row)], str(tmp_path), START).endswith(".parquet")
 
 
 def test_an_empty_store_reads_as_no_samples(spark, tmp_path):
@@ -208,7 +249,8 @@ def test_a_cli_rerun_replaces_the_days_partitions(spark, samples, results, tmp_p
 def test_written_timestamps_are_utc(tmp_path):
     path = write_samples([{"sample_id": "a", "ts": datetime(2026, 11, 20, 1, tzinfo=UTC),
                            "tenant": "t", "space": "s", "address": "", "source": "router:r",
-                           "kind": "space", **dict.fromkeys(COUNTERS, 0), "stored_messages": 0,
+                           "kind": "space", "epoch": "", **dict.fromkeys(COUNTERS, 0),
+                           "stored_messages": 0,
                            "stored_bytes": 0, **dict.fromkeys(LINKS, 1)}],
                          str(tmp_path), datetime(2026, 11, 21, 0, 5, tzinfo=UTC))
     assert "/date=2026-11-21/" in path

@@ -80,17 +80,18 @@ def test_a_breach_throttles_the_tenant_on_the_router_and_usage_back_under_lifts_
         router, space, store, spark, tenant):
     TenantQuota.objects.filter(tenant=tenant).update(messages_per_day=1000)
 
-    def reading(hour, count, day=DAY, sample_id=None):
+    def reading(hour, count, day=DAY, sample_id=None, epoch="run-1"):
         return {"sample_id": sample_id or uuid.uuid4().hex, "ts": at(hour, day=day),
                 "tenant": tenant.slug, "space": space.name, "address": "orders",
-                "source": "router:test", "kind": "address", "messages_in": count,
+                "source": "router:test", "kind": "address", "epoch": epoch, "since": None,
+                "messages_in": count,
                 "messages_out": 0, "bytes_in": count * 100, "bytes_out": 0,
                 "stored_messages": 0, "stored_bytes": 0, "connections": 0, "senders": 0,
                 "receivers": 0}
 
-    # 0 -> 900 -> reset (router restarted) -> 300: 1200 published on DAY, over 1000.
-    write_samples([reading(1, 0), reading(8, 900), reading(9, 100)], store, at(9))
-    write_samples([reading(10, 300)], store, at(10))
+    # 0 -> 900 -> a new run of the router (epoch) from zero -> 300: 1200 published on DAY.
+    write_samples([reading(1, 0), reading(8, 900), reading(9, 100, epoch="run-2")], store, at(9))
+    write_samples([reading(10, 300, epoch="run-2")], store, at(10))
     run = run_day(DAY, spark)
     assert run.status == "succeeded"
     assert TenantUsageDaily.objects.get(tenant=tenant, day=DAY).messages == 1200
@@ -115,7 +116,7 @@ def test_a_breach_throttles_the_tenant_on_the_router_and_usage_back_under_lifts_
     assert day_rows() == before and len(before) == 1
 
     next_day = DAY + datetime.timedelta(days=1)
-    write_samples([reading(2, 310, day=next_day)], store, at(2, day=next_day))
+    write_samples([reading(2, 310, day=next_day, epoch="run-2")], store, at(2, day=next_day))
     run_day(next_day, spark)
     assert not TenantQuota.objects.get(tenant=tenant).throttled
     assert ConfigEvent.objects.filter(tenant=tenant, type="tenant.unthrottled").exists()

@@ -210,7 +210,8 @@ class RouterAgent(Agent):
     @staticmethod
     def _inactive(actual: dict) -> set:
         return {key for key, row in actual.items()
-                if key[0] == rc.AUTO_LINK and row.get("operStatus") != "active"}
+                if key[0] == rc.AUTO_LINK and row.get("operStatus") != "active"
+                and not rc.is_usage_hold(key[1])}
 
     def _verify(self, desired, by_address, actual, refused=None) -> Report:
         refused = refused or {}

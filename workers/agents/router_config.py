@@ -19,6 +19,9 @@ AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
 LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
 CONNECTOR = "org.apache.qpid.dispatch.connector"
 VHOST = "org.apache.qpid.dispatch.vhost"
+ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
+# The container of the usage holds: it never connects, so their autoLinks never attach.
+USAGE_HOLD_CONTAINER = "maas-usage-hold"
 
 # Applied in this order, deleted in the reverse order (links before what they refer to).
 # Messaging users are no entity: every router relays SASL to the auth service, which reads them
@@ -28,8 +31,16 @@ WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
 FANOUT_PREFIX = TOPIC_FANOUT_PREFIX  # the storage controller's fanout exchange of each topic
 
 
+USAGE_HOLD = "usage-hold:"
+
+
 def owner_prefix(vhost: str) -> str:
     return f"maas:{vhost}:"
+
+
+def is_usage_hold(name: str) -> bool:
+    """True for the autoLink of a usage hold (`maas:<vhost>:usage-hold:<address>`)."""
+    return name.split(":", 2)[-1].startswith(USAGE_HOLD)
 
 
 def _policy_list(patterns) -> str:
@@ -49,10 +60,14 @@ class RouterFeatures(NamedTuple):
     embedded router."""
 
     connector_virtual_host: bool  # connector.virtualHost: the router picks the broker's vhost
+    # router.address.countersEpoch: the router keeps an address's counters while it has no
+    # link (and across restarts); qdrouterd frees an idle address and its counters with it.
+    keeps_counters: bool = True
 
     @classmethod
     def of(cls, schema: dict) -> "RouterFeatures":
-        return cls(connector_virtual_host="virtualHost" in schema.get(CONNECTOR, ()))
+        return cls(connector_virtual_host="virtualHost" in schema.get(CONNECTOR, ()),
+                   keeps_counters="countersEpoch" in schema.get(ROUTER_ADDRESS, ()))
 
 
 EMBEDDED = RouterFeatures(connector_virtual_host=True)
@@ -124,6 +139,13 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             add(ADDRESS, f"address:{a.address}", a, prefix=qualified,
                 distribution="balanced" if a.type == "anycast" else "multicast",
                 waypoint=False)
+            if not features.keeps_counters:
+                # A usage hold: qdrouterd keeps an address (and its delivery counters) while an
+                # autoLink refers to it, so the address's last link detaching loses no count.
+                # Its container never connects: the autoLink never attaches, moves nothing, and
+                # no status waits for it (is_usage_hold).
+                add(AUTO_LINK, f"{USAGE_HOLD}{a.address}", None, address=qualified,
+                    direction="in", phase=0, containerId=USAGE_HOLD_CONTAINER)
         elif a.type in ("queue", "deadletter"):
             add(ADDRESS, f"address:{a.address}", a, prefix=qualified, distribution="balanced",
                 waypoint=True)

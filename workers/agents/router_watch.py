@@ -8,8 +8,8 @@ agent runs again. One tick (`tick`, run by Celery beat every MAAS_ROUTER_WATCH_I
    `org.apache.qpid.dispatch.router`) and a marker entity the watch left there, a
    `router.config.address` named `maas-watch` whose prefix carries the token of the run
    recorded in `RouterIncarnation` (both exist in qdrouterd 1.19 and the embedded router). The
-   marker missing or another token, an uptime smaller than last read, or a start time (now -
-   uptime) later than recorded means a new run: an empty router;
+   marker missing or another token means a new run: an empty router (a paused router's uptime
+   falls behind the clock, so uptime alone cannot tell);
 2. if so, invalidates the router agent's state of every space in one UPDATE: the API shows
    them Configuring ("Router restarted; configuration being restored"), not Active; then it
    leaves a new marker;
@@ -121,8 +121,14 @@ def check(key: str, uptime: int, token: str | None, read_at) -> tuple[bool, int,
                 management_url=key, token=secrets.token_hex(8), started_at=started,
                 uptime_seconds=uptime, checked_at=read_at)
             return False, _invalidate(applied_before=started - START_TOLERANCE), seen.token
-        restarted = (token != seen.token or uptime < seen.uptime_seconds
-                     or started > seen.started_at + START_TOLERANCE)
+        # The marker decides: a router keeps it for as long as it runs, and only a watch that
+        # recorded a new run leaves another. Uptime alone would be wrong: a router paused
+        # (SIGSTOP, a frozen VM) reports less uptime than the wall clock advanced.
+        restarted = token != seen.token
+        if not restarted and started > seen.started_at + START_TOLERANCE:
+            logger.info("router.uptime_behind", extra={
+                "router": key, "uptime": uptime, "seconds_behind":
+                (started - seen.started_at).total_seconds()})
         invalidated = 0
         if restarted:
             # Everything applied so far may have gone to the old run, even by a reconcile still

@@ -1,61 +1,104 @@
 """Reads the routers' and brokers' counters and appends usage samples to the usage store.
 
-Counters stay cumulative as the sources keep them (a restarted router starts again at zero);
-the Spark job turns them into deltas. Standard spaces: messages and bytes from the router
-(per address, both phases of a queue), stored messages and bytes from RabbitMQ. Brokered
-spaces: everything from RabbitMQ (which counts messages, not bytes).
+Counters stay cumulative as the sources keep them; the Spark job turns them into deltas by the
+rules of docs/usage.md. Every reading names its counter instance (`epoch`, `since`), so the job
+tells a restarted counter from a lower reading; a source that could not be read gives gaps
+(counters null), never zeros. Standard spaces: messages and bytes from the router per address
+and phase (a queue's phase 1, what its receivers get, is its own series: source `...#out`),
+stored messages and bytes and the topics' messages from RabbitMQ. Brokered spaces: everything
+from RabbitMQ (workers.usage.broker_counters).
 """
 import logging
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.conf import settings
 
-from config_service.models import Address, AddressSpace
+from config_service.models import Address, AddressSpace, RouterIncarnation
 
 from .. import endpoints
-from ..agents.qdr import Management, RouterUnreachable, router_address, tenant_of
+from ..agents import router_config as rc
+from ..agents import router_watch
+from ..agents.qdr import Management, ManagementError, RouterUnreachable, router_address, tenant_of
 from ..storage import rabbitmq
 
 logger = logging.getLogger(__name__)
 
 ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 CONNECTION = "org.apache.qpid.dispatch.connection"
+ADDRESS_ATTRIBUTES = ["name", "key", "address", "phase", "deliveriesIngress", "deliveriesEgress", "bytesIngress",
+                      "bytesEgress", "countersEpoch", "countersSince"]
 QUEUE_COLUMNS = "vhost,name,messages,message_bytes,consumers,message_stats.publish,message_stats.deliver_get"
+COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
+MEASURES = (*COUNTERS, "stored_messages", "stored_bytes", "connections", "senders", "receivers")
+WAYPOINTS = ("queue", "deadletter", "subscription")  # phase 0 in, phase 1 out (router_config)
+NO_COUNTER = "none"  # the epoch of a reading of a counter the source does not have (yet)
 
 
-def _row(now, source, space, address, kind, **values) -> dict:
+@dataclass
+class RouterReading:
+    """One router's counters: {(vhost, address, phase): counter}, connection gauges per vhost,
+    and the run the counters belong to where the router does not name each counter's own."""
+
+    counters: dict = field(default_factory=dict)
+    gauges: dict = field(default_factory=dict)
+    epoch: str = ""
+    since: datetime | None = None
+
+
+def _row(now, source, space, address, kind, epoch="", since=None, **values) -> dict:
     row = {"sample_id": uuid.uuid4().hex, "ts": now, "tenant": space.tenant.slug,
-           "space": space.name, "address": address, "source": source, "kind": kind}
-    for key in ("messages_in", "messages_out", "bytes_in", "bytes_out", "stored_messages",
-                "stored_bytes", "connections", "senders", "receivers"):
+           "space": space.name, "address": address, "source": source, "kind": kind,
+           "epoch": epoch, "since": since}
+    for key in MEASURES:
         row[key] = int(values.get(key) or 0)
     return row
 
 
-def router_counters(router: endpoints.RouterEndpoint) -> tuple[dict, dict]:
-    """({(vhost, address): counters}, {vhost: connection gauges}) from a router, one query."""
-    mgmt = Management(router.management_url, router.admin_user, router.admin_password)
+def _gap(now, source, space, address, kind) -> dict:
+    """No reading: the source could not be read (or its run not be verified) at `now`."""
+    return {**_row(now, source, space, address, kind), **dict.fromkeys(MEASURES)}
+
+
+def read_router(router: endpoints.RouterEndpoint) -> RouterReading | None:
+    """The router's counters, or None when they cannot be trusted this round: unreachable, or a
+    router without per-counter epochs whose run (router_watch) is not the one recorded."""
+    url = router.management_url
+    run = None
+    mgmt = Management(url, router.admin_user, router.admin_password)
     try:
-        addresses, connections = mgmt.query(ROUTER_ADDRESS), mgmt.query(CONNECTION)
+        addresses = mgmt.query(ROUTER_ADDRESS, ADDRESS_ATTRIBUTES)
+        if any(not row.get("countersEpoch") for row in addresses):
+            run = _run(mgmt, url)
+            if run is None:
+                return None
+        connections = mgmt.query(CONNECTION, ["role", "opened", "tenant", "host", "senders",
+                                              "receivers"])
+    except ManagementError:
+        logger.warning("usage.router_unreadable", extra={"router": router_watch._public(url)},
+                       exc_info=True)
+        return None
     finally:
         mgmt.close()
-    per_address: dict = defaultdict(lambda: defaultdict(int))
+    reading = RouterReading()
+    if run is not None:
+        reading.epoch, reading.since = run
     for row in addresses:
         qualified, phase = router_address(row)
         vhost, _, address = qualified.partition("/")
         if not address:
             continue
-        c = per_address[(vhost, address)]
-        # Phase 0 is what clients send; phase 1 (a queue's consumers side) what they receive.
-        # Bytes: the embedded router's counters; qdrouterd 1.19 counts deliveries only.
-        if phase == 0:
-            c["messages_in"] += row.get("deliveriesIngress", 0)
-            c["bytes_in"] += row.get("bytesIngress", 0)
-        if phase == 1 or not row.get("containerCount"):
-            c["messages_out"] += row.get("deliveriesEgress", 0)
-            c["bytes_out"] += row.get("bytesEgress", 0)
+        since = row.get("countersSince")
+        reading.counters[(vhost, address, phase)] = {
+            "messages_in": row.get("deliveriesIngress", 0),
+            "messages_out": row.get("deliveriesEgress", 0),
+            # Bytes: the embedded router's encoded message bytes; qdrouterd 1.19 has none.
+            "bytes_in": row.get("bytesIngress", 0), "bytes_out": row.get("bytesEgress", 0),
+            "epoch": row.get("countersEpoch") or reading.epoch,
+            "since": datetime.fromtimestamp(since, UTC) if since else reading.since,
+        }
     gauges: dict = defaultdict(lambda: defaultdict(int))
     for row in connections:
         if row.get("role") == "normal" and row.get("opened") and tenant_of(row):
@@ -63,7 +106,25 @@ def router_counters(router: endpoints.RouterEndpoint) -> tuple[dict, dict]:
             g["connections"] += 1
             g["senders"] += row.get("senders", 0)
             g["receivers"] += row.get("receivers", 0)
-    return per_address, gauges
+    reading.gauges = gauges
+    return reading
+
+
+def _run(mgmt: Management, url: str) -> tuple[str, datetime] | None:
+    """(epoch, since) of the router's current run, from the watch's record: a router without
+    per-counter epochs (qdrouterd) restarts all its counters at zero with its process.
+
+    The watch's marker on the router is read in the same session as the counters: a router
+    that restarted since the watch recorded its run carries no marker (or another token), and
+    its counters are then no reading until the watch has recorded the new run."""
+    router_watch.detect(url)  # records the run now rather than at the watch's next tick
+    seen = RouterIncarnation.objects.filter(management_url=router_watch._public(url)).first()
+    marker = mgmt.read(rc.ADDRESS, router_watch.MARKER)
+    token = str(marker.get("prefix") or "").removeprefix(router_watch.MARKER_PREFIX) if marker else None
+    if seen is None or token != seen.token:
+        logger.info("usage.router_run_unknown", extra={"router": router_watch._public(url)})
+        return None
+    return f"run:{seen.token}", seen.started_at
 
 
 def broker_queues(api: rabbitmq.RabbitMQApi) -> dict[str, dict[str, dict]]:
@@ -82,8 +143,8 @@ def broker_connections(api: rabbitmq.RabbitMQApi) -> dict:
 
 
 def collect(now: datetime | None = None) -> list[dict]:
-    """One sample per address and per space, for every space that is not terminating; each
-    router and broker is read once, whatever number of spaces it serves (`endpoints.of`)."""
+    """One sample per address (and phase) and per space, for every space that is not
+    terminating; each router and broker is read once, whatever number of spaces it serves."""
     now = now or datetime.now(UTC)
     spaces = list(AddressSpace.objects.filter(terminating=False).select_related("tenant"))
     where = {s.pk: endpoints.of(s) for s in spaces}
@@ -91,10 +152,11 @@ def collect(now: datetime | None = None) -> list[dict]:
     if settings.MAAS_ROUTER_ENABLED:
         for router in {w.router for w in where.values() if w.router is not None}:
             try:
-                routers[router] = router_counters(router)
-            except RouterUnreachable:  # no rows rather than zeros: zeros would read as a reset
+                routers[router] = read_router(router)
+            except RouterUnreachable:
                 logger.warning("usage.router_unreachable",
-                               extra={"router": router.management_url}, exc_info=True)
+                               extra={"router": router_watch._public(router.management_url)})
+                routers[router] = None
     # One listing of every queue with its counters takes seconds on a busy broker with
     # thousands of queues: allow most of the interval (this runs in its own worker).
     timeout = max(10.0, 0.8 * settings.MAAS_USAGE_SAMPLE_INTERVAL)
@@ -107,56 +169,95 @@ def collect(now: datetime | None = None) -> list[dict]:
         except rabbitmq.BrokerError:
             logger.warning("usage.broker_unreachable", extra={"broker": broker.api_url},
                            exc_info=True)
+            brokers[broker] = None
         finally:
             api.close()
-    names = wire_names(spaces)
+    addresses = scheduled_addresses(spaces)
     rows: list[dict] = []
     for space in spaces:
         w = where[space.pk]
-        reads_router = w.router is not None and settings.MAAS_ROUTER_ENABLED
-        router = routers.get(w.router) if reads_router else ({}, {})
+        source = f"router:{router_watch._public(w.router.management_url)}" if (
+            w.router is not None and settings.MAAS_ROUTER_ENABLED) else None
+        router = routers.get(w.router) if source else None
         broker = brokers.get(w.broker)
-        if router is None or broker is None:
-            continue  # a source could not be read: this round has nothing true to say
-        source = f"router:{w.router.management_url}" if reads_router else ""
-        rows += _space_rows(now, space, names.get(space.pk, {}), broker[1].get(space.vhost, {}),
-                            *router, broker[0], source)
+        mine = addresses.get(space.pk, [])
+        if space.type == "standard":
+            rows += _router_rows(now, space, mine, router, source) if source else []
+        rows += _broker_rows(now, space, mine, broker)
     return rows
 
 
-def wire_names(spaces) -> dict:
-    """{space pk: {wire name: address}} of the scheduled addresses, in one query."""
-    names: dict = defaultdict(dict)
-    addresses = Address.objects.filter(space__in=spaces, scheduled=True)
-    for a in addresses.only("space_id", "address", "type", "topic"):
-        names[a.space_id][a.broker_object_name] = a.address
-    return names
+def scheduled_addresses(spaces) -> dict:
+    """{space pk: [Address]} of the scheduled addresses, in one query."""
+    found: dict = defaultdict(list)
+    for a in Address.objects.filter(space__in=spaces, scheduled=True).only(
+            "space_id", "address", "type", "topic"):
+        found[a.space_id].append(a)
+    return found
 
 
-def _space_rows(now, space, names, queues, router, gauges, broker_conns,
-                router_source) -> list[dict]:
+def _router_rows(now, space, addresses, reading: RouterReading | None, source: str) -> list:
+    """A standard space's router readings: per address and phase, and the space's gauges."""
+    if reading is None:
+        return ([_gap(now, source, space, a.address, "address") for a in addresses
+                 if a.type != "topic"] + [_gap(now, source, space, "", "space")])
     rows = []
-    broker_source = f"broker:{space.vhost}"
-    for wire, address in names.items():
-        q = queues.get(wire, {})
+    vhost = space.vhost
+    for a in addresses:
+        if a.type == "topic":
+            continue  # link-routed to its exchange: the router counts no address; RabbitMQ does
+        wire = a.broker_object_name
+        if a.type in WAYPOINTS:
+            # Phase 0 is what clients send (to the broker), phase 1 what the broker sends them.
+            sent = _counter(reading, vhost, wire, 0)
+            got = _counter(reading, vhost, wire, 1)
+            rows.append(_row(now, source, space, a.address, "address", sent["epoch"],
+                             sent["since"], messages_in=sent["messages_in"],
+                             bytes_in=sent["bytes_in"]))
+            rows.append(_row(now, f"{source}#out", space, a.address, "address", got["epoch"],
+                             got["since"], messages_out=got["messages_out"],
+                             bytes_out=got["bytes_out"]))
+        else:
+            c = _counter(reading, vhost, wire, 0)
+            rows.append(_row(now, source, space, a.address, "address", c["epoch"], c["since"],
+                             **{k: c[k] for k in COUNTERS}))
+    rows.append(_row(now, source, space, "", "space", reading.epoch, reading.since,
+                     **reading.gauges.get(vhost, {})))
+    return rows
+
+
+def _counter(reading: RouterReading, vhost: str, address: str, phase: int) -> dict:
+    # No counter on a router that was read: nothing was ever counted for it there (the
+    # embedded router keeps every counter of a configured address; qdrouterd keeps anycast and
+    # multicast ones by a usage hold, a queue's by its autoLinks). A zero reading of no counter
+    # instance: the first reading of a real one then bills all of it, a new epoch.
+    return reading.counters.get((vhost, address, phase)) or {
+        **dict.fromkeys(COUNTERS, 0), "epoch": NO_COUNTER, "since": None}
+
+
+def _broker_rows(now, space, addresses, broker) -> list:
+    source = f"broker:{space.vhost}"
+    if broker is None:
+        return ([_gap(now, source, space, a.address, "address") for a in addresses]
+                + ([] if space.type == "standard" else [_gap(now, source, space, "", "space")]))
+    connections, per_vhost = broker
+    queues = per_vhost.get(space.vhost, {})
+    rows = []
+    for a in addresses:
+        q = queues.get(a.broker_object_name, {})
         stats = q.get("message_stats") or {}
         stored = {"stored_messages": q.get("messages"), "stored_bytes": q.get("message_bytes")}
         if space.type == "standard":
-            counters = router.get((space.vhost, wire), {})
-            rows.append(_row(now, router_source, space, address, "address", **counters))
             if q:
-                rows.append(_row(now, broker_source, space, address, "address", **stored))
+                rows.append(_row(now, source, space, a.address, "address", **stored))
         else:
-            rows.append(_row(now, broker_source, space, address, "address",
+            rows.append(_row(now, source, space, a.address, "address",
                              messages_in=stats.get("publish"),
                              messages_out=stats.get("deliver_get"), **stored))
-    if space.type == "standard":
-        g = gauges.get(space.vhost, {})
-        rows.append(_row(now, router_source, space, "", "space", **g))
-    else:
+    if space.type != "standard":
         consumers = sum(int(q.get("consumers") or 0) for q in queues.values())
-        rows.append(_row(now, broker_source, space, "", "space",
-                         connections=broker_conns.get(space.vhost, 0), receivers=consumers))
+        rows.append(_row(now, source, space, "", "space",
+                         connections=connections.get(space.vhost, 0), receivers=consumers))
     return rows
 
 

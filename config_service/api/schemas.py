@@ -513,16 +513,26 @@ ConfigEventList = list_of(ConfigEvent, "ConfigEventList", MAAS_API)
 # Usage ---------------------------------------------------------------------------------------
 
 class UsageCounters(Described):
-    messages_in = s.IntegerField()
-    messages_out = s.IntegerField()
-    bytes_in = s.IntegerField()
-    bytes_out = s.IntegerField()
-    stored_messages = s.IntegerField(help_text="Peak.")
-    stored_bytes = s.IntegerField(help_text="Peak.")
+    """Definitions in docs/usage.md ("What is counted")."""
+
+    messages_in = s.IntegerField(help_text=(
+        "Messages clients sent to the address: deliveries the router received (standard "
+        "spaces) or messages RabbitMQ routed into the queue or topic (brokered spaces)."))
+    messages_out = s.IntegerField(help_text=(
+        "Messages delivered to receivers: one per receiver of a multicast; brokered spaces "
+        "count RabbitMQ's deliveries and gets, redeliveries included."))
+    bytes_in = s.IntegerField(help_text=(
+        "Standard spaces on the embedded router: encoded AMQP message bytes (sections, without "
+        "frame headers); qdrouterd counts none. Brokered spaces: the octets of the space's "
+        "client connections as RabbitMQ counts them, on the row whose address is empty."))
+    bytes_out = s.IntegerField(help_text="As bytes_in, towards the clients.")
+    stored_messages = s.IntegerField(help_text="Peak of the messages stored in the broker queue.")
+    stored_bytes = s.IntegerField(help_text="Peak of their bytes as RabbitMQ counts them.")
 
 
 class AddressUsage(UsageCounters):
-    """One address over one day (granularity daily) or one hour (hourly)."""
+    """One address over one day (granularity daily) or one hour (hourly). The address "" is
+    the space as a whole: traffic measured per space only (a brokered space's octets)."""
 
     space = s.CharField()
     address = s.CharField()
@@ -532,10 +542,11 @@ class AddressUsage(UsageCounters):
 
 class TenantUsageDay(Described):
     day = s.DateField()
-    messages = s.IntegerField(help_text="In + out.")
-    bytes = s.IntegerField(help_text="In + out.")
-    stored_bytes = s.IntegerField(help_text="Peak.")
-    connections = s.IntegerField(help_text="Peak.")
+    messages = s.IntegerField(help_text="messages_in + messages_out over the tenant's addresses.")
+    bytes = s.IntegerField(help_text="bytes_in + bytes_out, including the space rows (\"\").")
+    stored_bytes = s.IntegerField(help_text=(
+        "Peak: per hour the sum of the spaces' hourly peaks, the day's highest hour."))
+    connections = s.IntegerField(help_text="Peak, summed over spaces as stored_bytes.")
 
 
 class QuotaLimit(Described):

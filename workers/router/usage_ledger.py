@@ -31,7 +31,7 @@ COMPACT_SLACK = 1024  # ...plus this many
 class Entry:
     """One address's counters and what identifies them."""
 
-    __slots__ = ("key", "phase", "counts", "epoch", "since", "multicast", "mark", "head")
+    __slots__ = ("key", "phase", "counts", "epoch", "since", "multicast", "mark", "head", "gone")
 
     def __init__(self, key: str, phase: int, counts: Counters, epoch: str, since: float,
                  multicast: bool):
@@ -43,6 +43,7 @@ class Entry:
         self.multicast = multicast
         self.mark = -1  # signature() when last journalled
         self.head = ""  # usage_journal.head(), made when first needed
+        self.gone = False  # dropped from the ledger
 
 
 def signature(c: Counters) -> int:
@@ -64,7 +65,7 @@ class UsageLedger:
         self.run = secrets.token_hex(4)
         self._seq = itertools.count(1)
         self.journal: J.Journal | None = None
-        self._pending: set[tuple[str, int]] = set()  # to journal at the next flush
+        self._pending: set[Entry] = set()  # to journal at the next flush
         self._gone: list[tuple[str, int]] = []
         self._total = -1  # signature() of the router's totals at the last flush
         self._sweep = None
@@ -80,16 +81,17 @@ class UsageLedger:
                               self.clock(), multicast)
         elif entry.multicast != multicast:
             entry.multicast, entry.head = multicast, ""
-            self._note(k)
+            self._note(entry)
         self.live[k] = entry
         return entry.counts
 
     def detach(self, key: str, phase: int) -> None:
         """The node of this key is gone; the entry stays while its address is configured."""
         k = (key, phase)
-        if self.live.pop(k, None) is None:
+        entry = self.live.pop(k, None)
+        if entry is None:
             return
-        self._note(k)  # its last counts, if they changed since the last flush
+        self._note(entry)  # its last counts, if they changed since the last flush
         if self.configured(key) is None:
             self._drop(k)
 
@@ -154,16 +156,16 @@ class UsageLedger:
         if now_total != self._total:
             self._total = now_total
             pending = self._pending
-            for k, entry in self.live.items():
-                if signature(entry.counts) != entry.mark:
-                    pending.add(k)
+            for entry in self.live.values():
+                c = entry.counts
+                if (c.ingress + c.egress + c.accepted + c.rejected + c.released + c.modified
+                        + c.dropped_presettled) != entry.mark:  # signature(), inlined: the
+                    pending.add(entry)  # loop runs over every node that has links
         if not self._pending and not self._gone and not self.journal.broken:
             return 0
         lines = [J.gone_line(*k) for k in self._gone]
-        for k in self._pending:
-            entry = self.entries.get(k)
-            if entry is not None:
-                lines.append(self._line(entry))
+        line = self._line
+        lines += [line(entry) for entry in self._pending if not entry.gone]
         self._pending.clear()
         self._gone.clear()
         try:
@@ -191,12 +193,14 @@ class UsageLedger:
         for prefix in token_prefixes(key):
             if prefix:
                 self._under.setdefault(prefix, set()).add(k)
-        self._note(k)
+        self._note(entry)
         return entry
 
     def _drop(self, k: tuple[str, int]) -> None:
-        if self.entries.pop(k, None) is None:
+        entry = self.entries.pop(k, None)
+        if entry is None:
             return
+        entry.gone = True
         for prefix in token_prefixes(k[0]):
             bucket = self._under.get(prefix)
             if bucket is not None:
@@ -207,9 +211,9 @@ class UsageLedger:
             self._gone.append(k)
         logger.debug("usage_ledger.dropped", extra={"address": k[0], "phase": k[1]})
 
-    def _note(self, k: tuple[str, int]) -> None:
+    def _note(self, entry: Entry) -> None:
         if self.journal is not None:
-            self._pending.add(k)
+            self._pending.add(entry)
 
     def _line(self, entry: Entry) -> str:
         if not entry.head:

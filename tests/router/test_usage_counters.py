@@ -13,7 +13,8 @@ from .conftest import ADDRESS, RouterProcess, add_tenant, pump_until
 ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 LINK = "org.apache.qpid.dispatch.router.link"
 VHOST = "uc"
-GROUP = {"users": "ann", "sources": "*", "targets": "*", "allowDynamicSource": True}
+USER, PASSWORD = "uc-user", "uc-password"  # unique: USERS is shared
+GROUP = {"users": USER, "sources": "*", "targets": "*", "allowDynamicSource": True}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def router(tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def tenant(mgmt):
-    add_tenant(mgmt, VHOST, {"ann": "ann-pw"}, {"all": GROUP})
+    add_tenant(mgmt, VHOST, {USER: PASSWORD}, {"all": GROUP})
     mgmt.create(ADDRESS, "uc-any", prefix=f"{VHOST}/any", distribution="balanced")
     mgmt.create(ADDRESS, "uc-mc", prefix=f"{VHOST}/mc", distribution="multicast")
 
@@ -36,7 +37,7 @@ def connect(router):
     opened = []
 
     def _connect():
-        conn = router.connect("ann", "ann-pw", vhost=VHOST)
+        conn = router.connect(USER, PASSWORD, vhost=VHOST)
         opened.append(conn)
         return conn
 

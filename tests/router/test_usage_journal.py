@@ -15,7 +15,8 @@ from .conftest import ADDRESS, RouterProcess, add_tenant
 
 ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 VHOST = "uj"
-GROUP = {"users": "ann", "sources": "*", "targets": "*"}
+USER, PASSWORD = "uj-user", "uj-password"  # unique: USERS is shared
+GROUP = {"users": USER, "sources": "*", "targets": "*"}
 PROMISE = 1.0  # seconds of counted deliveries a SIGKILL may lose (issue 17)
 
 
@@ -45,7 +46,7 @@ def configure(router, *addresses):
     """What the agents do for a router that (re)started empty: the vhost and the addresses."""
     mgmt = router.management()
     try:
-        add_tenant(mgmt, VHOST, {"ann": "ann-pw"}, {"all": GROUP})
+        add_tenant(mgmt, VHOST, {USER: PASSWORD}, {"all": GROUP})
         for address in addresses:
             mgmt.create(ADDRESS, f"uj-{address}", prefix=f"{VHOST}/{address}")
     finally:
@@ -78,11 +79,11 @@ class Traffic:
         self.delivered = 0  # sends the router settled as accepted
         self.received = 0  # messages the receiver got
         self._stop = threading.Event()
-        self.r_conn = router.connect("ann", "ann-pw", vhost=VHOST)
+        self.r_conn = router.connect(USER, PASSWORD, vhost=VHOST)
         self.receiver = self.r_conn.create_receiver(address, credit=10)
         self.thread = threading.Thread(target=self._receive, daemon=True)
         self.thread.start()
-        self.s_conn = router.connect("ann", "ann-pw", vhost=VHOST)
+        self.s_conn = router.connect(USER, PASSWORD, vhost=VHOST)
         self.sender = self.s_conn.create_sender(address)
 
     def _receive(self) -> None:

@@ -59,8 +59,9 @@ class UsageLedger:
         self.clock = clock
         self.entries: dict[tuple[str, int], Entry] = {}
         self.live: dict[tuple[str, int], Entry] = {}  # the entries that have a node
-        # token prefix -> keys of the entries at or below it: an address configuration's
-        # delete looks at the entries it matched, not at the whole ledger
+        # token prefix -> keys of the entries below it (not at it: those are found in
+        # `entries`): an address configuration's delete looks at the entries it matched, not
+        # at the whole ledger
         self._under: dict[str, set[tuple[str, int]]] = {}
         self.run = secrets.token_hex(4)
         self._seq = itertools.count(1)
@@ -100,13 +101,14 @@ class UsageLedger:
         """An address configuration is gone: drop the entries it matched that have no node and
         no other configuration. A wildcard pattern is left to the sweep."""
         prefix, pattern = entity.get("prefix"), entity.get("pattern")
-        if prefix is not None:
-            keys = self._under.get(prefix, ())
-        elif pattern and not is_wildcard(pattern):
-            keys = [k for k in self._under.get(pattern, ()) if k[0] == pattern]
-        else:
+        address = prefix if prefix is not None else pattern
+        if not address or (prefix is None and is_wildcard(pattern)):
             return
-        for k in list(keys):
+        # the address itself in the phases clients and autoLinks use (others: the sweep)
+        keys = [k for k in ((address, 0), (address, 1)) if k in self.entries]
+        if prefix is not None:
+            keys += self._under.get(prefix, ())
+        for k in keys:
             if k not in self.live and self.configured(k[0]) is None:
                 self._drop(k)
 
@@ -190,9 +192,8 @@ class UsageLedger:
     def _add(self, key, phase, counts, epoch, since, multicast) -> Entry:
         k = (key, phase)
         entry = self.entries[k] = Entry(key, phase, counts, epoch, since, multicast)
-        for prefix in token_prefixes(key):
-            if prefix:
-                self._under.setdefault(prefix, set()).add(k)
+        for prefix in list(token_prefixes(key))[1:-1]:
+            self._under.setdefault(prefix, set()).add(k)
         self._note(entry)
         return entry
 
@@ -201,7 +202,7 @@ class UsageLedger:
         if entry is None:
             return
         entry.gone = True
-        for prefix in token_prefixes(k[0]):
+        for prefix in list(token_prefixes(k[0]))[1:-1]:
             bucket = self._under.get(prefix)
             if bucket is not None:
                 bucket.discard(k)

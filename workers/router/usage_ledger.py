@@ -54,6 +54,8 @@ def signature(c: Counters) -> int:
 
 
 class UsageLedger:
+    """The router's entries by (qualified address, phase), and their journal if it has one."""
+
     def __init__(self, configured, clock=time.time):
         self.configured = configured  # qualified address -> its address configuration or None
         self.clock = clock

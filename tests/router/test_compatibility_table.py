@@ -14,6 +14,7 @@ from workers.agents import router_config as rc
 from workers.router import entities as E
 from workers.router import views
 from workers.router.management import Management
+from workers.router.usage_ledger import UsageLedger
 
 from . import qdrouter_schema
 
@@ -122,12 +123,16 @@ def test_the_qdrouterd_operations_match_qdrouter_json(schema):
 # The embedded router -------------------------------------------------------------------------
 
 def embedded_engine():
-    """The parts of the embedded router's engine its management node and views read."""
+    """The parts of the embedded router's engine its management node and views read, with
+    one usage counter entry (a `router.address` row without a node)."""
     counts = SimpleNamespace(ingress=0, egress=0, accepted=0, rejected=0, released=0,
                              modified=0, presettled=0, dropped_presettled=0)
     noop = lambda *_: None  # noqa: E731
+    ledger = UsageLedger(configured=noop)
+    ledger.attach("t.s/a", 0, False)
     return SimpleNamespace(
         store=E.EntityStore(), counts=counts, fwd=SimpleNamespace(nodes={}), links={},
+        ledger=ledger,
         loop=SimpleNamespace(conns=[]), started=time.monotonic(),
         broker=SimpleNamespace(connector_created=noop, connector_deleted=noop,
                                autolink_created=noop, autolink_deleted=noop))

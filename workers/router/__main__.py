@@ -1,7 +1,7 @@
 """Command line entry point: `python -m workers.router [options]`.
 
 Starts the listeners (AMQP, optional AMQPS, management, optional metrics) and runs the loop
-until SIGTERM/SIGINT. Every listener relays SASL to the MaaS auth service (`--auth-service`);
+until SIGTERM/SIGINT, then journals the usage counters (with `--state-dir`) and exits. Every listener relays SASL to the MaaS auth service (`--auth-service`);
 the management listener admits only the identity `--admin-user`.
 """
 
@@ -12,7 +12,7 @@ import signal
 import ssl
 import sys
 
-from .engine import Engine
+from .engine import SWEEP_AFTER, Engine
 from .metrics_http import serve
 from .sasl_relay import AuthService
 
@@ -50,6 +50,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     # Loopback by default, apart from --host: a router whose AMQP listener faces the tenants
     # need not show them its traffic counters too.
     p.add_argument("--metrics-host", default=env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1"))
+    p.add_argument("--state-dir", default=env("MAAS_ROUTER_STATE_DIR") or None,
+                   help="where the usage counters are journalled every second and read back "
+                        "at start; none (default): they live in memory only")
+    p.add_argument("--usage-sweep-after", type=float,
+                   default=float(env("MAAS_ROUTER_USAGE_SWEEP_AFTER", str(SWEEP_AFTER))),
+                   help="seconds after the start before usage counters of unconfigured "
+                        "addresses are swept (the agents configure a new router meanwhile)")
     p.add_argument("--log-level", default=env("MAAS_ROUTER_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
@@ -58,7 +65,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    engine = Engine(AuthService(*args.auth_service), admin_user=args.admin_user)
+    engine = Engine(AuthService(*args.auth_service), admin_user=args.admin_user,
+                    sweep_after=args.usage_sweep_after)
+    if args.state_dir:
+        try:
+            engine.ledger.open_journal(args.state_dir)
+        except OSError:
+            logger.exception("router.bad_state_dir", extra={"state_dir": args.state_dir})
+            return 2
     engine.listen(args.host, args.amqp_port, "client")
     if args.tls_cert and args.tls_key:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -80,7 +94,10 @@ def main(argv=None) -> int:
     logger.info("router.started", extra={"amqp_port": args.amqp_port,
                                          "management_port": args.management_port,
                                          "auth_service": str(engine.auth_service)})
-    engine.loop.run()
+    try:
+        engine.loop.run()
+    finally:
+        engine.ledger.close(engine.counts)  # a graceful stop loses no counted delivery
     logger.info("router.stopped")
     return 0
 

@@ -32,14 +32,21 @@ from .management import Management
 from .patterns import best_match
 from .policy import NOT_FOUND, RESOURCE_LIMIT, UNAUTHORIZED, Policy
 from .sasl_relay import AuthService, SaslRelay
+from .usage_ledger import FLUSH_INTERVAL, UsageLedger
 
 logger = logging.getLogger(__name__)
 
 _MGMT_CREDIT = 100
 
 
+# The usage ledger's sweep waits this long after the start (the router starts empty and the
+# agents configure it again within seconds), lest it drop what the journal brought back.
+SWEEP_AFTER = 300.0
+
+
 class Engine:
-    def __init__(self, auth_service: AuthService, admin_user: str = "admin"):
+    def __init__(self, auth_service: AuthService, admin_user: str = "admin",
+                 sweep_after: float = SWEEP_AFTER):
         self.loop = Loop()
         self.loop.engine = self
         # `uptimeSeconds` of the router entity, as qdrouterd has it: a watcher tells a restarted
@@ -48,7 +55,9 @@ class Engine:
         self.store = E.EntityStore()
         self.policy = Policy(self.store)
         self.counts = Counters()
-        self.fwd = Forwarder(self.counts)
+        self.ledger = UsageLedger(self.match_address)
+        self.sweep_after = sweep_after
+        self.fwd = Forwarder(self.counts, self.ledger)
         self.links: dict = {}  # pn_link cdata -> LinkState
         self.auth_service = auth_service
         self.admin_user = admin_user
@@ -65,6 +74,26 @@ class Engine:
             L.PN_LINK_FLOW: self._on_flow,
             L.PN_DELIVERY: self._on_delivery,
         }
+        self._start_usage_timer()
+
+    # -- usage counters ----------------------------------------------------------------------
+    def _start_usage_timer(self) -> None:
+        """Flush the usage ledger to its journal every FLUSH_INTERVAL, on a fixed beat (a late
+        tick does not push the next one back), and sweep it once the router is old enough."""
+        due = time.monotonic()
+
+        def tick() -> None:
+            nonlocal due
+            due += FLUSH_INTERVAL
+            now = time.monotonic()
+            if due < now:
+                due = now + FLUSH_INTERVAL  # the loop was stalled: no burst of catching up
+            self.loop.call_later(due - now, tick)
+            self.ledger.flush(self.counts)
+            if now - self.started >= self.sweep_after:
+                self.ledger.sweep_step()
+
+        tick()
 
     # -- listeners ---------------------------------------------------------------------------
     def listen(self, host: str, port: int, kind: str, ssl_context=None):
@@ -289,7 +318,7 @@ class Engine:
     def _attach_dynamic(self, conn: Conn, ls: LinkState) -> None:
         address = f"$temp.{ls.identity}"
         key = f"{conn.vhost}/{address}" if conn.vhost else address
-        node = self.fwd.node(key, 0, False)
+        node = self.fwd.node(key, 0, False, metered=False)
         ls.kind = "dynamic"
         ls.address = address
         self._count(ls, +1)

@@ -96,7 +96,7 @@ def owner_of(name: str) -> str:
     return name[:second + 1] if second >= 0 else ""
 
 
-def _wild(pattern: str) -> bool:
+def is_wildcard(pattern: str) -> bool:
     return any(token in ("*", "#") for token in pattern.replace("/", ".").split("."))
 
 
@@ -227,7 +227,7 @@ class EntityStore:
         if etype in self._prefixes:
             if entity.get("prefix") is not None:
                 yield self._prefixes[etype], entity["prefix"]
-            elif _wild(entity.get("pattern") or ""):
+            elif is_wildcard(entity.get("pattern") or ""):
                 yield self._wildcards, etype
             elif entity.get("pattern") is not None:
                 yield self._exact[etype], entity["pattern"]

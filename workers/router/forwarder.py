@@ -68,7 +68,8 @@ class Node:
     __slots__ = ("key", "phase", "multicast", "consumers", "producers", "backlog", "rr",
                  "counts", "config", "container_links")
 
-    def __init__(self, key: str, phase: int, multicast: bool, config=None):
+    def __init__(self, key: str, phase: int, multicast: bool, config=None,
+                 counts: Counters | None = None):
         self.key = key
         self.phase = phase
         self.multicast = multicast
@@ -76,29 +77,38 @@ class Node:
         self.producers: list[LinkState] = []
         self.backlog: deque = deque()
         self.rr = 0
-        self.counts = Counters()
+        self.counts = counts if counts is not None else Counters()
         self.config = config
 
 
 class Forwarder:
-    def __init__(self, counters: Counters):
+    def __init__(self, counters: Counters, ledger=None):
         self.counts = counters  # router-wide
+        self.ledger = ledger  # usage_ledger.UsageLedger: the counters of metered nodes
         self.nodes: dict[tuple[str, int], Node] = {}
         self.out2in: dict = {}  # out delivery -> [in delivery|None, in link, out link, node]
         self._buf = ffi.new("char[]", _MAX_MSG)
         self._bufsize = _MAX_MSG
 
     # -- nodes -------------------------------------------------------------------------------
-    def node(self, key: str, phase: int, multicast: bool, config=None) -> Node:
+    def node(self, key: str, phase: int, multicast: bool, config=None,
+             metered: bool = True) -> Node:
+        """The node of (key, phase), made if need be; a metered one counts into the usage
+        ledger, whose entry outlives it (dynamic `$temp` nodes are not metered)."""
         node = self.nodes.get((key, phase))
         if node is None:
-            node = self.nodes[(key, phase)] = Node(key, phase, multicast, config)
+            counts = None
+            if metered and self.ledger is not None:
+                counts = self.ledger.attach(key, phase, multicast)
+            node = self.nodes[(key, phase)] = Node(key, phase, multicast, config, counts)
         return node
 
     def drop_node_if_idle(self, node: Node) -> None:
         if not node.consumers and not node.producers and node.config is None:
             if self.nodes.get((node.key, node.phase)) is node:
                 self.nodes.pop((node.key, node.phase))
+                if self.ledger is not None:
+                    self.ledger.detach(node.key, node.phase)
 
     def add_consumer(self, node: Node, ls: LinkState) -> None:
         ls.node = node

@@ -24,6 +24,8 @@ class Management:
         self.hooks = {
             E.CONNECTOR: (engine.broker.connector_created, engine.broker.connector_deleted),
             E.AUTO_LINK: (engine.broker.autolink_created, engine.broker.autolink_deleted),
+            # an address's usage counters go with its configuration (once it has no node)
+            E.ADDRESS: (_nothing, engine.ledger.config_deleted),
         }
         # {(type, namePrefix): rows} of a paged QUERY under way, until its last page
         self._pages: dict[tuple, list] = {}
@@ -135,6 +137,10 @@ class Management:
                 names.extend(k for k in row if k not in names)
         return 200, "OK", {"attributeNames": names,
                            "results": [[row.get(n) for n in names] for row in rows]}
+
+
+def _nothing(entity: dict) -> None:
+    return None
 
 
 def _int(value, default: int) -> int:

@@ -21,22 +21,39 @@ def _outcomes(c) -> dict:
 
 
 def address_rows(engine) -> list[dict]:
+    """One row per address node and per usage ledger entry without a node (its counters
+    outlive the node). `countersEpoch` and `countersSince` are MaaS extensions: the identity
+    of the counter instance and when it began (UTC seconds); "" and None for a node the
+    ledger does not meter (`$temp`)."""
     rows = []
-    for (key, phase), node in engine.fwd.nodes.items():
-        ident = f"M{phase}{key}"
-        rows.append({
-            "name": ident, "identity": ident, "key": ident, "type": ROUTER_ADDRESS,
-            "address": key, "phase": phase,
-            "distribution": "multicast" if node.multicast else "balanced",
-            "inProcess": 0, "subscriberCount": len(node.consumers), "remoteCount": 0,
-            "containerCount": sum(1 for c in node.consumers if c.kind == "autolink"),
-            "deliveriesIngress": node.counts.ingress, "deliveriesEgress": node.counts.egress,
-            "bytesIngress": node.counts.bytes_in, "bytesEgress": node.counts.bytes_out,
-            "deliveriesTransit": 0, "deliveriesToContainer": 0, "deliveriesFromContainer": 0,
-            "undeliveredCount": len(node.backlog),
-            **_outcomes(node.counts),
-        })
+    nodes = engine.fwd.nodes
+    entries = engine.ledger.entries
+    for k, node in nodes.items():
+        rows.append(_address_row(k, node.multicast, node.counts, entries.get(k), node))
+    for k, entry in entries.items():
+        if k not in nodes:
+            rows.append(_address_row(k, entry.multicast, entry.counts, entry, None))
     return rows
+
+
+def _address_row(k, multicast: bool, c, entry, node) -> dict:
+    key, phase = k
+    ident = f"M{phase}{key}"
+    consumers = node.consumers if node is not None else ()
+    return {
+        "name": ident, "identity": ident, "key": ident, "type": ROUTER_ADDRESS,
+        "address": key, "phase": phase,
+        "distribution": "multicast" if multicast else "balanced",
+        "inProcess": 0, "subscriberCount": len(consumers), "remoteCount": 0,
+        "containerCount": sum(1 for link in consumers if link.kind == "autolink"),
+        "deliveriesIngress": c.ingress, "deliveriesEgress": c.egress,
+        "bytesIngress": c.bytes_in, "bytesEgress": c.bytes_out,
+        "deliveriesTransit": 0, "deliveriesToContainer": 0, "deliveriesFromContainer": 0,
+        "undeliveredCount": len(node.backlog) if node is not None else 0,
+        **_outcomes(c),
+        "countersEpoch": entry.epoch if entry is not None else "",
+        "countersSince": entry.since if entry is not None else None,
+    }
 
 
 def connection_rows(engine) -> list[dict]:

@@ -67,9 +67,11 @@ class Management:
             if op == "GET-TYPES":
                 return 200, "OK", {t: [] for t in list(store.types()) + list(views.TYPES)}
             if op == "GET-ATTRIBUTES":  # as qdrouterd: {type: [attribute names]}
-                return 200, "OK", {t: ["name", "identity", *E.SCHEMAS[t].defaults]
-                                   for t in store.types()
-                                   if t in E.SCHEMAS and (not etype or t == etype)}
+                found = {t: ["name", "identity", *E.SCHEMAS[t].defaults]
+                         for t in store.types() if t in E.SCHEMAS}
+                found.update(views.attribute_names())
+                return 200, "OK", {t: names for t, names in found.items()
+                                   if not etype or t == etype}
             if op in ("CREATE", "READ", "UPDATE", "DELETE") and not etype:
                 return 400, "Missing type", None
             if op == "CREATE":

@@ -5,6 +5,7 @@ import time
 from cproton_ffi import lib as L
 
 from . import entities as E
+from .counters import Counters
 
 ROUTER_ADDRESS = E.PREFIX + "router.address"
 CONNECTION = E.PREFIX + "connection"
@@ -112,3 +113,9 @@ _ROWS = {ROUTER_ADDRESS: address_rows, CONNECTION: connection_rows, LINK: link_r
 
 def rows(engine, etype: str) -> list[dict]:
     return _ROWS[etype](engine)
+
+
+def attribute_names() -> dict[str, list[str]]:
+    """GET-ATTRIBUTES of the operational types whose attributes a client must be able to look
+    for: router.address, so that an agent can tell this router keeps counters (countersEpoch)."""
+    return {ROUTER_ADDRESS: list(_address_row(("", 0), False, Counters(), None, None))}

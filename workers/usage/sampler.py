@@ -70,7 +70,7 @@ def read_router(router: endpoints.RouterEndpoint) -> RouterReading | None:
     mgmt = Management(url, router.admin_user, router.admin_password)
     try:
         addresses = mgmt.query(ROUTER_ADDRESS, ADDRESS_ATTRIBUTES)
-        if any(not row.get("countersEpoch") for row in addresses):
+        if "countersEpoch" not in mgmt.schema().get(ROUTER_ADDRESS, ()):
             run = _run(mgmt, url)
             if run is None:
                 return None

@@ -122,6 +122,25 @@ def test_multicast_counters_outlive_the_links(connect, mgmt):
     assert after["countersEpoch"] == before["countersEpoch"] != ""
 
 
+def test_multicast_counts_out_only_the_copies_a_receiver_had_credit_for(connect, mgmt):
+    # A receiver that takes nothing and leaves after 100 were sent: the copies within its
+    # credit went out to it; the others waited for credit and leave with it, never delivered,
+    # never counted.
+    r_conn, s_conn = connect(), connect()
+    receiver = r_conn.create_receiver("mc/credit", credit=5)
+    sender = s_conn.create_sender("mc/credit")
+    for i in range(100):
+        sender.send(Message(body=f"copy {i}"))  # the router settles a multicast send itself
+    pump_until(lambda: len(receiver.fetcher.incoming) >= 5, r_conn, s_conn)
+    r_conn.close()
+    s_conn.close()
+    wait_detached(mgmt, "mc/credit")
+    row = address_row(mgmt, "mc/credit")
+    # The client's window tops its credit up to about 10 as copies arrive: what went out is
+    # what it had credit for, a few tens at most, never the 100 (nor 1,000 queued copies).
+    assert row["deliveriesIngress"] == 100 and 5 <= row["deliveriesEgress"] <= 30
+
+
 def test_counting_goes_on_under_the_same_epoch_when_links_come_back(connect, mgmt):
     conns, _ = send_and_receive(connect, "any/again", 10)
     first = address_row(mgmt, "any/again")

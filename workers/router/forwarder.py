@@ -32,7 +32,7 @@ _TERMINAL = {ACCEPTED: "accepted", REJECTED: "rejected", RELEASED: "released",
 
 WINDOW = 250  # credit granted to a producer while somebody downstream can take messages
 _LOW = WINDOW // 2
-MULTICAST_QUEUE_LIMIT = 1000  # per consumer; beyond this pre-settled copies are dropped
+MULTICAST_QUEUE_LIMIT = 1000  # copies waiting for one consumer's credit; more are dropped
 _MAX_MSG = 1 << 20
 
 
@@ -41,7 +41,7 @@ class LinkState:
 
     __slots__ = ("pn", "conn", "sender", "kind", "node", "address", "peer", "unsettled",
                  "tags", "closed", "identity", "name", "autolink", "counts", "session",
-                 "__weakref__")
+                 "waiting", "__weakref__")
 
     _ids = 0
 
@@ -62,6 +62,7 @@ class LinkState:
         self.autolink = None
         self.session = None
         self.counts = Counters()
+        self.waiting = None  # a multicast consumer's copies beyond its credit: (data, size)
 
 
 class Node:
@@ -143,6 +144,10 @@ class Forwarder:
         node = ls.node
         if node is None:
             return
+        waiting = ls.waiting
+        while waiting and L.pn_link_credit(ls.pn) > 0:
+            data, n = waiting.popleft()
+            self._send(ls, data, n, None, None, True, node)
         backlog = node.backlog
         while backlog and L.pn_link_credit(ls.pn) > 0:
             data, n, in_d, in_ls, settled = backlog.popleft()
@@ -151,7 +156,7 @@ class Forwarder:
             self._send(ls, data, n, in_d, in_ls, settled, node)
         for p in node.producers:
             self.replenish(p)
-        if not backlog and L.pn_link_get_drain(ls.pn):
+        if not backlog and not waiting and L.pn_link_get_drain(ls.pn):
             L.pn_link_drained(ls.pn)
 
     # -- incoming ----------------------------------------------------------------------------
@@ -203,12 +208,23 @@ class Forwarder:
             L.pn_delivery_settle(d)
             node.counts.accepted += 1
             self.counts.accepted += 1
+        copy = None
         for c in node.consumers:
-            if L.pn_link_queued(c.pn) >= MULTICAST_QUEUE_LIMIT:
+            if L.pn_link_credit(c.pn) > 0 and not c.waiting:
+                self._send(c, self._buf, n, None, ls, True, node)
+                continue
+            # Beyond the receiver's credit a copy waits here, not in proton's link buffer: it
+            # is sent, and counted as delivered (egress, metered), only within credit, and a
+            # receiver that goes away takes its waiting copies with it uncounted.
+            if c.waiting is None:
+                c.waiting = deque()
+            if len(c.waiting) >= MULTICAST_QUEUE_LIMIT:
                 node.counts.dropped_presettled += 1
                 self.counts.dropped_presettled += 1
                 continue
-            self._send(c, self._buf, n, None, ls, True, node)
+            if copy is None:
+                copy = ffi.from_buffer(ffi.buffer(self._buf, n)[:])
+            c.waiting.append((copy, n))
 
     def _send(self, out: LinkState, data, n: int, in_d, in_ls: LinkState, settled, node) -> None:
         out.tags += 1
@@ -281,6 +297,7 @@ class Forwarder:
                     L.pn_delivery_update(entry[0], RELEASED)
                     L.pn_delivery_settle(entry[0])
             ls.unsettled.clear()
+            ls.waiting = None  # multicast copies it never had credit for: never delivered
             if node is not None and ls in node.consumers:
                 node.consumers.remove(ls)
                 if not node.consumers:

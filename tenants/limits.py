@@ -1,5 +1,5 @@
 """The usage limits of a tenant quota and the one breach rule, shared by the services and the
-live evaluation (workers/usage/live.py); tests/workers/test_live_quota_rules.py proves it equal
+live evaluation (workers/usage/live.py); tests/spark/test_live.py proves it equal
 to the Spark job's (spark/quota.py), which may import no app."""
 
 # Limit -> the tenant-day measure it is checked against (docs/usage.md, "Quotas").

@@ -6,6 +6,7 @@ operator's POST .../quota/evaluate/. It is an estimate with the job's rules; the
 next run is authoritative (docs/quotas.md).
 """
 import logging
+import os
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -83,6 +84,8 @@ def evaluate(tenant_id: int, now: datetime | None = None) -> dict:
     now = (now or timezone.now()).astimezone(UTC)
     start = live.day_start(now.date())
     cut = cut_of(start, now)
+    if not os.path.isdir(settings.MAAS_USAGE_STORE):  # the sampler writes a local directory
+        logger.warning("quota.live_no_store", extra={"store": settings.MAAS_USAGE_STORE})
     today = live.today_so_far(
         settings.MAAS_USAGE_STORE, tenant.slug, cut=cut, now=now,
         lookback=timedelta(seconds=LOOKBACK_INTERVALS * settings.MAAS_USAGE_SAMPLE_INTERVAL),

@@ -31,7 +31,7 @@ EVENT_TYPES: dict[str, EventType] = {
         _t("tenant.member_added", "username role"),
         _t("tenant.member_role_changed", "username role"),
         _t("tenant.member_removed", "username"),
-        _t("tenant.quota_changed", "quota"),
+        _t("tenant.quota_changed", "quota", "previous"),  # previous: since the quota API
         _t("tenant.throttled", "limits action"),
         _t("tenant.unthrottled", "reason"),
         _t("tenant.deleted", "slug spaces members"),

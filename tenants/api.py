@@ -1,6 +1,7 @@
 """REST API of tenants themselves: list the tenants you are a member of, create one (you become
-its owner), read one, delete one (owner). Members, invitations and the audit trail are in
-tenants/identity/api.py; address spaces and what is in them in config_service/api/."""
+its owner), read one, delete one (owner), and its quota (members read it, operators set it).
+Members, invitations and the audit trail are in tenants/identity/api.py; address spaces and what
+is in them in config_service/api/."""
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -12,8 +13,9 @@ from maas.core.context import of_request
 from maas.core.pagination import paged
 
 from .access import role_of, tenant_for, visible_tenants
+from .models import TenantQuota
 from .roles import Action
-from .services import create_tenant, delete_tenant
+from .services import create_tenant, delete_tenant, request_quota_evaluation, set_quota
 
 
 class TenantList(APIView):
@@ -49,3 +51,44 @@ class TenantDetail(APIView):
         t.refresh_from_db()
         return Response(resources.tenant(t, None, terminating_spaces=spaces),
                         status=status.HTTP_202_ACCEPTED)
+
+
+class TenantQuotaDetail(APIView):
+    @extend_schema(responses={200: schemas.TenantQuota, **READ},
+                   summary="The tenant's limits and whether it is throttled (members)")
+    def get(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.READ)
+        return Response(resources.tenant_quota(_quota(t)))
+
+    @extend_schema(request=schemas.TenantQuotaUpdate,
+                   responses={200: schemas.TenantQuota, **WRITE},
+                   summary="Set every limit (operators); usage is re-evaluated within seconds")
+    def put(self, request, tenant):
+        return self._set(request, tenant, partial=False)
+
+    @extend_schema(request=schemas.TenantQuotaPatch,
+                   responses={200: schemas.TenantQuota, **WRITE},
+                   summary="Set some limits (operators); usage is re-evaluated within seconds")
+    def patch(self, request, tenant):
+        return self._set(request, tenant, partial=True)
+
+    def _set(self, request, tenant, partial: bool):
+        t = tenant_for(request.user, tenant, Action.SET_QUOTA)
+        quota = set_quota(ctx=of_request(request), tenant=t,
+                          **resources.quota_spec(request.data, partial))
+        return Response(resources.tenant_quota(quota))
+
+
+class TenantQuotaEvaluate(APIView):
+    @extend_schema(request=None, responses={202: schemas.TenantQuota, **CHANGE},
+                   summary="Re-evaluate today's usage so far against the quota now (operators): "
+                           "throttles or releases the tenant within seconds")
+    def post(self, request, tenant):
+        t = tenant_for(request.user, tenant, Action.SET_QUOTA)
+        request_quota_evaluation(t)
+        return Response(resources.tenant_quota(_quota(t)), status=status.HTTP_202_ACCEPTED)
+
+
+def _quota(tenant) -> TenantQuota:
+    quota, _ = TenantQuota.objects.select_related("tenant").get_or_create(tenant=tenant)
+    return quota

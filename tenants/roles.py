@@ -2,7 +2,8 @@
 
 viewer reads; admin also reads the audit trail and manages address spaces, addresses and
 messaging users; owner also manages members, changes the plans of address spaces and deletes the
-tenant. Staff (operators) may do everything. docs/authorization.md shows the same table.
+tenant. Staff (operators) may do everything, and they alone set a tenant's quota: no role of
+the tenant, not even owner, may raise its own limits. docs/authorization.md shows the same table.
 """
 from enum import StrEnum
 
@@ -18,6 +19,11 @@ class Action(StrEnum):
     CHANGE_SPACE_PLAN = "change_space_plan"
     MANAGE_MEMBERS = "manage_members"
     DELETE_TENANT = "delete_tenant"
+    SET_QUOTA = "set_quota"
+
+
+# What only operators (staff) may do: tenant_for() lets staff do everything.
+OPERATOR_ONLY = frozenset({Action.SET_QUOTA})
 
 
 # Which role is higher: claims and invitations only ever raise a membership by this order.
@@ -29,7 +35,7 @@ ALLOWED: dict[str, frozenset[Action]] = {
         {Action.READ, Action.READ_AUDIT, Action.MANAGE_ADDRESSES, Action.MANAGE_USERS,
          Action.MANAGE_SPACES}
     ),
-    Role.OWNER: frozenset(Action),
+    Role.OWNER: frozenset(Action) - OPERATOR_ONLY,
 }
 
 

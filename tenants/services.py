@@ -1,14 +1,22 @@
 """Service functions for tenants, members and quotas; each records a tenant config event."""
+import logging
+import math
+from collections.abc import Callable
+
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from config_service import services as config
 from config_service import validation
+from config_service.models import ConfigEvent
 from maas.core.context import Context
 from maas.core.errors import Conflict, Invalid, NotFound
 
+from .limits import USAGE_LIMITS, breached
 from .models import QUOTA_FIELDS, SLUG, Invitation, Membership, Role, Tenant, TenantQuota
+
+logger = logging.getLogger(__name__)
 
 
 def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
@@ -107,19 +115,69 @@ def remove_member(*, ctx: Context, tenant: Tenant, username: str) -> None:
     _event(tenant, "tenant.member_removed", {"username": username}, ctx)
 
 
+# The live re-evaluation of a tenant's quota (workers.usage.live_quota), registered by workers at
+# start-up (workers/apps.py): tenants sits below workers and never imports it.
+_evaluate_quota: Callable[[int], None] | None = None
+
+
+def register_quota_evaluation(evaluate: Callable[[int], None]) -> None:
+    """Installs `evaluate(tenant_id)`, called after commit of every quota change."""
+    global _evaluate_quota
+    _evaluate_quota = evaluate
+
+
+def request_quota_evaluation(tenant: Tenant) -> bool:
+    """After commit, has the tenant's usage today so far evaluated against its quota, throttling
+    or releasing it; False when nothing is registered (the next usage job run evaluates it)."""
+    evaluate, tenant_id = _evaluate_quota, tenant.pk
+    if evaluate is None:
+        logger.warning("quota.evaluation_unregistered", extra={"tenant": tenant.slug})
+        return False
+    transaction.on_commit(lambda: evaluate(tenant_id), robust=True)
+    return True
+
+
+def _check_limit(field: str, value) -> None:
+    """A limit is null (none) or a non-negative number its column holds (credits: any finite
+    number; the others: integers)."""
+    if value is None:
+        return
+    if field == "max_credits":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                math.isfinite(value) and value >= 0):
+            raise Invalid("must be null (no limit) or a non-negative number", f"spec.{field}")
+        return
+    _, high = connection.ops.integer_field_range(
+        TenantQuota._meta.get_field(field).get_internal_type())
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise Invalid(f"must be null (no limit) or an integer from 0 to {high}", f"spec.{field}")
+
+
 @transaction.atomic
 def set_quota(*, ctx: Context, tenant: Tenant, **limits) -> TenantQuota:
-    unknown = set(limits) - set(QUOTA_FIELDS)
-    if unknown:
-        raise Invalid(f"unknown quota fields {sorted(unknown)}", sorted(unknown)[0])
-    quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
+    """Sets some of the tenant's limits (None: no limit); the rest stay.
+
+    Records `tenant.quota_changed` with the limits before and after, then has the tenant's usage
+    today re-evaluated live. Nothing changes on an error; the same values again record nothing.
+    """
     for field, value in limits.items():
-        if value is not None and (isinstance(value, bool) or value < 0):
-            raise Invalid("must be empty or a non-negative number", field)
+        if field not in QUOTA_FIELDS:
+            raise Invalid(f"unknown quota field; the limits are {', '.join(QUOTA_FIELDS)}",
+                          f"spec.{field}")
+        _check_limit(field, value)
+    quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
+    before = {f: getattr(quota, f) for f in QUOTA_FIELDS}
+    if limits.get("max_credits") is not None:
+        limits["max_credits"] = float(limits["max_credits"])
+    after = {**before, **limits}
+    if after == before:
+        return quota
+    for field, value in limits.items():
         setattr(quota, field, value)
-    quota.save()
-    _event(tenant, "tenant.quota_changed",
-           {"quota": {f: getattr(quota, f) for f in QUOTA_FIELDS}}, ctx)
+    quota.save(update_fields=list(limits))
+    _event(tenant, "tenant.quota_changed", {"quota": after, "previous": before}, ctx)
+    if any(after[f] != before[f] for f in USAGE_LIMITS):
+        request_quota_evaluation(tenant)
     return quota
 
 
@@ -127,13 +185,19 @@ def set_quota(*, ctx: Context, tenant: Tenant, **limits) -> TenantQuota:
 def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
     """Throttles a tenant over quota (unless an operator override is active); True if changed.
 
-    `limits` are the breached limits: [{"limit", "used", "limit_value"}]. The routers of the
-    tenant's standard spaces then refuse new senders, without any restart.
+    `limits` are the breached limits: [{"limit", "used", "limit_value"}]. Each is checked again
+    against the tenant's limit now, since a caller may have measured against one an operator
+    has changed since (the usage job reads them as it starts): only those still breached
+    throttle. The routers of the tenant's standard spaces then refuse new senders, without
+    any restart.
     """
     quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
     if quota.override_until and quota.override_until > timezone.now():
         return False
-    if quota.throttled and quota.throttled_limits == limits:
+    limits = [{**entry, "limit_value": getattr(quota, entry["limit"])} for entry in limits
+              if entry["limit"] in USAGE_LIMITS
+              and breached(entry["used"], getattr(quota, entry["limit"]))]
+    if not limits or (quota.throttled and quota.throttled_limits == limits):
         return False
     quota.throttled, quota.throttled_limits = True, limits
     quota.save(update_fields=["throttled", "throttled_limits"])
@@ -143,16 +207,30 @@ def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
 
 
 @transaction.atomic
-def unthrottle(*, ctx: Context, tenant: Tenant, reason: str, override_until=None) -> bool:
-    """Lifts a throttle: usage is back under quota, or an operator overrides it."""
+def unthrottle(*, ctx: Context, tenant: Tenant, reason: str, override_until=None,
+               measured_before=None) -> bool:
+    """Lifts a throttle: usage is back under quota, or an operator overrides it.
+
+    `measured_before`: when the caller's usage figures were read (the usage job: as its run
+    began). A throttle decided later, on newer figures (a live evaluation), then stays.
+    """
     quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
     if override_until is not None:
         quota.override_until = override_until
         quota.save(update_fields=["override_until"])
     if not quota.throttled:
         return False
+    if measured_before is not None and _throttled_after(tenant, measured_before):
+        return False
     quota.throttled, quota.throttled_limits = False, []
     quota.save(update_fields=["throttled", "throttled_limits"])
     _event(tenant, "tenant.unthrottled", {"reason": reason}, ctx)
     config.wake_tenant_spaces(tenant)  # enforcement lives in the routers
     return True
+
+
+def _throttled_after(tenant: Tenant, moment) -> bool:
+    """Whether the tenant's current throttle (its last tenant.throttled) was decided after."""
+    at = (ConfigEvent.objects.filter(tenant=tenant, type="tenant.throttled")
+          .order_by("-position").values_list("created_at", flat=True).first())
+    return at is not None and at > moment

@@ -6,14 +6,18 @@ class WorkersConfig(AppConfig):
     verbose_name = "Workers and agents"
 
     def ready(self) -> None:
-        # config_service sits below workers and never imports it: workers plugs in the
-        # after-commit fan-out and the data-plane reads here (docs/architecture.md, "Layers").
+        # config_service and tenants sit below workers and never import it: workers plugs in
+        # the after-commit fan-out, the live quota evaluation and the data-plane reads here
+        # (docs/architecture.md, "Layers").
         from config_service import dataplane, fanout
+        from tenants import services as tenant_services
 
         from . import dispatch
         from .agents import base, installed
         from .dataplane import WorkersDataPlane
+        from .usage import live_quota
 
         fanout.register(dispatch.notify_space)
+        tenant_services.register_quota_evaluation(live_quota.queue_evaluation)
         dataplane.register(WorkersDataPlane())
         base.install(installed.installed_agents)

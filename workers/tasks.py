@@ -201,3 +201,12 @@ def run_usage_job(self, day: str | None = None) -> str:
         return run_day(when).status
     except Exception as exc:
         raise self.retry(exc=exc, countdown=300 * (self.request.retries + 1)) from exc
+
+
+@shared_task(name="maas.workers.evaluate_quota", acks_late=True)
+def evaluate_quota(tenant_id: int) -> dict:
+    """Re-evaluates one tenant's quota on today's usage so far, without Spark, and throttles or
+    releases it at once (workers/usage/live_quota.py); queued after a quota change."""
+    from .usage.live_quota import evaluate
+
+    return evaluate(tenant_id)

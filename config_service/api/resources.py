@@ -5,6 +5,7 @@ from urllib.parse import quote
 from django.conf import settings
 
 from maas.core.errors import Invalid
+from tenants.models import QUOTA_FIELDS
 
 from .. import dataplane
 from ..status import address_status, agents_needed, space_status
@@ -134,6 +135,22 @@ def tenant(t, role: str | None, terminating_spaces: list[str] | None = None) -> 
     }
 
 
+def tenant_quota(quota) -> dict:
+    """A tenant's limits (spec: operators set them) and their enforcement (status)."""
+    return {
+        "apiVersion": MAAS_API,
+        "kind": "TenantQuota",
+        "metadata": {"name": quota.tenant.slug},
+        "spec": {field: getattr(quota, field) for field in QUOTA_FIELDS},
+        "status": {
+            "throttled": quota.throttled,
+            "throttledLimits": quota.throttled_limits,
+            "throttleAction": quota.throttle_action,
+            "overrideUntil": _ts(quota.override_until) if quota.override_until else None,
+        },
+    }
+
+
 def address_space_plan(plan) -> dict:
     return {
         "apiVersion": ADMIN_API,
@@ -203,6 +220,21 @@ def read(body, kind: str) -> tuple[dict, dict]:
     if not isinstance(spec, dict):
         raise Invalid("must be an object", "spec")
     return metadata, spec
+
+
+def quota_spec(body, partial: bool) -> dict:
+    """The limits of a posted TenantQuota: every one for PUT, some for PATCH; the service
+    checks their values."""
+    _, spec = read(body, "TenantQuota")
+    for key in spec:
+        if key not in QUOTA_FIELDS:
+            raise Invalid(f"unknown quota field; the limits are {', '.join(QUOTA_FIELDS)}",
+                          f"spec.{key}")
+    missing = [field for field in QUOTA_FIELDS if field not in spec]
+    if missing and not partial:
+        raise Invalid("PUT sets every limit (null: no limit); PATCH changes some",
+                      f"spec.{missing[0]}")
+    return spec
 
 
 def expected_version(request, metadata: dict):

@@ -14,6 +14,7 @@ from openapi_spec_validator import validate
 
 from config_service import services
 from config_service.limits import MAX_BODY_BYTES
+from tenants.services import throttle
 from tests.conftest import CTX, address_manifest, b64, client_for, make_user, space_manifest
 from workers.usage.job import store
 
@@ -202,3 +203,22 @@ def test_members_invitations_and_audit(tenant, clients, conform):
     staff = client_for(make_user("root", staff=True))
     conform(staff.get(f"/api/v1/audit/?tenant={tenant.slug}&limit=3"), 200)
     conform(staff.get("/api/v1/tenants/"), 200)  # a staff member's role is null
+
+
+def test_the_tenant_quota(tenant, clients, conform):
+    base = f"/api/v1/tenants/{tenant.slug}/quota/"
+    staff = client_for(make_user("ops", staff=True))
+    conform(clients["viewer"].get(base), 200)
+    conform(staff.patch(base, {"spec": {"messages_per_day": 10, "max_credits": 1.5}},
+                        format="json"), 200)
+    conform(staff.put(base, {"spec": {"messages_per_day": 10}}, format="json"), 400)
+    conform(clients["owner"].patch(base, {"spec": {"messages_per_day": None}}, format="json"),
+            403)
+    conform(clients["outsider"].get(base), 404)
+    conform(staff.post(base + "evaluate/"), 202)
+    throttle(ctx=CTX, tenant=tenant, limits=[{"limit": "messages_per_day", "used": 11,
+                                              "limit_value": 10}])
+    throttled = conform(clients["viewer"].get(base), 200)
+    assert throttled["status"]["throttledLimits"][0]["used"] == 11
+    usage = conform(clients["viewer"].get(f"/api/v1/tenants/{tenant.slug}/usage/"), 200)
+    assert usage["quota"]["throttledLimits"] == throttled["status"]["throttledLimits"]

@@ -31,7 +31,7 @@ def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
     viewer.email = "vera@example.com"
     viewer.save()
     steps = [
-        lambda: set_quota(ctx=ctx, tenant=tenant, max_addresses=500),
+        lambda: set_quota(ctx=ctx, tenant=tenant, max_addresses=500, messages_per_day=1),
         lambda: add_member(ctx=ctx, tenant=tenant, user=viewer, role=Role.ADMIN),
         lambda: remove_member(ctx=ctx, tenant=tenant, username=viewer.username),
         lambda: throttle(ctx=ctx, tenant=tenant, limits=[

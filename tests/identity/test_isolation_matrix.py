@@ -69,6 +69,9 @@ DOCUMENTED = {
     ("invitation-detail", "delete"): Action.MANAGE_MEMBERS,
     ("tenant-detail", "delete"): Action.DELETE_TENANT,
     ("tenant-audit", "get"): Action.READ_AUDIT,
+    ("tenant-quota", "put"): Action.SET_QUOTA,
+    ("tenant-quota", "patch"): Action.SET_QUOTA,
+    ("tenant-quota-evaluate", "post"): Action.SET_QUOTA,
 }
 
 
@@ -90,6 +93,12 @@ BODIES = {
     ("member-detail", "put"): lambda: {"spec": {"role": "admin"}},
     ("member-detail", "patch"): lambda: {"spec": {"role": "admin"}},
     ("invitation-list", "post"): lambda: {"spec": {"email": "new@example.com", "role": "viewer"}},
+    ("tenant-quota", "put"): lambda: {"spec": {
+        "max_address_spaces": 5, "max_addresses": 50, "max_messaging_users": 5, "max_credits": 2,
+        "messages_per_day": 10**6, "bytes_per_day": None, "stored_bytes": None,
+        "peak_connections": 10}},
+    ("tenant-quota", "patch"): lambda: {"spec": {"messages_per_day": 10**6}},
+    ("tenant-quota-evaluate", "post"): dict,
 }
 
 

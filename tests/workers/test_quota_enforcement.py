@@ -10,6 +10,7 @@ from proton.utils import BlockingConnection, LinkDetached
 from config_service import services
 from config_service.models import ConfigEvent
 from tenants import services as tenant_services
+from tenants.models import TenantQuota
 from tests.conftest import CTX, b64
 from tests.workers.conftest import sync
 
@@ -18,6 +19,7 @@ PASSWORD = "app-password"
 
 @pytest.fixture
 def space(tenant):
+    TenantQuota.objects.filter(tenant=tenant).update(messages_per_day=1000)  # BREACH's limit
     s = services.create_address_space(ctx=CTX, tenant=tenant, name="quota", type="standard",
                                       plan="standard-small")
     services.create_address(ctx=CTX, space=s, address="orders", type="queue",

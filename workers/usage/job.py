@@ -78,8 +78,10 @@ _TABLES = {
 }
 
 
-def enforce(day: datetime.date) -> dict[str, int]:
-    """Throttles tenants with a breached limit on `day`, lifts it from those without one."""
+def enforce(day: datetime.date, measured_before=None) -> dict[str, int]:
+    """Throttles tenants with a breached limit on `day`, lifts it from those without one;
+    `measured_before`: when the run read its figures, so that it keeps a throttle the live
+    evaluation (docs/quotas.md) decided later, on newer figures."""
     breached: dict[int, list[dict]] = {}
     for q in QuotaEvaluation.objects.filter(day=day, breached=True).order_by("limit"):
         breached.setdefault(q.tenant_id, []).append(
@@ -91,7 +93,8 @@ def enforce(day: datetime.date) -> dict[str, int]:
     for quota in (TenantQuota.objects.filter(throttled=True, tenant__deleted_at__isnull=True)
                   .exclude(tenant_id__in=breached)):
         changed["unthrottled"] += tenant_services.unthrottle(
-            ctx=ACTOR, tenant=quota.tenant, reason="usage back under quota")
+            ctx=ACTOR, tenant=quota.tenant, reason="usage back under quota",
+            measured_before=measured_before)
     return changed
 
 
@@ -106,7 +109,7 @@ def run_day(day: datetime.date, spark=None) -> UsageJobRun:
         tables = nightly.run(spark or get_session("maas-usage"), settings.MAAS_USAGE_STORE,
                              day, tenants, quotas, history)
         run.rows = store(day, tables)
-        run.rows.update(enforce(day))
+        run.rows.update(enforce(day, measured_before=run.started_at))
         run.status = UsageJobRun.SUCCEEDED
     except Exception:
         run.status = UsageJobRun.FAILED

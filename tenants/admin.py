@@ -23,8 +23,17 @@ class MembershipInline(admin.TabularInline):
 
 
 class QuotaInline(admin.StackedInline):
+    """Read-only: limits are set through the quota API (tenants.services.set_quota), which
+    records tenant.quota_changed and re-evaluates the tenant live (docs/quotas.md)."""
+
     model = TenantQuota
     can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Tenant)

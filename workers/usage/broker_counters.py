@@ -26,8 +26,8 @@ ObjectCounters, cumulative for the object's life on this node (`epoch`, `since`)
   `messages_out` = publish_out: the copies it routed into queues (subscriptions and receivers'
   temporary queues, through exchange-to-exchange bindings too).
 - gauges (queues): `stored_messages` = messages (ready + unacknowledged), `stored_bytes` =
-  message_bytes (the stored message sizes: for AMQP 1.0, the encoded sections after the
-  header and annotations), from one row. RabbitMQ writes the counts and the bytes to two
+  message_bytes (the stored message sizes: for an AMQP 1.0 message with only a body, its
+  encoded body section), from one row. RabbitMQ writes the counts and the bytes to two
   tables in one emission but its collector copies them apart: while a queue changes, a row
   may pair counts and bytes up to one stats interval apart (seen: 98 messages with 0 bytes);
   once a queue is still for a stats interval they agree (after a drain: both 0). A row that

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
 from config_service.status import ROUTER_ONLY_TYPES
+from tenants.models import TenantQuota
 
 from .. import credentials, endpoints
 from ..agents.base import Agent, Report, TransientError, pending_events
@@ -53,7 +54,9 @@ def stored_addresses(space: AddressSpace) -> list[Address]:
 
 
 def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
-    state = VhostState(vhost=space.vhost,
+    # Read at every reconcile: a throttle changes no config event, it wakes the agents.
+    throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
+    state = VhostState(vhost=space.vhost, throttled=throttled,
                        max_connections=space.plan_status.get("maxConnections"))
     for a in stored_addresses(space) if addresses is None else addresses:
         ps, spec = a.plan_status, a.spec

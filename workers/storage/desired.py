@@ -51,3 +51,4 @@ class VhostState:
     topics: list[BrokerTopic] = field(default_factory=list)
     users: list[BrokerUser] = field(default_factory=list)
     max_connections: int | None = None
+    throttled: bool = False  # the tenant is over quota: its users may not publish

@@ -213,6 +213,11 @@ class RabbitMQApi:
     def delete_permissions(self, vhost: str, user: str) -> None:
         self.request("DELETE", f"/permissions/{_q(vhost)}/{_q(user)}", missing_ok=True)
 
+    # connections
+    def close_user_connections(self, user: str) -> None:
+        """Closes every connection of the user (clients see CONNECTION_FORCED)."""
+        self.request("DELETE", f"/connections/username/{_q(user)}", missing_ok=True)
+
     def list_topic_permissions(self, vhost: str) -> list[dict]:
         return self._list(f"/vhosts/{_q(vhost)}/topic-permissions")
 

@@ -49,6 +49,11 @@ FANOUT_PREFIX = "$maas.all."
 POLICY_PREFIX = "$maas.q."
 POLICY_PRIORITY = 1000  # only one policy applies to a queue: ours must win over others
 AMQ_DEFAULT = r"amq\.default"  # the name RabbitMQ checks for the default exchange
+# The creation time (Unix ms) stamped on each queue and topic exchange (an argument) and vhost
+# (a tag) MaaS creates: RabbitMQ's counters of an object start again when it is recreated, and
+# usage metering needs to tell (workers/usage/broker_counters.py).
+INCARNATION_ARG = "x-maas-created"
+INCARNATION_TAG_PREFIX = "maas-created-"
 TEMP_QUEUES = r"amq\.gen-.*"  # server-named queues of AMQP 1.0 receivers on /exchange/T/K
 
 # Why a message was dead-lettered (x-first-death-reason) -> which target handles it.
@@ -90,8 +95,13 @@ def _permission_regex(bodies: list[str], internal: list[str] | None = None) -> s
     return "|".join(alternatives)
 
 
-def user_permissions(user: BrokerUser, queues: list[str], topics: list[str]) -> dict[str, str]:
+def user_permissions(user: BrokerUser, queues: list[str], topics: list[str],
+                     throttled: bool = False) -> dict[str, str]:
     """RabbitMQ configure/write/read regexes for a user's EnMasse send/recv/manage rights.
+
+    `throttled` (the tenant is over quota): write on no exchange, so the user publishes
+    nothing; it keeps write on its temporary queues, which binding them (receiving from a
+    topic) needs. The router's own login is never throttled here (the router enforces it).
 
     RabbitMQ checks write on the *exchange* a message is published to; AMQP 1.0 sends to
     `/amq/queue/Q` go through the default exchange, so any right to send to one queue grants
@@ -107,6 +117,8 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str]) -> 
     recv_topic = any(pattern_matches(p, t) for p in user.recv for t in topics)
     temp = [TEMP_QUEUES] if recv_topic else []  # receiving from a topic declares a temp queue
     write = ([AMQ_DEFAULT] if sends_to_queue else []) + [pattern_regex(p) for p in send_topics]
+    if throttled and not user.router:
+        write = []
     read = [pattern_regex(p) for p in user.recv]
     configure: list[str] = []
     if user.manage:
@@ -155,6 +167,7 @@ class DesiredObjects:
     users: dict[str, BrokerUser] = field(default_factory=dict)
     permissions: dict[str, dict] = field(default_factory=dict)  # user -> regexes
     owner: dict[str, str] = field(default_factory=dict)  # "queue:x" etc. -> address
+    throttled: set[str] = field(default_factory=set)  # users whose write the throttle took
     errors: dict[str, str] = field(default_factory=dict)  # address -> problem in the state
     user_errors: dict[str, str] = field(default_factory=dict)
 
@@ -269,6 +282,8 @@ def desired_objects(state: VhostState) -> DesiredObjects:
             continue
         d.users[user.username] = user
         d.permissions[user.username] = user_permissions(
-            user, sorted(queue_names), sorted(topics)
+            user, sorted(queue_names), sorted(topics), state.throttled
         )
+        if state.throttled and not user.router:
+            d.throttled.add(user.username)
     return d

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -19,6 +20,8 @@ from .desired import BrokerUser, VhostState
 from .rabbitmq_api import HASHING_ALGORITHM, BrokerError, RabbitMQApi
 from .rabbitmq_objects import (
     DLX_EXCHANGE,
+    INCARNATION_ARG,
+    INCARNATION_TAG_PREFIX,
     OWNER_ARG,
     OWNER_TAG,
     POLICY_PREFIX,
@@ -81,6 +84,7 @@ class ApplyResult:
     created: list[str] = field(default_factory=list)  # "queue:orders", "user:bob@space", ...
     updated: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)  # "connections:bob@space" (throttled)
     errors: dict[str, str] = field(default_factory=dict)  # address -> message
     user_errors: dict[str, str] = field(default_factory=dict)  # broker username -> message
     vhost_errors: list[str] = field(default_factory=list)  # e.g. the connection limit
@@ -119,8 +123,9 @@ class BrokerReconciler:
         result.user_errors.update(desired.user_errors)
         actual = self._observe(state.vhost, desired)
         if actual.vhost is None:
+            tags = (OWNER_TAG, f"{INCARNATION_TAG_PREFIX}{_now_ms()}")
             self._do(result, "created", "vhost:" + state.vhost, None, self.api.put_vhost,
-                     state.vhost, VHOST_DESCRIPTION, (OWNER_TAG,))
+                     state.vhost, VHOST_DESCRIPTION, tags)
             if result.vhost_errors:
                 return result
             actual = self._observe(state.vhost, desired)
@@ -292,8 +297,11 @@ class BrokerReconciler:
                 elif have["type"] != spec["type"]:
                     self._error(result, address, f"exchange {name!r} has type {have['type']}")
                 continue
+            args = {OWNER_ARG: True}
+            if address == name:  # a topic's own exchange: metered (see INCARNATION_ARG)
+                args[INCARNATION_ARG] = _now_ms()
             self._do(result, "created", "exchange:" + name, address, self.api.put_exchange,
-                     v, name, spec["type"], {OWNER_ARG: True}, True, spec["internal"])
+                     v, name, spec["type"], args, True, spec["internal"])
 
     def _converge_policies(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         for name, spec in desired.policies.items():
@@ -309,7 +317,7 @@ class BrokerReconciler:
             have = actual.queues.get(name)
             if have is None:
                 self._do(result, "created", "queue:" + name, name, self.api.put_queue,
-                         v, name, args)
+                         v, name, {**args, INCARNATION_ARG: _now_ms()})
                 continue
             problem = _queue_problem(have, args)
             if problem:
@@ -350,9 +358,24 @@ class BrokerReconciler:
             perms = desired.permissions[name]
             current = actual.permissions.get(name)
             if current is None or any(current.get(k) != perms[k] for k in perms):
-                self._do(result, "updated" if current else "created", "permissions:" + name,
-                         None, self.api.put_permissions, v, name, perms["configure"],
-                         perms["write"], perms["read"], user=name)
+                ok = self._do(result, "updated" if current else "created",
+                              "permissions:" + name, None, self.api.put_permissions, v, name,
+                              perms["configure"], perms["write"], perms["read"], user=name)
+                if (ok and current is not None and name in desired.throttled
+                        and current.get("write") != perms["write"]):
+                    self._cut_off(v, name, current, result)
+
+    def _cut_off(self, v, name: str, previous: dict, result: ApplyResult) -> None:
+        """Closes the throttled user's connections: RabbitMQ checks write once per channel and
+        caches the answer, so open senders would go on sending; clients reconnect under the new
+        permission. Only when the permission changed, so a steady apply kicks nobody; should the
+        close fail, the previous permission goes back, so that the next apply does both again."""
+        if self._do(result, "closed", "connections:" + name, None,
+                    self.api.close_user_connections, name, user=name):
+            return
+        self._do(result, "updated", "permissions:" + name, None, self.api.put_permissions, v,
+                 name, previous.get("configure", ""), previous.get("write", ""),
+                 previous.get("read", ""), user=name)
 
     def _delete_stale(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         owned_sources = {n for n, x in actual.exchanges.items() if _owned(x)}
@@ -471,6 +494,10 @@ class BrokerReconciler:
             result.vhost_errors.append(message)
         else:
             result.errors.setdefault(address, message)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None

@@ -1,0 +1,231 @@
+"""Brokered metering against the real RabbitMQ (no Django): what `broker_counters.read_broker`
+reports equals what real clients did, once the statistics settle (docs/storage.md, "Brokered
+metering"). Each test works in a vhost of its own, made by the reconciler and removed after.
+"""
+import time
+import uuid
+
+import pytest
+from proton import Message
+
+from tests.storage.clients import (
+    AMQP_PORT,
+    API_PASSWORD,
+    API_URL,
+    API_USER,
+    MQTT_PORT,
+    CountingProxy,
+    Mqtt,
+    amqp,
+)
+from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+from workers.storage.rabbitmq import BrokerReconciler, RabbitMQApi, broker_username, hash_password
+from workers.usage.broker_counters import EpochMemory, read_broker
+
+PASSWORD = "meter-pw"
+BODY = "x" * 100
+# What RabbitMQ stores of Message(body=BODY) from proton: the amqp-value section, i.e. its
+# descriptor (3 octets), str8-utf8 code and length (2) and the 100 characters.
+STORED_SIZE = 105
+STATS_INTERVAL = 5.0  # RabbitMQ's collect_statistics_interval (default; not set here)
+
+
+@pytest.fixture(scope="module")
+def api():
+    client = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=10)
+    client.request("GET", "/overview")  # the set-up starts RabbitMQ: unreachable is a failure
+    yield client
+    client.close()
+
+
+def space(vhost: str) -> VhostState:
+    """A queue, a topic with a subscription, and a user who may send and receive anything."""
+    app = BrokerUser(broker_username(vhost, "app"), hash_password(PASSWORD),
+                     send=("*",), recv=("*",))
+    return VhostState(vhost, users=[app], topics=[BrokerTopic("news")], queues=[
+        BrokerQueue("orders", "queue"), BrokerQueue("news::s1", "subscription", topic="news")])
+
+
+@pytest.fixture
+def vhost(api):
+    name = "maas-test-meter-" + uuid.uuid4().hex[:8]
+    result = BrokerReconciler(api).apply(space(name))
+    assert result.ok, result
+    yield name
+    BrokerReconciler(api).teardown(name)
+
+
+def login(vhost: str) -> str:
+    return broker_username(vhost, "app")
+
+
+def counters(api, vhost: str, memory: EpochMemory | None = None):
+    return read_broker(api, memory).vhosts[vhost]
+
+
+def settle(api, vhost: str, done, timeout: float = 4 * STATS_INTERVAL):
+    """The first reading of the vhost for which `done(reading)` holds, and how long it took."""
+    start = time.monotonic()
+    while True:
+        reading = counters(api, vhost)
+        if done(reading):
+            return reading, time.monotonic() - start
+        assert time.monotonic() - start < timeout, f"not settled in {timeout} s: {reading}"
+        time.sleep(0.2)
+
+
+def send(vhost: str, address: str, n: int, port: int = AMQP_PORT) -> None:
+    """n messages, each settled by the broker; the connection closes at once after."""
+    conn = amqp(vhost, login(vhost), PASSWORD, port)
+    sender = conn.create_sender(address)
+    for _ in range(n):
+        sender.send(Message(body=BODY))
+    conn.close()
+
+
+def take(vhost: str, queue: str, m: int, prefetch: int) -> None:
+    """Accepts m messages through a receiver that keeps `prefetch` credit out (so the broker
+    delivers more than m; those go back to the queue when the connection closes)."""
+    conn = amqp(vhost, login(vhost), PASSWORD)
+    receiver = conn.create_receiver(f"/amq/queue/{queue}", credit=prefetch)
+    for _ in range(m):
+        receiver.receive(timeout=10)
+        receiver.accept()
+    conn.close()
+
+
+def test_queue_messages_in_and_out_are_exact_once_the_stats_settle(api, vhost):
+    n, m = 37, 12
+    for _ in range(3):  # three connections, each closed right after its last message
+        send(vhost, "/amq/queue/orders", n)
+    take(vhost, "orders", m, prefetch=30)
+    seen = []
+
+    def exact(v):
+        q = v.queues["orders"]
+        seen.append((q.messages_in, q.messages_out))
+        return (q.messages_in, q.messages_out, q.stored_messages) == (3 * n, m, 3 * n - m)
+
+    v, lag = settle(api, vhost, exact)
+    print(f"\ncounters settled {lag:.1f} s after the last client closed")
+    q = v.queues["orders"]
+    assert q.stored_bytes == (3 * n - m) * STORED_SIZE
+    assert q.deliveries > m  # the prefetched deliveries, returned at detach, are not "out"
+    assert (v.messages_in, v.messages_out) == (3 * n, m)  # the vhost's totals agree
+    # A reading before the statistics settled is behind, never ahead.
+    assert all(i <= 3 * n and o <= m for i, o in seen)
+
+
+def test_a_topic_counts_what_was_published_and_the_copies_it_routed(api, vhost):
+    conn = amqp(vhost, login(vhost), PASSWORD)
+    receiver = conn.create_receiver("/exchange/news/eu.sport", credit=20)  # a temporary queue
+    time.sleep(0.2)  # its binding is in place once the attach is answered
+    send(vhost, "/exchange/news/eu.sport", 9)
+    send(vhost, "/exchange/news/us.sport", 4)  # only the subscription's `#` matches these
+    for _ in range(9):
+        receiver.receive(timeout=10)
+        receiver.accept()
+    conn.close()
+
+    v, _ = settle(api, vhost, lambda v: v.exchanges["news"].messages_out == 9 + 13
+                  and v.queues["news::s1"].messages_in == 13)
+    news = v.exchanges["news"]
+    assert (news.messages_in, news.messages_out) == (13, 22)  # 13 copies to s1, 9 to receiver
+    assert news.stored_messages is None and news.stored_bytes is None  # exchanges store nothing
+    assert v.queues["news::s1"].stored_messages == 13
+    assert v.messages_in == 13  # the vhost counts publishes, not copies
+
+
+def test_stored_gauges_agree_at_rest_and_read_zero_together_after_a_drain(api, vhost):
+    send(vhost, "/amq/queue/orders", 300)
+    v, _ = settle(api, vhost, lambda v: v.queues["orders"].stored_messages == 300)
+    assert v.queues["orders"].stored_bytes == 300 * STORED_SIZE
+    take(vhost, "orders", 300, prefetch=300)
+
+    v, _ = settle(api, vhost, lambda v: v.queues["orders"].stored_messages == 0
+                  and v.queues["orders"].stored_bytes == 0)
+    # Once drained, the pair stays (0, 0) in every reading.
+    end = time.monotonic() + 2 * STATS_INTERVAL
+    while time.monotonic() < end:
+        q = counters(api, vhost).queues["orders"]
+        assert (q.stored_messages, q.stored_bytes) == (0, 0)
+        time.sleep(0.25)
+
+
+def mqtt_through(proxy: CountingProxy, vhost: str, client_id: str) -> Mqtt:
+    return Mqtt(f"{vhost}:{login(vhost)}", PASSWORD, client_id, port=proxy.port)
+
+
+def test_mqtt_connection_octets_equal_a_counting_proxy_and_survive_the_close(api, vhost):
+    proxy = CountingProxy(("127.0.0.1", MQTT_PORT))
+    client = mqtt_through(proxy, vhost, "meter-1")
+    for i in range(25):
+        client.publish("news/eu", b"m" * 300, qos=1, packet_id=i + 1)  # PUBACKed: it arrived
+    v, lag = settle(api, vhost, lambda v: (v.bytes_in, v.bytes_out) == proxy.counted())
+    print(f"\noctets equal the proxy's {lag:.1f} s after the last PUBACK: {proxy.counted()}")
+    client.close()  # no DISCONNECT: nothing more passes
+    time.sleep(2 * STATS_INTERVAL)
+    v = counters(api, vhost)
+    assert (v.bytes_in, v.bytes_out) == proxy.counted()  # the closed connection still counts
+    assert v.connections == 0
+
+
+def test_octets_moved_just_before_a_close_are_not_counted(api, vhost):
+    proxy = CountingProxy(("127.0.0.1", MQTT_PORT))
+    client = mqtt_through(proxy, vhost, "meter-2")
+    settle(api, vhost, lambda v: (v.bytes_in, v.bytes_out) == proxy.counted())
+    for i in range(20):
+        client.publish("news/eu", b"m" * 1000, qos=1, packet_id=i + 1)
+    client.close()  # within the stats interval of those publishes
+    time.sleep(2.5 * STATS_INTERVAL)
+    v = counters(api, vhost)
+    up, _ = proxy.counted()
+    print(f"\nproxy counted {up} octets in, RabbitMQ {v.bytes_in}: {up - v.bytes_in} not counted")
+    assert v.bytes_in <= up  # never more than moved; what moved last is lost (documented)
+
+
+def test_amqp_1_0_connections_report_no_octets_on_rabbitmq_3_10(api, vhost):
+    proxy = CountingProxy(("127.0.0.1", AMQP_PORT))
+    send(vhost, "/amq/queue/orders", 20, port=proxy.port)
+    v, _ = settle(api, vhost, lambda v: v.queues["orders"].messages_in == 20)
+    time.sleep(2 * STATS_INTERVAL)
+    v = counters(api, vhost)
+    assert proxy.counted()[0] > 20 * STORED_SIZE
+    # If this fails, RabbitMQ now reports AMQP 1.0 octets: update docs/storage.md.
+    assert (v.bytes_in, v.bytes_out) == (0, 0)
+
+
+def test_connections_and_consumers_are_gauges_of_the_vhost(api, vhost):
+    conn = amqp(vhost, login(vhost), PASSWORD)
+    conn.create_receiver("/amq/queue/orders", credit=5)
+    conn.create_receiver("/amq/queue/news::s1", credit=5)
+    client = Mqtt(f"{vhost}:{login(vhost)}", PASSWORD, "meter-3")
+    v, _ = settle(api, vhost, lambda v: v.connections == 2 and v.consumers == 2)
+    assert v.queues["orders"].consumers == 1
+    conn.close()
+    client.close()
+    settle(api, vhost, lambda v: v.connections == 0 and v.consumers == 0)
+
+
+def test_the_epoch_is_stable_across_readings_and_new_for_a_recreated_queue(api, vhost):
+    memory = EpochMemory()
+    first = read_broker(api, memory)
+    node = api.request("GET", "/nodes", params={"columns": "name,uptime"})[0]
+    started = time.time() - node["uptime"] / 1000
+    assert abs(first.since.timestamp() - started) <= STATS_INTERVAL + 2  # the node's start
+    assert first.epoch.startswith(node["name"] + "/")
+    space_row = first.vhosts[vhost]  # the vhost's counters began when MaaS created it
+    assert space_row.epoch.startswith(first.epoch + "/") and space_row.since > first.since
+    seen = set()
+    for _ in range(3 * 5):  # over three stats intervals: the uptime sawtooth does not show
+        reading = read_broker(api, memory)
+        seen.add((reading.epoch, reading.since, reading.vhosts[vhost].epoch))
+        time.sleep(1)
+    assert seen == {(first.epoch, first.since, space_row.epoch)}
+
+    before = counters(api, vhost, memory).queues["orders"]
+    assert before.epoch.startswith(space_row.epoch + "/") and before.since >= space_row.since
+    api.delete_queue(vhost, "orders")
+    BrokerReconciler(api).apply(space(vhost))  # the resync puts it back: counters from 0
+    after = counters(api, vhost, memory).queues["orders"]
+    assert after.epoch != before.epoch and after.since > before.since

@@ -1,0 +1,315 @@
+"""Reads one RabbitMQ broker's usage counters: per vhost, per queue and per exchange, in five
+GETs for the whole broker (run at once), whatever the number of vhosts. No Django.
+
+API for the sampler::
+
+    reading = read_broker(api, memory)      # BrokerReading; raises BrokerError if unreadable
+    v = reading.vhosts.get(space.vhost)     # VhostCounters, or None (vhost not on the broker)
+    v.queues["orders"]                      # ObjectCounters of a queue (queue, subscription
+                                            #   "<topic>::<sub>", deadletter): by wire name
+    v.exchanges["news"]                     # ObjectCounters of a topic (an exchange)
+    v.messages_in, v.bytes_in, v.connections, v.epoch, v.since, ...   # the space row
+
+`memory` (an `EpochMemory`) keeps each node's epoch between readings; give it a shared store
+(Django's cache) so that every worker process agrees. The figures (measured on RabbitMQ 3.10.8,
+docs/storage.md "Brokered metering"):
+
+ObjectCounters, cumulative for the object's life on this node (`epoch`, `since`):
+- queue `messages_in` = message_stats.publish: messages clients published that were routed into
+  the queue (through any exchange, a topic's copies included); not dead-lettered arrivals.
+- queue `messages_out` = ack + deliver_no_ack + get_no_ack: messages consumers took for good
+  (acknowledged, or delivered or fetched pre-acknowledged). Not `deliveries`.
+- queue `deliveries` = deliver_get: every delivery and basic.get, redeliveries included, and
+  those the AMQP 1.0 plugin prefetched beyond the link credit and returned at detach (measured:
+  110 deliveries for 50 accepted): informative, not for billing.
+- exchange `messages_in` = publish_in: messages clients published to the exchange;
+  `messages_out` = publish_out: the copies it routed into queues (subscriptions and receivers'
+  temporary queues, through exchange-to-exchange bindings too).
+- gauges (queues): `stored_messages` = messages (ready + unacknowledged), `stored_bytes` =
+  message_bytes (the stored message sizes: for an AMQP 1.0 message with only a body, its
+  encoded body section), from one row. RabbitMQ writes the counts and the bytes to two
+  tables in one emission but its collector copies them apart: while a queue changes, a row
+  may pair counts and bytes up to one stats interval apart (seen: 98 messages with 0 bytes);
+  once a queue is still for a stats interval they agree (after a drain: both 0). A row that
+  has one of the two (a new quorum queue) gives None for both: unknown, not 0.
+- `consumers` (queues): a gauge.
+
+VhostCounters (the space row), cumulative since the node started (`epoch`, `since`):
+- `messages_in` = publish: every message clients published into the vhost (before routing);
+  `messages_out` = ack + deliver_no_ack + get_no_ack over its queues; `deliveries` as above.
+- `bytes_in`/`bytes_out` = recv_oct/send_oct: TCP payload octets the broker received from and
+  sent to the vhost's clients, summed over its connections as of each connection's last
+  statistics emission, closed connections included. Exact against a counting proxy while a
+  connection lives, but: RabbitMQ 3.10 reports no octets for AMQP 1.0 connections (only
+  AMQP 0-9-1 and MQTT count), and what a connection moved in its last one or two stats
+  intervals before it closed is never counted.
+- `connections` (clients connected, any protocol) and `consumers`: gauges.
+
+Statistics lag: RabbitMQ emits them every collect_statistics_interval (5 s by default) and its
+management collector copies them on the same period: a figure shows an event 0-10 s later.
+
+Epochs: the management statistics live in the node's memory and start again at 0 when the
+node restarts, and an object's start again when it is deleted and recreated. The vhost epoch
+is the node's (`EpochMemory`); a queue, exchange or vhost that the storage controller created
+carries its creation time (`INCARNATION_ARG`, `INCARNATION_TAG_PREFIX`), appended to its epoch.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ..storage.rabbitmq_api import BrokerError, RabbitMQApi
+from ..storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX
+
+QUEUE_COLUMNS = ("vhost,name,arguments,consumers,messages,message_bytes,message_stats.publish,"
+                 "message_stats.ack,message_stats.deliver_no_ack,message_stats.get_no_ack,"
+                 "message_stats.deliver_get")
+EXCHANGE_COLUMNS = "vhost,name,arguments,message_stats.publish_in,message_stats.publish_out"
+VHOST_COLUMNS = ("name,tags,recv_oct,send_oct,message_stats.publish,message_stats.ack,"
+                 "message_stats.deliver_no_ack,message_stats.get_no_ack,"
+                 "message_stats.deliver_get")
+NODE_COLUMNS = "name,uptime,os_pid,running"
+# A node's start is read as (now - uptime); RabbitMQ refreshes `uptime` once per stats interval
+# (5 s), so that estimate saws by up to 5 s plus the request's latency. Well inside this margin
+# it is the same node instance.
+SAME_START_TOLERANCE_MS = 60_000
+EPOCH_KEY_PREFIX = "maas:usage:broker-epoch:"
+
+
+@dataclass(frozen=True)
+class ObjectCounters:
+    """One queue or exchange: cumulative counters, gauges, and the counters' epoch."""
+
+    messages_in: int
+    messages_out: int
+    deliveries: int
+    stored_messages: int | None  # None: an exchange, or not reported yet
+    stored_bytes: int | None
+    consumers: int
+    epoch: str
+    since: datetime | None
+
+
+@dataclass(frozen=True)
+class VhostCounters:
+    """One vhost (address space): its totals, gauges and objects."""
+
+    messages_in: int
+    messages_out: int
+    deliveries: int
+    bytes_in: int
+    bytes_out: int
+    connections: int
+    consumers: int
+    epoch: str
+    since: datetime | None
+    queues: dict[str, ObjectCounters] = field(default_factory=dict)
+    exchanges: dict[str, ObjectCounters] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BrokerReading:
+    """Everything one broker said in one round: per vhost name."""
+
+    read_at: datetime
+    epoch: str
+    since: datetime | None
+    vhosts: dict[str, VhostCounters]
+
+
+# --- epochs ----------------------------------------------------------------------------
+
+
+class _DictStore:
+    """The default store of an EpochMemory: this process only."""
+
+    def __init__(self) -> None:
+        self._data: dict = {}
+
+    def get(self, key):
+        return self._data.get(key)
+
+    def set(self, key, value, timeout=None) -> None:
+        self._data[key] = value
+
+
+class EpochMemory:
+    """Each node's epoch string, kept from one reading to the next so that it never flips.
+
+    No function of one reading can name a node instance both exactly and stably: the start
+    is only known as (now - uptime), which saws by seconds, so any rounding of it has edges
+    that a reading can fall on either side of. Here a node keeps the epoch of its previous
+    reading while it is plainly the same instance (same os pid, uptime not lower, start within
+    `SAME_START_TOLERANCE_MS`); otherwise (a restart) it gets a new one. `store` is anything
+    with Django's cache `get(key)` and `set(key, value, timeout)`; give the sampler's workers
+    one shared store. Should the store lose the entry, the new string is the same unless the
+    node started within seconds before a full hour (the string holds the start's hour)."""
+
+    def __init__(self, store=None) -> None:
+        self.store = store if store is not None else _DictStore()
+
+    def node_epoch(self, broker: str, name: str, os_pid: str, uptime_ms: int,
+                   read_ms: float) -> tuple[str, datetime]:
+        """(epoch, since) of one running node read at `read_ms` (Unix ms, this host's clock)."""
+        start_ms = int(read_ms - uptime_ms)
+        key = EPOCH_KEY_PREFIX + broker + ":" + name
+        prev = self.store.get(key)
+        if (prev and prev["os_pid"] == os_pid and uptime_ms >= prev["uptime_ms"]
+                and abs(start_ms - prev["start_ms"]) <= SAME_START_TOLERANCE_MS):
+            epoch, since_ms = prev["epoch"], prev["since_ms"]
+        else:
+            epoch, since_ms = _fresh_epoch(name, os_pid, start_ms), start_ms // 1000 * 1000
+            if prev and prev["epoch"] == epoch:  # restarted within the hour, same pid
+                epoch += f"+{start_ms // 1000}"
+        self.store.set(key, {"epoch": epoch, "since_ms": since_ms, "start_ms": start_ms,
+                             "uptime_ms": uptime_ms, "os_pid": os_pid}, None)
+        return epoch, datetime.fromtimestamp(since_ms / 1000, UTC)
+
+
+def _fresh_epoch(name: str, os_pid: str, start_ms: int) -> str:
+    hour = datetime.fromtimestamp(start_ms / 1000, UTC).strftime("%Y-%m-%dT%HZ")
+    return f"{name}/{os_pid}/{hour}"
+
+
+def incarnation(value) -> int | None:
+    """The creation time (Unix ms) MaaS stamped on an object, or None."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _object_epoch(epoch: str, since: datetime | None, created_ms: int | None):
+    """An object's counters begin at the later of the node's start and its own creation."""
+    if created_ms is None:
+        return epoch, since
+    created = datetime.fromtimestamp(created_ms / 1000, UTC)
+    return f"{epoch}/{created_ms}", max(since, created) if since else created
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """A small pool of this process (made after a fork, never inherited)."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=4,
+                                                 thread_name_prefix="broker-counters"))
+    return _pool[1]
+
+
+def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None) -> BrokerReading:
+    """One reading of the whole broker (five GETs at once); raises BrokerError if any fails."""
+    memory = memory or _default_memory
+    calls = {
+        "queues": ("/queues", QUEUE_COLUMNS), "exchanges": ("/exchanges", EXCHANGE_COLUMNS),
+        "vhosts": ("/vhosts", VHOST_COLUMNS), "connections": ("/connections", "vhost"),
+    }
+    futures = {name: _executor().submit(api.request, "GET", path, None, {"columns": cols})
+               for name, (path, cols) in calls.items()}
+    before = time.time() * 1000
+    nodes = api.request("GET", "/nodes", params={"columns": NODE_COLUMNS}) or []
+    read_ms = (before + time.time() * 1000) / 2
+    rows = {name: f.result() or [] for name, f in futures.items()}
+    epoch, since = broker_epoch(api.base_url, nodes, read_ms, memory)
+    return BrokerReading(
+        read_at=datetime.fromtimestamp(read_ms / 1000, UTC), epoch=epoch, since=since,
+        vhosts=vhost_counters(rows["vhosts"], rows["queues"], rows["exchanges"],
+                              rows["connections"], epoch, since))
+
+
+def broker_epoch(broker: str, nodes: list[dict], read_ms: float,
+                 memory: EpochMemory) -> tuple[str, datetime | None]:
+    """The epoch of the broker's counters: its node's (MaaS runs single-node brokers; with
+    several, the running nodes' joined, so that a restart of any begins new counters)."""
+    running = [n for n in nodes if n.get("running", True) and n.get("uptime") is not None]
+    if not running:
+        raise BrokerError("no running node reports its uptime", transient=True)
+    epochs = [memory.node_epoch(broker, n["name"], str(n.get("os_pid", "")), int(n["uptime"]),
+                                read_ms) for n in sorted(running, key=lambda n: n["name"])]
+    return "|".join(e for e, _ in epochs), max(s for _, s in epochs)
+
+
+def vhost_counters(vhosts: list[dict], queues: list[dict], exchanges: list[dict],
+                   connections: list[dict], epoch: str,
+                   since: datetime | None) -> dict[str, VhostCounters]:
+    """The listings of one reading, per vhost (pure: tested without a broker)."""
+    per: dict[str, dict] = {}
+    for row in vhosts:
+        v_epoch, v_since = _object_epoch(epoch, since, _tag_incarnation(row.get("tags")))
+        per[row["name"]] = {"row": row, "epoch": v_epoch, "since": v_since,
+                            "queues": {}, "exchanges": {}, "connections": 0}
+    for row in queues:
+        v = per.get(row.get("vhost"))
+        if v is not None:
+            v["queues"][row["name"]] = _queue(row, v["epoch"], v["since"])
+    for row in exchanges:
+        v = per.get(row.get("vhost"))
+        if v is not None and row.get("name"):  # "" is the default exchange
+            v["exchanges"][row["name"]] = _exchange(row, v["epoch"], v["since"])
+    for row in connections:
+        v = per.get(row.get("vhost"))
+        if v is not None:
+            v["connections"] += 1
+    return {name: _vhost(v) for name, v in per.items()}
+
+
+def _stats(row: dict) -> dict:
+    return row.get("message_stats") or {}
+
+
+def _taken(stats: dict) -> int:
+    return sum(int(stats.get(k) or 0) for k in ("ack", "deliver_no_ack", "get_no_ack"))
+
+
+def _queue(row: dict, epoch: str, since: datetime | None) -> ObjectCounters:
+    stats = _stats(row)
+    q_epoch, q_since = _object_epoch(
+        epoch, since, incarnation((row.get("arguments") or {}).get(INCARNATION_ARG)))
+    complete = row.get("messages") is not None and row.get("message_bytes") is not None
+    return ObjectCounters(
+        messages_in=int(stats.get("publish") or 0), messages_out=_taken(stats),
+        deliveries=int(stats.get("deliver_get") or 0),
+        stored_messages=int(row["messages"]) if complete else None,
+        stored_bytes=int(row["message_bytes"]) if complete else None,
+        consumers=int(row.get("consumers") or 0), epoch=q_epoch, since=q_since)
+
+
+def _exchange(row: dict, epoch: str, since: datetime | None) -> ObjectCounters:
+    stats = _stats(row)
+    x_epoch, x_since = _object_epoch(
+        epoch, since, incarnation((row.get("arguments") or {}).get(INCARNATION_ARG)))
+    return ObjectCounters(
+        messages_in=int(stats.get("publish_in") or 0),
+        messages_out=int(stats.get("publish_out") or 0), deliveries=0,
+        stored_messages=None, stored_bytes=None, consumers=0, epoch=x_epoch, since=x_since)
+
+
+def _vhost(v: dict) -> VhostCounters:
+    row, stats = v["row"], _stats(v["row"])
+    return VhostCounters(
+        messages_in=int(stats.get("publish") or 0), messages_out=_taken(stats),
+        deliveries=int(stats.get("deliver_get") or 0),
+        bytes_in=int(row.get("recv_oct") or 0), bytes_out=int(row.get("send_oct") or 0),
+        connections=v["connections"],
+        consumers=sum(q.consumers for q in v["queues"].values()),
+        epoch=v["epoch"], since=v["since"], queues=v["queues"], exchanges=v["exchanges"])
+
+
+def _tag_incarnation(tags) -> int | None:
+    if isinstance(tags, str):
+        tags = tags.split(",")
+    for tag in tags or []:
+        if tag.startswith(INCARNATION_TAG_PREFIX):
+            return incarnation(tag[len(INCARNATION_TAG_PREFIX):])
+    return None
+
+
+_default_memory = EpochMemory()

@@ -188,8 +188,8 @@ def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
     `limits` are the breached limits: [{"limit", "used", "limit_value"}]. Each is checked again
     against the tenant's limit now, since a caller may have measured against one an operator
     has changed since (the usage job reads them as it starts): only those still breached
-    throttle. The routers of the tenant's standard spaces then refuse new senders, without
-    any restart.
+    throttle. The routers of the tenant's standard spaces then refuse new senders, and the
+    brokers of its brokered spaces publishing (docs/usage.md), without any restart.
     """
     quota, _ = TenantQuota.objects.select_for_update().get_or_create(tenant=tenant)
     if quota.override_until and quota.override_until > timezone.now():
@@ -202,7 +202,7 @@ def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
     quota.throttled, quota.throttled_limits = True, limits
     quota.save(update_fields=["throttled", "throttled_limits"])
     _event(tenant, "tenant.throttled", {"limits": limits, "action": quota.throttle_action}, ctx)
-    config.wake_tenant_spaces(tenant)  # enforcement lives in the routers
+    config.wake_tenant_spaces(tenant)  # enforced by the routers and the brokers
     return True
 
 
@@ -225,7 +225,7 @@ def unthrottle(*, ctx: Context, tenant: Tenant, reason: str, override_until=None
     quota.throttled, quota.throttled_limits = False, []
     quota.save(update_fields=["throttled", "throttled_limits"])
     _event(tenant, "tenant.unthrottled", {"reason": reason}, ctx)
-    config.wake_tenant_spaces(tenant)  # enforcement lives in the routers
+    config.wake_tenant_spaces(tenant)  # enforced by the routers and the brokers
     return True
 
 

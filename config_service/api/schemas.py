@@ -517,14 +517,17 @@ class UsageCounters(Described):
 
     messages_in = s.IntegerField(help_text=(
         "Messages clients sent to the address: deliveries the router received (standard "
-        "spaces) or messages RabbitMQ routed into the queue or topic (brokered spaces)."))
+        "spaces), messages published into the queue or to the topic's exchange (RabbitMQ); "
+        "0 for a brokered subscription, whose arrivals are its topic's messages_out."))
     messages_out = s.IntegerField(help_text=(
-        "Messages delivered to receivers: one per receiver of a multicast; brokered spaces "
-        "count RabbitMQ's deliveries and gets, redeliveries included."))
+        "Messages delivered: by the router to receivers within their credit (one per receiver "
+        "of a multicast), taken for good from a brokered queue (no redeliveries), or routed "
+        "by a topic's exchange into queues."))
     bytes_in = s.IntegerField(help_text=(
         "Standard spaces on the embedded router: encoded AMQP message bytes (sections, without "
-        "frame headers); qdrouterd counts none. Brokered spaces: the octets of the space's "
-        "client connections as RabbitMQ counts them, on the row whose address is empty."))
+        "frame headers); qdrouterd counts none. Brokered spaces, on the row whose address is "
+        "empty: octets of the space's MQTT and AMQP 0-9-1 connections as RabbitMQ counts them, "
+        "a floor (RabbitMQ 3.10 counts none for AMQP 1.0)."))
     bytes_out = s.IntegerField(help_text="As bytes_in, towards the clients.")
     stored_messages = s.IntegerField(help_text="Peak of the messages stored in the broker queue.")
     stored_bytes = s.IntegerField(help_text="Peak of their bytes as RabbitMQ counts them.")

@@ -302,6 +302,10 @@ def main():
         exact_in = c.sent <= m_in <= c.sent + c.doubt
         verdict = "exact" if exact_in and m_out == c.got else (
             f"in {m_in - c.sent:+d}, out {m_out - c.got:+d}")
+        if kind == "standard" and not exact_in:
+            # What the docs allow the router's SIGKILL to lose, per receiver for out.
+            window = 1.0 if args.router == "embedded" else args.interval
+            verdict += f" (docs: up to {rate * window:.0f} in, {window:g} s)"
         print(f"{name:16} {c.sent:7d} {c.doubt:6d} {m_in:7d} {c.got:7d} {m_out:7d}  {verdict}")
     for space in spaces.values():
         services.delete_address_space(ctx=ctx, space=space)

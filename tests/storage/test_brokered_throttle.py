@@ -11,7 +11,7 @@ from proton import Message, Timeout
 
 from config_service import services
 from tenants import services as tenant_services
-from tenants.models import Tenant
+from tenants.models import Tenant, TenantQuota
 from tests.conftest import CTX, b64
 from tests.storage.clients import (
     API_PASSWORD,
@@ -33,6 +33,12 @@ from workers.storage.rabbitmq import (
 
 PASSWORD = "app-password"
 BREACH = [{"limit": "messages_per_day", "used": 1200, "limit_value": 1000}]
+
+
+def throttle(tenant) -> bool:
+    """Throttles over BREACH: the tenant has that limit (throttle checks it is still breached)."""
+    TenantQuota.objects.update_or_create(tenant=tenant, defaults={"messages_per_day": 1000})
+    return tenant_services.throttle(ctx=CTX, tenant=tenant, limits=BREACH)
 
 
 def brokered_space(tenant):
@@ -82,7 +88,7 @@ def test_a_throttled_tenant_cannot_publish_to_its_brokered_space(spaces, tenant)
     outsider = connect(theirs)
     outsider_sender = outsider.create_sender("/amq/queue/orders")
 
-    assert tenant_services.throttle(ctx=CTX, tenant=tenant, limits=BREACH)
+    assert throttle(tenant)
     reconcile(ours, theirs)
 
     # The open sender's connection was closed by the broker (CONNECTION_FORCED, 320).
@@ -124,7 +130,7 @@ def test_mqtt_publishers_of_a_throttled_tenant_are_refused(spaces, tenant):
     before = mqtt(ours, "pub-before")
     before.publish("news/eu", b"ok", qos=1)
 
-    tenant_services.throttle(ctx=CTX, tenant=tenant, limits=BREACH)
+    throttle(tenant)
     reconcile(ours)
 
     with pytest.raises((ConnectionError, OSError)):  # closed with the user's other connections

@@ -23,6 +23,7 @@ from ..agents import router_config as rc
 from ..agents import router_watch
 from ..agents.qdr import Management, ManagementError, RouterUnreachable, router_address, tenant_of
 from ..storage import rabbitmq
+from . import broker_counters
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 CONNECTION = "org.apache.qpid.dispatch.connection"
 ADDRESS_ATTRIBUTES = ["name", "key", "address", "phase", "deliveriesIngress", "deliveriesEgress", "bytesIngress",
                       "bytesEgress", "countersEpoch", "countersSince"]
-QUEUE_COLUMNS = "vhost,name,messages,message_bytes,consumers,message_stats.publish,message_stats.deliver_get"
 COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
 MEASURES = (*COUNTERS, "stored_messages", "stored_bytes", "connections", "senders", "receivers")
 WAYPOINTS = ("queue", "deadletter", "subscription")  # phase 0 in, phase 1 out (router_config)
@@ -127,21 +127,6 @@ def _run(mgmt: Management, url: str) -> tuple[str, datetime] | None:
     return f"run:{seen.token}", seen.started_at
 
 
-def broker_queues(api: rabbitmq.RabbitMQApi) -> dict[str, dict[str, dict]]:
-    """{vhost: {queue name: counters}} for the whole broker in one call, not one per space."""
-    per_vhost: dict = defaultdict(dict)
-    for row in api.request("GET", "/queues", params={"columns": QUEUE_COLUMNS}) or []:
-        per_vhost[row.get("vhost")][row.get("name")] = row
-    return per_vhost
-
-
-def broker_connections(api: rabbitmq.RabbitMQApi) -> dict:
-    counts: dict = defaultdict(int)
-    for row in api.request("GET", "/connections", params={"columns": "vhost"}) or []:
-        counts[row.get("vhost")] += 1
-    return counts
-
-
 def collect(now: datetime | None = None) -> list[dict]:
     """One sample per address (and phase) and per space, for every space that is not
     terminating; each router and broker is read once, whatever number of spaces it serves."""
@@ -165,7 +150,7 @@ def collect(now: datetime | None = None) -> list[dict]:
         api = rabbitmq.RabbitMQApi(broker.api_url, broker.api_user, broker.api_password,
                                    timeout=timeout)
         try:
-            brokers[broker] = broker_connections(api), broker_queues(api)
+            brokers[broker] = broker_counters.read_broker(api, _epochs())
         except rabbitmq.BrokerError:
             logger.warning("usage.broker_unreachable", extra={"broker": broker.api_url},
                            exc_info=True)
@@ -235,29 +220,76 @@ def _counter(reading: RouterReading, vhost: str, address: str, phase: int) -> di
         **dict.fromkeys(COUNTERS, 0), "epoch": NO_COUNTER, "since": None}
 
 
-def _broker_rows(now, space, addresses, broker) -> list:
+class _SharedStore:
+    """Django's cache (Redis), shared by every worker process, so that a broker node keeps one
+    epoch whichever process reads it; this process's memory while the cache is unreachable
+    (an epoch then stays the same unless the node started within seconds before an hour)."""
+
+    def __init__(self):
+        self.local: dict = {}
+
+    def get(self, key):
+        from django.core.cache import cache
+
+        try:
+            return cache.get(key)
+        except Exception:
+            logger.warning("usage.epoch_store_unreachable", exc_info=True)
+            return self.local.get(key)
+
+    def set(self, key, value, timeout=None) -> None:
+        from django.core.cache import cache
+
+        self.local[key] = value
+        try:
+            cache.set(key, value, timeout)
+        except Exception:
+            logger.warning("usage.epoch_store_unreachable", exc_info=True)
+
+
+_EPOCHS = broker_counters.EpochMemory(_SharedStore())
+
+
+def _epochs() -> broker_counters.EpochMemory:
+    return _EPOCHS
+
+
+def _broker_rows(now, space, addresses, reading) -> list:
+    """A space's RabbitMQ readings: per address its queue's or topic exchange's counters (in a
+    standard space the router counts what goes through queues, so only their stored gauges
+    come from here), and a brokered space's own row (connection octets, gauges)."""
     source = f"broker:{space.vhost}"
-    if broker is None:
+    brokered = space.type != "standard"
+    v = reading.vhosts.get(space.vhost) if reading is not None else None
+    if v is None:
+        # Unreadable, or the vhost is not there (yet): nothing true to say.
         return ([_gap(now, source, space, a.address, "address") for a in addresses]
-                + ([] if space.type == "standard" else [_gap(now, source, space, "", "space")]))
-    connections, per_vhost = broker
-    queues = per_vhost.get(space.vhost, {})
+                + ([_gap(now, source, space, "", "space")] if brokered else []))
     rows = []
     for a in addresses:
-        q = queues.get(a.broker_object_name, {})
-        stats = q.get("message_stats") or {}
-        stored = {"stored_messages": q.get("messages"), "stored_bytes": q.get("message_bytes")}
-        if space.type == "standard":
-            if q:
-                rows.append(_row(now, source, space, a.address, "address", **stored))
-        else:
-            rows.append(_row(now, source, space, a.address, "address",
-                             messages_in=stats.get("publish"),
-                             messages_out=stats.get("deliver_get"), **stored))
-    if space.type != "standard":
-        consumers = sum(int(q.get("consumers") or 0) for q in queues.values())
-        rows.append(_row(now, source, space, "", "space",
-                         connections=connections.get(space.vhost, 0), receivers=consumers))
+        wire = a.broker_object_name
+        if a.type == "topic":
+            x = v.exchanges.get(wire)
+            if x is not None:
+                rows.append(_row(now, source, space, a.address, "address", x.epoch, x.since,
+                                 messages_in=x.messages_in, messages_out=x.messages_out))
+            continue
+        q = v.queues.get(wire)
+        if q is None:
+            continue  # not created on the broker yet: nothing was stored or counted there
+        stored = {"stored_messages": q.stored_messages, "stored_bytes": q.stored_bytes}
+        if not brokered:
+            rows.append(_row(now, source, space, a.address, "address", q.epoch, q.since,
+                             **stored))
+            continue
+        # A subscription's arrivals are its topic's messages_out already: not counted again.
+        arrived = 0 if a.type == "subscription" else q.messages_in
+        rows.append(_row(now, source, space, a.address, "address", q.epoch, q.since,
+                         messages_in=arrived, messages_out=q.messages_out, **stored))
+    if brokered:
+        rows.append(_row(now, source, space, "", "space", v.epoch, v.since,
+                         bytes_in=v.bytes_in, bytes_out=v.bytes_out,
+                         connections=v.connections, receivers=v.consumers))
     return rows
 
 

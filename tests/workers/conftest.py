@@ -69,3 +69,18 @@ def sync(space):
     """What the fan-out does after a change: every agent of the space reconciles it."""
     for kind in ("storage", "router"):
         base.run(space.uid, kind)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """One local Spark session for a module's usage jobs."""
+    from spark.session import get_session
+
+    return get_session("maas-tests")
+
+
+@pytest.fixture
+def store(settings, tmp_path):
+    """A usage store of the test's own."""
+    settings.MAAS_USAGE_STORE = str(tmp_path / "usage")
+    return settings.MAAS_USAGE_STORE

@@ -25,12 +25,6 @@ UTC = datetime.UTC
 
 
 @pytest.fixture
-def store(settings, tmp_path):
-    settings.MAAS_USAGE_STORE = str(tmp_path / "usage")
-    return settings.MAAS_USAGE_STORE
-
-
-@pytest.fixture
 def worker(transactional_db, redis_server, router, store):
     """A real Celery worker running every agent, pointed at the module's router and the store."""
     w = Worker(settings.DATABASES["default"]["NAME"], MAAS_USAGE_STORE=store,

@@ -11,7 +11,6 @@ from proton import Message
 
 from config_service import services
 from spark.samples import write_samples
-from spark.session import get_session
 from tenants.models import AddressUsageDaily, Tenant
 from tests.conftest import CTX, b64
 from tests.workers.rabbit import connect
@@ -23,16 +22,9 @@ PASSWORD = "app-password"
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(scope="module")
-def spark():
-    return get_session("maas-tests")
-
-
-@pytest.fixture
-def store(settings, tmp_path):
-    settings.MAAS_USAGE_STORE = str(tmp_path / "usage")
+@pytest.fixture(autouse=True)
+def no_router(settings):
     settings.MAAS_ROUTER_ENABLED = False  # brokered spaces only: no router to read
-    return settings.MAAS_USAGE_STORE
 
 
 def brokered(tenant):

@@ -15,7 +15,6 @@ from proton.utils import BlockingConnection
 
 from config_service import services
 from spark.samples import write_samples
-from spark.session import get_session
 from tenants.models import AddressUsageDaily
 from tests.conftest import CTX, b64
 from tests.workers.conftest import sync
@@ -24,17 +23,6 @@ from workers.usage.job import run_day
 
 BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
 PASSWORD = "app-password"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return get_session("maas-tests")
-
-
-@pytest.fixture
-def store(settings, tmp_path):
-    settings.MAAS_USAGE_STORE = str(tmp_path / "usage")
-    return settings.MAAS_USAGE_STORE
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from proton.utils import BlockingConnection, LinkDetached
 from config_service import services
 from config_service.models import ConfigEvent
 from spark.samples import write_samples
-from spark.session import get_session
 from tenants.models import AddressUsageDaily, QuotaEvaluation, TenantQuota, TenantUsageDaily
 from tests.conftest import CTX, b64
 from tests.workers.conftest import sync
@@ -21,17 +20,6 @@ from workers.usage.job import run_day
 BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
 PASSWORD = "app-password"
 DAY = datetime.date(2026, 11, 20)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return get_session("maas-tests")
-
-
-@pytest.fixture
-def store(settings, tmp_path):
-    settings.MAAS_USAGE_STORE = str(tmp_path / "usage")
-    return settings.MAAS_USAGE_STORE
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def tick(url: str) -> Tick:
 def detect(url: str) -> tuple[bool, int] | None:
     """Reads the router's run and records it: (restarted, router states invalidated), or None
     if the router cannot be read."""
-    key = _public(url)
+    key = public_url(url)
     try:
         mgmt = Management(url, settings.MAAS_ROUTER_ADMIN_USER,
                           settings.MAAS_ROUTER_ADMIN_PASSWORD, timeout=5.0)
@@ -232,7 +232,7 @@ def alive(now) -> bool:
         checked_at__gte=now - timedelta(seconds=window)).exists()
 
 
-def _public(url: str) -> str:
+def public_url(url: str) -> str:
     """The URL without credentials, as recorded and logged."""
     parts = urlsplit(url)
     host = parts.hostname or ""

@@ -77,7 +77,7 @@ def read_router(router: endpoints.RouterEndpoint) -> RouterReading | None:
         connections = mgmt.query(CONNECTION, ["role", "opened", "tenant", "host", "senders",
                                               "receivers"])
     except ManagementError:
-        logger.warning("usage.router_unreadable", extra={"router": router_watch._public(url)},
+        logger.warning("usage.router_unreadable", extra={"router": router_watch.public_url(url)},
                        exc_info=True)
         return None
     finally:
@@ -118,11 +118,11 @@ def _run(mgmt: Management, url: str) -> tuple[str, datetime] | None:
     that restarted since the watch recorded its run carries no marker (or another token), and
     its counters are then no reading until the watch has recorded the new run."""
     router_watch.detect(url)  # records the run now rather than at the watch's next tick
-    seen = RouterIncarnation.objects.filter(management_url=router_watch._public(url)).first()
+    seen = RouterIncarnation.objects.filter(management_url=router_watch.public_url(url)).first()
     marker = mgmt.read(rc.ADDRESS, router_watch.MARKER)
     token = str(marker.get("prefix") or "").removeprefix(router_watch.MARKER_PREFIX) if marker else None
     if seen is None or token != seen.token:
-        logger.info("usage.router_run_unknown", extra={"router": router_watch._public(url)})
+        logger.info("usage.router_run_unknown", extra={"router": router_watch.public_url(url)})
         return None
     return f"run:{seen.token}", seen.started_at
 
@@ -140,7 +140,7 @@ def collect(now: datetime | None = None) -> list[dict]:
                 routers[router] = read_router(router)
             except RouterUnreachable:
                 logger.warning("usage.router_unreachable",
-                               extra={"router": router_watch._public(router.management_url)})
+                               extra={"router": router_watch.public_url(router.management_url)})
                 routers[router] = None
     # One listing of every queue with its counters takes seconds on a busy broker with
     # thousands of queues: allow most of the interval (this runs in its own worker).
@@ -161,7 +161,7 @@ def collect(now: datetime | None = None) -> list[dict]:
     rows: list[dict] = []
     for space in spaces:
         w = where[space.pk]
-        source = f"router:{router_watch._public(w.router.management_url)}" if (
+        source = f"router:{router_watch.public_url(w.router.management_url)}" if (
             w.router is not None and settings.MAAS_ROUTER_ENABLED) else None
         router = routers.get(w.router) if source else None
         broker = brokers.get(w.broker)

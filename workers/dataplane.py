@@ -49,14 +49,16 @@ def _router_rows(router: endpoints.RouterEndpoint, vhost: str) -> dict:
         mgmt.close()
     out: dict = {}
     prefix = f"{vhost}/"
-    for row in rows:
-        key, phase = router_address(row)
-        if not key.startswith(prefix):
-            continue
+    mine = [(key, phase, row) for key, phase, row in
+            ((*router_address(row), row) for row in rows) if key.startswith(prefix)]
+    # A waypoint (queue) has a phase 1, what its receivers get; its phase 0 goes out to the
+    # broker. Not containerCount: the counters of a phase with no link outlive its links.
+    waypoints = {key for key, phase, _ in mine if phase == 1}
+    for key, phase, row in mine:
         s = out.setdefault(key[len(prefix):], {"in": 0, "out": 0, "senders": 0, "receivers": 0})
         if phase == 0:
             s["in"] += int(row.get("deliveriesIngress", 0))
-        if phase == 1 or not row.get("containerCount"):
+        if phase == 1 or key not in waypoints:
             s["out"] += int(row.get("deliveriesEgress", 0))
     for link in links:
         key = router_address({"owningAddr": link.get("owningAddr")})[0]

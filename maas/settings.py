@@ -136,11 +136,33 @@ AUTHENTICATION_BACKENDS = [
 MAAS_OIDC_ISSUER = env("MAAS_OIDC_ISSUER", "")  # e.g. https://sso.example.com/realms/maas
 MAAS_OIDC_CLIENT_ID = env("MAAS_OIDC_CLIENT_ID", "maas")
 MAAS_OIDC_CLIENT_SECRET = env("MAAS_OIDC_CLIENT_SECRET", "")
-MAAS_OIDC_AUDIENCES = env_list("MAAS_OIDC_AUDIENCES", "")  # API tokens' aud/azp; default: client id
+MAAS_OIDC_CLIENT_AUTH = env("MAAS_OIDC_CLIENT_AUTH", "client_secret_post")  # or client_secret_basic
+MAAS_OIDC_SCOPES = env("MAAS_OIDC_SCOPES", "openid email profile")  # add e.g. "groups" if needed
+# API tokens' aud, azp or client_id; default: the client id
+MAAS_OIDC_AUDIENCES = env_list("MAAS_OIDC_AUDIENCES", "")
+# Claims to roles (dotted paths, comma-separated lists; docs/identity.md has them per provider).
+MAAS_OIDC_GROUPS_CLAIM = env_list("MAAS_OIDC_GROUPS_CLAIM", "groups")
 MAAS_OIDC_GROUP_PATTERN = env("MAAS_OIDC_GROUP_PATTERN", "/tenants/{tenant}/{role}")
+MAAS_OIDC_ROLES_CLAIMS = env_list("MAAS_OIDC_ROLES_CLAIMS",
+                                  "realm_access.roles,resource_access.{client_id}.roles,roles")
 MAAS_OIDC_ROLE_PATTERN = env("MAAS_OIDC_ROLE_PATTERN", "tenant:{tenant}:{role}")
-MAAS_OIDC_STAFF_CLAIM = env("MAAS_OIDC_STAFF_CLAIM", "realm_access.roles")
+MAAS_OIDC_STAFF_CLAIM = env_list("MAAS_OIDC_STAFF_CLAIM", "realm_access.roles,roles")
 MAAS_OIDC_STAFF_VALUE = env("MAAS_OIDC_STAFF_VALUE", "maas-operator")
+MAAS_OIDC_USERNAME_CLAIMS = env_list("MAAS_OIDC_USERNAME_CLAIMS", "preferred_username,email,sub")
+MAAS_OIDC_ALGORITHMS = env_list("MAAS_OIDC_ALGORITHMS", "RS256,RS384,RS512,PS256,ES256,ES384")
+MAAS_OIDC_LEEWAY = env_int("MAAS_OIDC_LEEWAY", 30)
+MAAS_OIDC_TIMEOUT = env_float("MAAS_OIDC_TIMEOUT", 5.0)
+MAAS_OIDC_DISCOVERY_MAX_AGE = env_int("MAAS_OIDC_DISCOVERY_MAX_AGE", 3600)
+MAAS_OIDC_DISCOVERY_MIN_REFRESH = env_int("MAAS_OIDC_DISCOVERY_MIN_REFRESH", 30)
+MAAS_OIDC_JWKS_MAX_AGE = env_int("MAAS_OIDC_JWKS_MAX_AGE", 3600)
+MAAS_OIDC_JWKS_MIN_REFRESH = env_int("MAAS_OIDC_JWKS_MIN_REFRESH", 10)
+# RFC 7662 for opaque access tokens: the endpoint when the provider's metadata lists none, and
+# how long an answer is reused (never past the token's expiry; 0 asks every time).
+MAAS_OIDC_INTROSPECTION_ENDPOINT = env("MAAS_OIDC_INTROSPECTION_ENDPOINT", "")
+MAAS_OIDC_INTROSPECTION_CACHE = env_int("MAAS_OIDC_INTROSPECTION_CACHE", 60)
+if MAAS_OIDC_CLIENT_AUTH not in ("client_secret_post", "client_secret_basic"):
+    raise RuntimeError("MAAS_OIDC_CLIENT_AUTH must be client_secret_post or client_secret_basic, "
+                       f"not {MAAS_OIDC_CLIENT_AUTH!r}")
 if MAAS_PRODUCTION and MAAS_OIDC_ISSUER and not MAAS_OIDC_CLIENT_SECRET:
     raise RuntimeError("MAAS_OIDC_CLIENT_SECRET must be set with MAAS_OIDC_ISSUER in production")
 

@@ -1,7 +1,7 @@
-"""DRF authentication by the provider's JWT access tokens: `Authorization: Bearer <JWT>`.
+"""DRF authentication by the provider's access tokens: `Authorization: Bearer <token>`.
 
-Validated locally (tokens.py); personal access tokens (`maas_pat_...`) are left to
-tenants.authentication. A token only finds the user a sign-in provisioned: it never creates one
+A JWT is validated locally (tokens.py), an opaque token by introspection at the provider
+(introspection.py); personal access tokens (`maas_pat_...`) are left to tenants.authentication. A token only finds the user a sign-in provisioned: it never creates one
 nor changes roles. Every refusal says why: 401 for a bad token or a subject that never signed
 in, 403 for a client's own token (a service identity, which has no tenant role).
 """
@@ -13,7 +13,8 @@ from tenants.models import PersonalAccessToken
 
 from . import claims as mapping
 from . import config, provisioning
-from .tokens import TokenRejected, validate_access_token
+from .introspection import introspect
+from .tokens import TokenRejected, is_jwt, validate_access_token
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class OidcBearerAuthentication(authentication.BaseAuthentication):
                 "Invalid bearer token: no OpenID Connect provider is configured; use a personal "
                 "access token.", code="oidc_not_configured")
         try:
-            claims = validate_access_token(token)
+            claims = validate_access_token(token) if is_jwt(token) else introspect(token)
         except TokenRejected as exc:
             request.bearer_error = exc.reason
             raise exceptions.AuthenticationFailed(f"Invalid bearer token: {exc.reason}.",

@@ -3,13 +3,13 @@ taken from the issuer's discovery document, the ID token checked locally, and th
 provisioned and updated from the claims at each sign-in."""
 import logging
 
-import jwt
+import requests
 from django.contrib.auth import get_user_model
 from django.core.exceptions import SuspiciousOperation
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from . import config, provisioning, session
-from .tokens import TokenRejected, validate_access_token, validate_id_token
+from .tokens import TokenRejected, is_jwt, validate_access_token, validate_id_token
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,10 @@ class OidcBackend(OIDCAuthenticationBackend):
         except (TokenRejected, config.ProviderUnavailable) as exc:
             logger.warning("oidc.sign_in_refused", extra={"reason": str(exc)})
             return None
+        except requests.RequestException as exc:  # the token or userinfo endpoint failed
+            config.discovery_failed(f"sign-in: {exc}")
+            logger.warning("oidc.sign_in_failed", extra={"reason": str(exc)})
+            return None
 
     def get_token(self, payload):
         self.token_info = super().get_token(payload)  # with the refresh token, for session.py
@@ -51,9 +55,7 @@ class OidcBackend(OIDCAuthenticationBackend):
     def get_userinfo(self, access_token, id_token, payload):
         """The ID token's claims with those of the access token when it is a JWT (Keycloak
         puts realm_access there); the userinfo endpoint only for an opaque access token."""
-        try:
-            jwt.get_unverified_header(access_token)
-        except jwt.DecodeError:
+        if not is_jwt(access_token):
             return {**super().get_userinfo(access_token, id_token, payload), **payload}
         try:
             access = validate_access_token(access_token)

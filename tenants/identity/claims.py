@@ -1,8 +1,10 @@
 """From claims to tenant roles and the operator flag: pure functions over the token's claims.
 
-Groups such as `/tenants/acme/admin` (MAAS_OIDC_GROUP_PATTERN over MAAS_OIDC_GROUPS_CLAIM) and
-realm or client roles such as `tenant:acme:admin` (MAAS_OIDC_ROLE_PATTERN over
-MAAS_OIDC_ROLES_CLAIMS) both map; the highest role per tenant wins.
+Groups such as `/tenants/acme/admin` or `tenants/acme/admin` (MAAS_OIDC_GROUP_PATTERN over
+MAAS_OIDC_GROUPS_CLAIM; a leading slash is optional on both sides, since Keycloak writes full
+paths and most providers plain names) and roles such as `tenant:acme:admin`
+(MAAS_OIDC_ROLE_PATTERN over MAAS_OIDC_ROLES_CLAIMS: Keycloak's realm and client roles and a
+flat `roles` claim) both map; the highest role per tenant wins.
 """
 import re
 
@@ -26,17 +28,19 @@ def values_at(claims: dict, path: str) -> list[str]:
     return []
 
 
-def _pattern(template: str) -> re.Pattern:
+def _pattern(template: str, *, group: bool = False) -> re.Pattern:
+    if group:
+        template = template.lstrip("/")
     regex = re.escape(template)
     regex = regex.replace(re.escape("{tenant}"), r"(?P<tenant>[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)")
     regex = regex.replace(re.escape("{role}"), "(?P<role>" + "|".join(Role.values) + ")")
-    return re.compile(f"^{regex}$")
+    return re.compile(f"^/?{regex}$" if group else f"^{regex}$")
 
 
 def _paths(setting: str) -> list[str]:
     value = config.get(setting)
-    paths = [value] if isinstance(value, str) else list(value)
-    return [p.replace("{client_id}", config.client_id()) for p in paths if p]
+    paths = value.split(",") if isinstance(value, str) else list(value)
+    return [p.strip().replace("{client_id}", config.client_id()) for p in paths if p.strip()]
 
 
 def tenant_roles(claims: dict) -> dict[str, str]:
@@ -46,7 +50,7 @@ def tenant_roles(claims: dict) -> dict[str, str]:
                               ("MAAS_OIDC_ROLES_CLAIMS", "MAAS_OIDC_ROLE_PATTERN")):
         if not config.get(template):
             continue
-        pattern = _pattern(config.get(template))
+        pattern = _pattern(config.get(template), group=setting == "MAAS_OIDC_GROUPS_CLAIM")
         for path in _paths(setting):
             for value in values_at(claims, path):
                 match = pattern.match(value)
@@ -61,16 +65,20 @@ def tenant_roles(claims: dict) -> dict[str, str]:
 
 def is_staff(claims: dict) -> bool | None:
     """Whether the claims make an operator; None when no staff claim is configured."""
-    path, value = config.get("MAAS_OIDC_STAFF_CLAIM"), config.get("MAAS_OIDC_STAFF_VALUE")
-    if not path or not value:
+    value = config.get("MAAS_OIDC_STAFF_VALUE")
+    paths = _paths("MAAS_OIDC_STAFF_CLAIM")
+    if not paths or not value:
         return None
-    return value in values_at(claims, path.replace("{client_id}", config.client_id()))
+    return any(value in values_at(claims, path) for path in paths)
 
 
 def username(claims: dict) -> str:
-    """Keycloak's preferred_username, else the e-mail address, else the subject."""
-    name = claims.get("preferred_username") or claims.get("email") or claims.get("sub") or ""
-    return str(name)[:150]
+    """The first of MAAS_OIDC_USERNAME_CLAIMS that is set (preferred_username, email, sub)."""
+    for path in _paths("MAAS_OIDC_USERNAME_CLAIMS"):
+        found = values_at(claims, path)
+        if found and found[0]:
+            return found[0][:150]
+    return str(claims.get("sub") or "")[:150]
 
 
 USER_CLAIMS = ("preferred_username", "email", "name", "given_name", "family_name")

@@ -38,6 +38,7 @@ class KeySet:
                     continue  # a key type or algorithm this process does not support
         except (requests.RequestException, ValueError) as exc:
             logger.warning("oidc.jwks_failed", extra={"uri": uri, "error": str(exc)})
+            config.discovery_failed(f"jwks: {exc}")  # perhaps the provider moved its keys
             raise config.ProviderUnavailable(f"cannot read the provider's keys at {uri}") from exc
         self._uri, self._keys, self._fetched_at = uri, keys, time.monotonic()
         logger.info("oidc.jwks_loaded", extra={"uri": uri, "kids": sorted(map(str, keys))})

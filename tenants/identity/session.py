@@ -19,7 +19,8 @@ from django.http import HttpResponse
 from django.urls import reverse
 
 from . import config, provisioning
-from .tokens import TokenRejected, validate_access_token, validate_refreshed_id_token
+from .introspection import userinfo
+from .tokens import TokenRejected, is_jwt, validate_access_token, validate_refreshed_id_token
 
 logger = logging.getLogger(__name__)
 RETRY = 30  # seconds between tries while the provider cannot be reached
@@ -49,18 +50,40 @@ class Unreachable(Exception):
 
 def _grant(refresh_token: str) -> dict:
     try:
+        fields, basic = config.client_auth()
         response = requests.post(config.discovery()["token_endpoint"], data={
-            "grant_type": "refresh_token", "refresh_token": refresh_token,
-            "client_id": config.client_id(),
-            "client_secret": config.get("MAAS_OIDC_CLIENT_SECRET")},
-            timeout=config.get("MAAS_OIDC_TIMEOUT"))
+            "grant_type": "refresh_token", "refresh_token": refresh_token, **fields},
+            auth=basic, timeout=config.get("MAAS_OIDC_TIMEOUT"))
     except (requests.RequestException, config.ProviderUnavailable) as exc:
+        config.discovery_failed(f"token endpoint: {exc}")
         raise Unreachable(str(exc)) from exc
     if response.status_code in (400, 401):  # invalid_grant: expired, revoked, session ended
         raise Refused(response.text[:200])
     if response.status_code != 200:
+        config.discovery_failed(f"token endpoint: HTTP {response.status_code}")
         raise Unreachable(f"HTTP {response.status_code}")
     return response.json()
+
+
+def refreshed_claims(tokens: dict, subject: str) -> dict:
+    """The claims of a refresh-token grant's answer, from the same sources as a sign-in: the
+    access token when it is a JWT (Keycloak puts realm_access there), else userinfo (an opaque
+    token is only worth what the provider says of it), and the new ID token, if any."""
+    access = tokens["access_token"]
+    try:
+        if is_jwt(access):
+            claims = validate_access_token(access)
+        else:
+            claims = userinfo(access)
+            if not claims:
+                raise Refused("the userinfo endpoint does not accept the new access token")
+        if tokens.get("id_token"):
+            claims = {**claims, **validate_refreshed_id_token(tokens["id_token"], subject)}
+    except TokenRejected as exc:
+        if exc.code == "provider_unavailable":  # keys or userinfo out of reach: not a refusal
+            raise Unreachable(exc.reason) from None
+        raise
+    return claims
 
 
 def _end(request, reason: str):
@@ -100,10 +123,7 @@ def refresh(request):
         return None  # another request of this session is refreshing it
     try:
         tokens = _grant(session.get("oidc_refresh_token", ""))
-        claims = validate_access_token(tokens["access_token"])
-        if tokens.get("id_token"):
-            claims = {**claims, **validate_refreshed_id_token(tokens["id_token"],
-                                                              session.get("oidc_subject"))}
+        claims = refreshed_claims(tokens, session.get("oidc_subject"))
         if claims.get("sub") != session.get("oidc_subject"):
             raise Refused("the provider answered for another subject")
         user = provisioning.user_for_claims(claims, request_id=getattr(request, "request_id", ""),

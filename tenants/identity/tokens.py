@@ -1,11 +1,14 @@
-"""Local validation of the provider's JWTs: signature by a key of its key set, iss, aud or azp,
-exp, nbf and iat. No call to the provider per token; each refusal names its reason."""
+"""Local validation of the provider's JWTs: signature by a key of its key set, iss, audience,
+exp, nbf and iat, and what kind of token it is (docs/identity.md, "Which tokens the API
+accepts"). No call to the provider per token; each refusal names its reason."""
 import jwt
 
 from . import config
 from .jwks import UnknownKey, keys
 
-NOT_ACCESS_TOKENS = {"ID", "Refresh", "Offline", "Logout"}  # Keycloak's `typ` claim
+NOT_ACCESS_TOKENS = {"id", "refresh", "offline", "logout"}  # Keycloak's `typ` claim
+ACCESS_TYPES = {"at+jwt", "application/at+jwt"}  # RFC 9068 section 2.1, the JOSE header
+PLAIN_TYPES = {"", "jwt", "application/jwt"}  # a header that says nothing of the token's use
 
 
 class TokenRejected(Exception):
@@ -54,30 +57,78 @@ def _decode(token: str) -> tuple[dict, dict]:
     return header, claims
 
 
-def _check_audience(claims: dict, accepted: list[str]) -> None:
+def audience_of(claims: dict) -> list[str]:
     aud = claims.get("aud")
-    auds = [aud] if isinstance(aud, str) else list(aud or [])
-    if set(auds) & set(accepted) or claims.get("azp") in accepted:
+    return [aud] if isinstance(aud, str) else [a for a in aud or [] if isinstance(a, str)]
+
+
+def check_audience(claims: dict, accepted: list[str], *, by_client_id: bool = True) -> None:
+    """The token is for one of `accepted`: by `aud`, by `azp` (the OpenID party it was issued
+    to) or, for access tokens, by RFC 9068's `client_id` (a token whose `aud` is the API's URL,
+    issued to MaaS)."""
+    auds = audience_of(claims)
+    if set(auds) & set(accepted) or claims.get("azp") in accepted \
+            or (by_client_id and claims.get("client_id") in accepted):
         return
+    shown = auds or [c for c in (claims.get("azp"), claims.get("client_id")) if c]
     raise TokenRejected(
         "wrong_audience",
-        f"the token is for {auds or claims.get('azp')!r}, not for {' or '.join(accepted)} "
-        "(aud/azp)")
+        f"the token is for {shown!r}, not for {' or '.join(accepted)} (aud, azp or client_id)")
+
+
+def token_kind(header: dict, claims: dict) -> tuple[bool, str]:
+    """(is an access token, why): the first row of the decision table that matches.
+
+    Providers mark their tokens differently, so the signals are read in order of how much
+    they say: RFC 9068's JOSE `typ`, then Keycloak's `typ` claim, then what only an ID token
+    carries (OpenID Connect Core 3.1.3.6: nonce, at_hash, c_hash), then the shape of an ID
+    token (audience this client, and neither scope nor client_id, which access tokens carry).
+    """
+    jose_typ = str(header.get("typ") or "").lower()
+    if jose_typ in ACCESS_TYPES:
+        return True, "an RFC 9068 access token (typ at+jwt)"
+    if jose_typ not in PLAIN_TYPES:
+        return False, f"a {header['typ']} token is not an access token (typ header)"
+    claim_typ = str(claims.get("typ") or "")
+    if claim_typ.lower() == "bearer":
+        return True, "a Keycloak access token (typ Bearer)"
+    if claim_typ.lower() in NOT_ACCESS_TOKENS:
+        return False, f"a {claim_typ} token is not an access token (typ claim)"
+    for marker in ("nonce", "at_hash", "c_hash"):
+        if marker in claims:
+            return False, f"an ID token is not an access token (it has {marker})"
+    if config.client_id() in audience_of(claims) and not any(
+            claims.get(name) for name in ("scope", "scp", "client_id")):
+        return False, ("an ID token is not an access token (its audience is this client and it "
+                       "has no scope nor client_id)")
+    return True, "an access token without a type (scope or client_id, no ID token claims)"
 
 
 def validate_access_token(token: str) -> dict:
     """The claims of an API access token from the configured provider, or TokenRejected."""
-    _, claims = _decode(token)
-    _check_audience(claims, config.audiences())
-    if claims.get("typ") in NOT_ACCESS_TOKENS:
-        raise TokenRejected("not_an_access_token", f"a {claims['typ']} token is not an access token")
+    header, claims = _decode(token)
+    check_audience(claims, config.audiences())
+    accepted, why = token_kind(header, claims)
+    if not accepted:
+        raise TokenRejected("not_an_access_token", why)
     return claims
+
+
+def is_jwt(token: str) -> bool:
+    """Whether the token is a JWS in compact form (else it is opaque: introspection)."""
+    if token.count(".") != 2:
+        return False
+    try:
+        jwt.get_unverified_header(token)
+    except jwt.DecodeError:
+        return False
+    return True
 
 
 def validate_id_token(token: str, nonce: str | None) -> dict:
     """The claims of an ID token issued to this client for this sign-in (nonce)."""
     _, claims = _decode(token)
-    _check_audience(claims, [config.client_id()])
+    check_audience(claims, [config.client_id()], by_client_id=False)
     if claims.get("nonce") != nonce:
         raise TokenRejected("bad_nonce", "the ID token's nonce is not this sign-in's")
     return claims
@@ -87,7 +138,7 @@ def validate_refreshed_id_token(token: str, subject: str) -> dict:
     """The claims of an ID token from a refresh-token grant: same checks, for the same subject
     (it carries the first sign-in's nonce, if any, which this side does not keep)."""
     _, claims = _decode(token)
-    _check_audience(claims, [config.client_id()])
+    check_audience(claims, [config.client_id()], by_client_id=False)
     if claims.get("sub") != subject:
         raise TokenRejected("wrong_subject", "the refreshed ID token is for another subject")
     return claims

@@ -75,7 +75,10 @@ def logout(request):
     done = request.build_absolute_uri(reverse("signed-out"))
     if config.enabled() and id_token:
         try:
-            end_session = config.discovery().get("end_session_endpoint")
+            # Read again unless read within the floor: signing out is rare, and a provider that
+            # dropped the endpoint must not leave every sign-out on its 404 page.
+            end_session = config.discovery(
+                max_age=config.get("MAAS_OIDC_DISCOVERY_MIN_REFRESH")).get("end_session_endpoint")
         except config.ProviderUnavailable:
             end_session = None
         if end_session:

@@ -65,9 +65,15 @@ def ensure_node_modules() -> None:
 
 
 class Provider:
-    """The provider process and what the tests need from it."""
+    """The provider process and what the tests need from it (the harness interface that
+    tests/identity/dot.py's DotProvider offers too)."""
 
-    def __init__(self, workdir, app_url: str):
+    name = "keycloak"
+    client_id, client_secret = CLIENT_ID, CLIENT_SECRET
+
+    def __init__(self, workdir, app_url: str, *, token_format: str = "jwt",
+                 end_session: bool = True, users: list[dict] = USERS):
+        self.token_format, self.end_session = token_format, end_session
         self.port = free_port()
         self.origin = f"http://127.0.0.1:{self.port}"
         self.issuer = f"{self.origin}/realms/maas"
@@ -77,7 +83,7 @@ class Provider:
         self.log_path = workdir / "provider.log"
         self.jwk, self.private_key = new_key("realm-key-1")
         self.keys = [self.jwk]
-        self.users = USERS
+        self.users = users
         self.proc = None
 
     def write_config(self) -> None:
@@ -87,7 +93,8 @@ class Provider:
             "clients": [{"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
                          "redirect_uris": [self.redirect_uri],
                          "post_logout_redirect_uris": [f"{self.app_url}/accounts/signed-out/"]}],
-            "users": self.users,
+            "users": self.users, "accessTokenFormat": self.token_format,
+            "endSession": self.end_session,
         }
         self.config_path.write_text(json.dumps(config))
 
@@ -111,6 +118,39 @@ class Provider:
         self.keys = keys
         self.reload()
 
+    def rotate_keys(self) -> None:
+        """A new active key; the old one stays published, so tokens signed with it verify."""
+        self.jwk, self.private_key = new_key(f"realm-key-{len(self.keys) + 1}")
+        self.rotate([self.jwk, *self.keys])  # oidc-provider signs with the first key
+
+    def set_end_session(self, enabled: bool) -> None:
+        self.end_session = enabled
+        self.reload()
+
+    def revoke(self, token: str) -> None:
+        """RFC 7009 at the provider, as the client."""
+        discovery = requests.get(f"{self.issuer}/.well-known/openid-configuration").json()
+        response = requests.post(discovery["revocation_endpoint"], data={
+            "token": token, "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
+        assert response.status_code == 200, response.text
+
+    def requests_to(self, fragment: str) -> int:
+        """How many requests the provider served whose path contains fragment."""
+        return sum(1 for line in self.log_path.read_text().splitlines()
+                   if line.split(" ")[0] in ("GET", "POST") and fragment in line)
+
+    def authorize(self, idp: requests.Session, authorize_url: str, username: str, password: str,
+                  callback_prefix: str) -> str:
+        """Signs in on the login page the authorize URL leads to; the redirect to the client."""
+        response = idp.get(authorize_url, allow_redirects=False)
+        login_url = urllib.parse.urljoin(self.origin, response.headers["Location"])
+        response = idp.post(login_url, data={"username": username, "password": password},
+                            allow_redirects=False)
+        while not response.headers["Location"].startswith(callback_prefix):
+            response = idp.get(urllib.parse.urljoin(self.origin, response.headers["Location"]),
+                               allow_redirects=False)
+        return response.headers["Location"]
+
     def set_users(self, users: list[dict]) -> None:
         """Changes the realm's users (groups, roles; a user left out is disabled)."""
         self.users = users
@@ -128,14 +168,15 @@ class Provider:
         return sum(1 for line in self.log_path.read_text().splitlines()
                    if line.startswith("GET /realms/maas/jwks"))
 
-    def sign(self, claims: dict, *, key=None, kid: str | None = None) -> str:
+    def sign(self, claims: dict, *, key=None, kid: str | None = None,
+             headers: dict | None = None) -> str:
         """A token signed with the realm's own key (or another one), for the cases the provider
         would never issue itself: expired, not yet valid, another audience or issuer."""
         now = int(time.time())
         body = {"iss": self.issuer, "aud": CLIENT_ID, "azp": CLIENT_ID, "iat": now,
                 "exp": now + 300, "typ": "Bearer", **claims}
         return jwt.encode(body, key or self.private_key, algorithm="RS256",
-                          headers={"kid": kid or self.jwk["kid"]})
+                          headers={"kid": kid or self.jwk["kid"], **(headers or {})})
 
     def login(self, username: str, password: str) -> dict:
         """The authorization code flow with PKCE, as a browser would do it, without a browser:
@@ -178,16 +219,9 @@ class Browser:
     def sign_in(self, username: str, password: str) -> None:
         start = self.maas.get("/oidc/authenticate/")
         assert start.status_code == 302, start.content
-        response = self.idp.get(start["Location"], allow_redirects=False)
-        login_url = urllib.parse.urljoin(self.provider.origin, response.headers["Location"])
-        response = self.idp.post(login_url, data={"username": username, "password": password},
-                                 allow_redirects=False)
-        callback = f"http://{self.host}/oidc/callback/"
-        while not response.headers["Location"].startswith(callback):
-            response = self.idp.get(
-                urllib.parse.urljoin(self.provider.origin, response.headers["Location"]),
-                allow_redirects=False)
-        done = self.maas.get(response.headers["Location"].removeprefix(f"http://{self.host}"))
+        callback = self.provider.authorize(self.idp, start["Location"], username, password,
+                                           f"http://{self.host}/oidc/callback/")
+        done = self.maas.get(callback.removeprefix(f"http://{self.host}"))
         assert done.status_code == 302 and "/oidc/" not in done["Location"], done["Location"]
 
     def session(self) -> SessionStore:

@@ -1,14 +1,17 @@
 // A real OpenID Connect provider (panva's oidc-provider) set up like a Keycloak realm, for
 // MaaS's tests and local development: issuer <origin>/realms/<realm>, a password login page,
 // `groups` ("/tenants/acme/admin") and `realm_access.roles` in the tokens, JWT access tokens
-// signed with the realm's keys (published at <issuer>/protocol/openid-connect/certs), PKCE
-// required, RP-initiated logout.
+// signed with the realm's keys (published at <issuer>/protocol/openid-connect/certs) or opaque
+// ones, token introspection (RFC 7662) and revocation (RFC 7009), PKCE required, RP-initiated
+// logout (which can be left out of discovery, as some providers do).
 //
 //   node provider.mjs CONFIG.json
 //
 // CONFIG: {"port", "issuer", "realm", "jwks": {"keys": [private JWKs]},
 //          "clients": [{"client_id", "client_secret", "redirect_uris", "post_logout_redirect_uris"}],
 //          "audience": "maas", "accessTokenTTL": 300,
+//          "accessTokenFormat": "jwt" | "opaque" (for the userinfo endpoint, no audience),
+//          "endSession": true,
 //          "users": [{"username", "password", "email", "name", "groups": [], "roles": []}]}
 // SIGHUP reads CONFIG again (key rotation, changed users) and keeps sessions and grants; every
 // request is logged to stdout, one line each.
@@ -95,6 +98,7 @@ function build(config) {
   const users = new Map(config.users.map((u) => [u.sub || u.username, u]));
   const byName = new Map(config.users.map((u) => [u.username, u]));
   const scope = 'openid email profile';
+  const opaque = config.accessTokenFormat === 'opaque';
   const provider = new Provider(config.issuer, {
     clients: config.clients.map((c) => ({
       grant_types: ['authorization_code', 'refresh_token'],
@@ -131,14 +135,16 @@ function build(config) {
       });
       grant.addOIDCScope(scope);
       grant.addOIDCClaims(['groups', 'realm_access', 'preferred_username', 'email', 'name']);
-      grant.addResourceScope(RESOURCE, scope);
+      if (!opaque) grant.addResourceScope(RESOURCE, scope);
       await grant.save();
       return grant;
     },
     features: {
       devInteractions: { enabled: false },
+      introspection: { enabled: true },
+      revocation: { enabled: true },
       rpInitiatedLogout: {
-        enabled: true,
+        enabled: config.endSession !== false,
         // Keycloak ends the session without a question when the RP sends id_token_hint.
         async logoutSource(ctx, form) {
           ctx.body = `<!DOCTYPE html><html><head><title>Signing out</title></head><body>
@@ -150,7 +156,9 @@ function build(config) {
       },
       resourceIndicators: {
         enabled: true,
-        defaultResource: async () => RESOURCE,
+        // Opaque: the token is for userinfo (no resource server), which oidc-provider issues
+        // opaque, as many providers do by default.
+        defaultResource: async () => (opaque ? undefined : RESOURCE),
         useGrantedResource: async () => true,
         getResourceServerInfo: async () => ({
           scope,
@@ -195,6 +203,8 @@ const ALIASES = new Map([
   ['/protocol/openid-connect/token', '/token'],
   ['/protocol/openid-connect/userinfo', '/me'],
   ['/protocol/openid-connect/logout', '/session/end'],
+  ['/protocol/openid-connect/token/introspect', '/token/introspection'],
+  ['/protocol/openid-connect/revoke', '/token/revocation'],
 ]);
 
 function loginPage(uid, client, error) {

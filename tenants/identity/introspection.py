@@ -1,0 +1,150 @@
+"""Opaque access tokens: RFC 7662 introspection at the provider, as this client, with the
+answer reused until the token expires or MAAS_OIDC_INTROSPECTION_CACHE seconds pass (a revoked
+token is refused at most that long after). The subject comes from the answer's `sub`, else
+from the userinfo endpoint with the token itself (django-oauth-toolkit names no subject)."""
+import hashlib
+import logging
+import time
+
+import requests
+from django.core.cache import cache
+
+from . import config
+from .tokens import NOT_ACCESS_TOKENS, TokenRejected, check_audience
+
+logger = logging.getLogger(__name__)
+NOT_ACCESS_TYPES = {"refresh_token", "refresh", "id_token"}  # RFC 7662 token_type values
+
+
+def _cache_key(token: str) -> str:
+    digest = hashlib.sha256(f"{config.issuer()}\0{token}".encode()).hexdigest()
+    return f"maas:oidc-introspection:{digest}"
+
+
+def _cached(key: str):
+    try:
+        return cache.get(key)
+    except Exception as exc:  # the cache backend's own errors: ask the provider instead
+        logger.warning("oidc.introspection_cache_failed", extra={"error": str(exc)})
+        return None
+
+
+def _store(key: str, value: dict, seconds: float) -> None:
+    if seconds < 1:
+        return
+    try:
+        cache.set(key, value, timeout=int(seconds))
+    except Exception as exc:  # noqa: BLE001 - without the cache every call introspects
+        logger.warning("oidc.introspection_cache_failed", extra={"error": str(exc)})
+
+
+def _post(endpoint: str, token: str) -> dict:
+    fields, basic = config.client_auth()
+    try:
+        response = requests.post(endpoint, data={"token": token,
+                                                 "token_type_hint": "access_token", **fields},
+                                 auth=basic, timeout=config.get("MAAS_OIDC_TIMEOUT"),
+                                 headers={"Accept": "application/json"})
+    except requests.RequestException as exc:
+        config.discovery_failed(f"introspection: {exc}")
+        raise TokenRejected("provider_unavailable",
+                            "the provider's introspection endpoint cannot be reached") from None
+    if response.status_code != 200:
+        config.discovery_failed(f"introspection: HTTP {response.status_code}")
+        raise TokenRejected("provider_unavailable",
+                            f"the provider's introspection endpoint answered HTTP "
+                            f"{response.status_code} (is this client allowed to introspect?)")
+    try:
+        answer = response.json()
+    except ValueError:
+        raise TokenRejected("provider_unavailable",
+                            "the provider's introspection answer is not JSON") from None
+    if not isinstance(answer, dict):
+        raise TokenRejected("provider_unavailable", "the introspection answer is not an object")
+    return answer
+
+
+def userinfo(access_token: str) -> dict:
+    """The userinfo endpoint's claims for this access token ({} when there is none)."""
+    endpoint = config.discovery().get("userinfo_endpoint")
+    if not endpoint:
+        return {}
+    try:
+        response = requests.get(endpoint, headers={"Authorization": f"Bearer {access_token}"},
+                                timeout=config.get("MAAS_OIDC_TIMEOUT"))
+    except requests.RequestException as exc:
+        config.discovery_failed(f"userinfo: {exc}")
+        raise TokenRejected("provider_unavailable", "the userinfo endpoint cannot be reached") \
+            from None
+    if response.status_code in (401, 403):
+        return {}  # not a token for userinfo (a client's own, say): no person behind it
+    if response.status_code != 200:
+        config.discovery_failed(f"userinfo: HTTP {response.status_code}")
+        raise TokenRejected("provider_unavailable",
+                            f"the userinfo endpoint answered HTTP {response.status_code}")
+    try:
+        claims = response.json()
+    except ValueError:  # a signed userinfo JWT (rare): MaaS asks for JSON only
+        raise TokenRejected("provider_unavailable", "the userinfo answer is not JSON") from None
+    return claims if isinstance(claims, dict) else {}
+
+
+def _check(answer: dict) -> dict:
+    """The claims of an active answer, after the checks a JWT would get; TokenRejected."""
+    if answer.get("active") is not True:
+        raise TokenRejected("token_inactive", "the provider says the token is not active "
+                                              "(expired, revoked or unknown)")
+    if answer.get("iss") and str(answer["iss"]).rstrip("/") != config.issuer():
+        raise TokenRejected("wrong_issuer", f"the token was not issued by {config.issuer()} (iss)")
+    leeway = config.get("MAAS_OIDC_LEEWAY")
+    if isinstance(answer.get("exp"), int | float) and answer["exp"] + leeway < time.time():
+        raise TokenRejected("token_expired", "the token has expired (exp)")
+    token_type = str(answer.get("token_type") or "").lower()
+    if token_type in NOT_ACCESS_TYPES or str(answer.get("typ") or "").lower() in NOT_ACCESS_TOKENS:
+        raise TokenRejected("not_an_access_token",
+                            f"a {answer.get('token_type') or answer.get('typ')} token is not an "
+                            "access token")
+    check_audience(answer, config.audiences())
+    return dict(answer)
+
+
+def _subject(claims: dict, token: str) -> dict:
+    """Adds `sub`: the answer's, else userinfo's; a token with no person behind it (a client's
+    own, RFC 6749 client credentials) gets the client's id, as RFC 9068 says its sub is."""
+    if claims.get("sub"):
+        return claims
+    person = userinfo(token) if claims.get("username") else {}
+    if person.get("sub"):
+        return {**person, **claims, "sub": person["sub"]}
+    if claims.get("username"):
+        raise TokenRejected("missing_claim", "the provider names no subject for the token (no "
+                                             "sub in the introspection or userinfo answer)")
+    if not claims.get("client_id"):
+        raise TokenRejected("missing_claim", "the token names neither a subject nor a client")
+    return {**claims, "sub": claims["client_id"]}
+
+
+def introspect(token: str) -> dict:
+    """The claims of an opaque access token, or TokenRejected saying why not."""
+    endpoint = config.introspection_endpoint()
+    if not endpoint:
+        raise TokenRejected("malformed_token", "the token is not a JWT and the provider offers no "
+                                               "token introspection (introspection_endpoint)")
+    key = _cache_key(token)
+    hit = _cached(key)
+    if hit is not None:
+        if "refused" in hit:
+            raise TokenRejected(*hit["refused"])
+        return hit["claims"]
+    ttl = float(config.get("MAAS_OIDC_INTROSPECTION_CACHE"))
+    answer = _post(endpoint, token)
+    try:
+        claims = _subject(_check(answer), token)
+    except TokenRejected as exc:
+        if exc.code != "provider_unavailable":
+            _store(key, {"refused": (exc.code, exc.reason)}, ttl)
+        raise
+    if isinstance(claims.get("exp"), int | float):
+        ttl = min(ttl, claims["exp"] - time.time())
+    _store(key, {"claims": claims}, ttl)
+    return claims

@@ -14,6 +14,7 @@ from .tokens import NOT_ACCESS_TOKENS, TokenRejected, check_audience
 
 logger = logging.getLogger(__name__)
 NOT_ACCESS_TYPES = {"refresh_token", "refresh", "id_token"}  # RFC 7662 token_type values
+ACCESS_TYPES = {"bearer", "dpop", "n_a", "access_token"}
 
 
 def _cache_key(token: str) -> str:
@@ -108,15 +109,31 @@ def _check(answer: dict) -> dict:
     return dict(answer)
 
 
-def _subject(claims: dict, token: str) -> dict:
-    """Adds `sub`: the answer's, else userinfo's; a token with no person behind it (a client's
-    own, RFC 6749 client credentials) gets the client's id, as RFC 9068 says its sub is."""
+def _identify(claims: dict, token: str) -> dict:
+    """Adds `sub` and makes sure a person's token is an access token.
+
+    RFC 7662 makes token_type optional: oidc-provider leaves it out for refresh tokens only,
+    django-oauth-toolkit for everything, and names no subject either. So a person's token
+    without an access token type, or without `sub`, is shown to the userinfo endpoint, which
+    takes access tokens only and names the subject. A token with no person behind it (a
+    client's own, RFC 6749 client credentials) gets the client's id as `sub`, as RFC 9068 says.
+    """
+    typed = (str(claims.get("token_type") or "").lower() in ACCESS_TYPES
+             or str(claims.get("typ") or "").lower() == "bearer")
+    person_behind = claims.get("sub") or claims.get("username")
+    if person_behind and (not typed or not claims.get("sub")):
+        person = userinfo(token)
+        if not person.get("sub") and config.discovery().get("userinfo_endpoint"):
+            raise TokenRejected("not_an_access_token", "the provider does not say the token is an "
+                                "access token (no token_type) and its userinfo endpoint refuses "
+                                "it: a refresh token is not an access token")
+        if person.get("sub"):
+            if claims.get("sub") and claims["sub"] != person["sub"]:
+                raise TokenRejected("wrong_subject", "userinfo names another subject")
+            return {**person, **claims, "sub": person["sub"]}
     if claims.get("sub"):
         return claims
-    person = userinfo(token) if claims.get("username") else {}
-    if person.get("sub"):
-        return {**person, **claims, "sub": person["sub"]}
-    if claims.get("username"):
+    if person_behind:
         raise TokenRejected("missing_claim", "the provider names no subject for the token (no "
                                              "sub in the introspection or userinfo answer)")
     if not claims.get("client_id"):
@@ -139,7 +156,7 @@ def introspect(token: str) -> dict:
     ttl = float(config.get("MAAS_OIDC_INTROSPECTION_CACHE"))
     answer = _post(endpoint, token)
     try:
-        claims = _subject(_check(answer), token)
+        claims = _identify(_check(answer), token)
     except TokenRejected as exc:
         if exc.code != "provider_unavailable":
             _store(key, {"refused": (exc.code, exc.reason)}, ttl)

@@ -7,8 +7,10 @@ class OidcBearerScheme(OpenApiAuthenticationExtension):
     name = "oidcBearer"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                "description": "An access token of the configured OpenID Connect realm."}
+        return {"type": "http", "scheme": "bearer",
+                "description": "An access token of the configured OpenID Connect provider: a JWT "
+                               "(validated locally) or an opaque token (RFC 7662 introspection). "
+                               "ID and refresh tokens are refused with 401 and the reason."}
 
 
 class PersonalAccessTokenScheme(OpenApiAuthenticationExtension):

@@ -7,6 +7,8 @@ from rest_framework.test import APIClient
 
 from config_service.models import ConfigEvent
 from tenants import default_plans
+from tenants.identity import introspection
+from tenants.identity.tokens import TokenRejected
 from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.services import create_tenant
 from tests.conftest import CTX, make_user
@@ -86,3 +88,32 @@ def test_a_token_for_the_apis_url_is_accepted_by_client_id_not_for_another_clien
     assert refused.status_code == 401
     assert refused.json()["code"] == "wrong_audience"
     assert "aud, azp or client_id" in refused.json()["message"]
+
+
+# The introspection rows (8-11) that no provider of the suite answers with (Keycloak says
+# typ Refresh; others name the type RFC 7662 lets them leave out); the rest run against real
+# providers in test_providers.py. introspection._check is a pure function of the answer.
+ANSWERS = {
+    "8_inactive": ({"active": False}, "token_inactive"),
+    "9_token_type_refresh": ({"active": True, "token_type": "refresh_token", "sub": "a",
+                              "client_id": "maas"}, "not_an_access_token"),
+    "9_keycloak_typ_refresh": ({"active": True, "typ": "Refresh", "sub": "a", "azp": "maas"},
+                               "not_an_access_token"),
+    "other_issuer": ({"active": True, "iss": "http://elsewhere", "client_id": "maas"},
+                     "wrong_issuer"),
+    "expired": ({"active": True, "exp": 1, "client_id": "maas"}, "token_expired"),
+    "other_client": ({"active": True, "client_id": "reporting"}, "wrong_audience"),
+    "11_active_for_maas": ({"active": True, "token_type": "Bearer", "sub": "a",
+                            "client_id": "maas"}, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANSWERS))
+def test_each_introspection_answer_row(oidc, case):
+    answer, code = ANSWERS[case]
+    if code is None:
+        assert introspection._check(answer)["sub"] == "a"
+        return
+    with pytest.raises(TokenRejected) as refused:
+        introspection._check(answer)
+    assert refused.value.code == code

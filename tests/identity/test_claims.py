@@ -30,6 +30,32 @@ def test_groups_and_realm_and_client_roles_map_to_the_highest_role_per_tenant(is
     assert claims.tenant_roles(token) == {"acme": "admin", "beta": "admin", "gamma": "owner"}
 
 
+def test_plain_group_names_flat_roles_and_a_flat_staff_role_map_by_default(issuer):
+    """A plain OpenID provider's shape (django-oauth-toolkit, Okta): group names without the
+    leading slash Keycloak writes, roles in a flat `roles` claim."""
+    token = {"groups": ["tenants/acme/viewer", "tenants/beta/admin", "staff"],
+             "roles": ["tenant:acme:owner", "maas-operator"]}
+
+    assert claims.tenant_roles(token) == {"acme": "owner", "beta": "admin"}
+    assert claims.is_staff(token) is True
+    assert claims.is_staff({"roles": ["tenant:acme:owner"]}) is False
+
+
+def test_a_slashless_pattern_matches_slashed_groups_too(issuer, settings):
+    settings.MAAS_OIDC_GROUP_PATTERN = "tenants/{tenant}/{role}"
+
+    assert claims.tenant_roles({"groups": ["/tenants/acme/admin", "tenants/beta/viewer"],
+                                "roles": []}) == {"acme": "admin", "beta": "viewer"}
+
+
+def test_the_username_claims_are_configurable(issuer, settings):
+    token = {"sub": "u-1", "email": "ann@example.test", "upn": "ann@corp"}
+
+    assert claims.username(token) == "ann@example.test"
+    settings.MAAS_OIDC_USERNAME_CLAIMS = ["upn", "email"]
+    assert claims.username(token) == "ann@corp"
+
+
 def test_the_mapping_is_configurable(issuer, settings):
     settings.MAAS_OIDC_GROUPS_CLAIM = "memberOf"
     settings.MAAS_OIDC_GROUP_PATTERN = "maas-{tenant}-{role}"

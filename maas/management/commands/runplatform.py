@@ -6,11 +6,11 @@ router watch, usage sampling), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 56
 5675) -- or, when `QDROUTERD` names a qdrouterd binary, that qdrouterd on the same ports and the
 vhost relay between it and RabbitMQ (127.0.0.1:5677) --, the auth service routers delegate SASL
 to (127.0.0.1:5676; with the router enabled) and the processes listed in MAAS_EXTRA_PROCESSES;
-stops them all on Ctrl-C or if one of them dies.
+starts again, after a growing back-off, any of them that exits (maas.supervisor), and stops them
+all on Ctrl-C.
 """
 import os
 import signal
-import subprocess
 import sys
 import time
 from urllib.parse import urlparse
@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from maas.supervisor import Supervisor
 from workers import qdrouterd
 
 
@@ -116,8 +117,9 @@ class Command(BaseCommand):
         # The auth service checks the router admin's password: it gets the one this process
         # settled on (environment or var/secrets), through the environment, not `ps`.
         env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=settings.MAAS_ROUTER_ADMIN_PASSWORD)
-        running = {name: subprocess.Popen(cmd, env=env)
-                   for name, cmd in processes(bind).items()}
+        supervisor = Supervisor(processes(bind), env=env,
+                                log=lambda line: self.stderr.write(line))
+        supervisor.start()
         self.stdout.write(f"MaaS is up: http://{bind}/api/docs/ (admin at /admin/); Ctrl-C stops")
         stop = {"now": False}
 
@@ -128,17 +130,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, on_signal)
         try:
             while not stop["now"]:
-                for name, proc in running.items():
-                    if proc.poll() is not None:
-                        self.stderr.write(f"{name} exited with {proc.returncode}; stopping")
-                        stop["now"] = True
+                supervisor.tick()
                 time.sleep(0.5)
         finally:
-            for proc in running.values():
-                if proc.poll() is None:
-                    proc.terminate()
-            for proc in running.values():
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            supervisor.stop()

@@ -1,0 +1,78 @@
+"""Keeps the platform's processes running on one machine, as Kubernetes would: a process that
+exits on its own is started again after a back-off that doubles with each quick exit (1 s up to
+MAX_BACKOFF) and resets once it has stayed up for STABLE seconds. One crashing process (a
+Celery worker that gave up when Redis went away, say) no longer takes the platform down."""
+import subprocess
+import time
+from collections.abc import Callable
+
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 30.0
+STABLE = 60.0  # seconds up after which a process counts as healthy again
+
+
+class Supervised:
+    """One command, its current process and its restart bookkeeping."""
+
+    def __init__(self, name: str, command: list[str], env: dict | None):
+        self.name, self.command, self.env = name, command, env
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.backoff = FIRST_BACKOFF
+        self.restart_at: float | None = None
+        self.restarts = 0
+
+    def start(self, now: float) -> None:
+        self.proc = subprocess.Popen(self.command, env=self.env)
+        self.started_at, self.restart_at = now, None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Supervisor:
+    """Starts every command, restarts those that exit, and stops them all on request."""
+
+    def __init__(self, commands: dict[str, list[str]], env: dict | None = None,
+                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic):
+        self.log, self.clock = log, clock
+        self.processes = {name: Supervised(name, cmd, env) for name, cmd in commands.items()}
+
+    def start(self) -> None:
+        now = self.clock()
+        for supervised in self.processes.values():
+            supervised.start(now)
+
+    def tick(self) -> None:
+        """Notices exits and restarts what is due; called every half second or so."""
+        now = self.clock()
+        for p in self.processes.values():
+            if p.restart_at is not None:
+                if now >= p.restart_at:
+                    p.restarts += 1
+                    self.log(f"{p.name}: starting again (restart {p.restarts})")
+                    p.start(now)
+                continue
+            if p.running():
+                if now - p.started_at >= STABLE:
+                    p.backoff = FIRST_BACKOFF
+                continue
+            code = p.proc.returncode if p.proc else None
+            if now - p.started_at >= STABLE:
+                p.backoff = FIRST_BACKOFF  # it ran well for a while: this exit is news
+            self.log(f"{p.name} exited with {code}; starting it again in {p.backoff:g} s")
+            p.restart_at = now + p.backoff
+            p.backoff = min(p.backoff * 2, MAX_BACKOFF)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for p in self.processes.values():
+            if p.running():
+                p.proc.terminate()
+        for p in self.processes.values():
+            if p.proc is None:
+                continue
+            try:
+                p.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
+                p.proc.wait()

@@ -1,0 +1,87 @@
+"""`make run`'s supervisor with real processes: one that exits is started again after a
+back-off that doubles with each quick exit and resets after a stable run; the others keep
+running throughout; stop ends them all, even one that ignores SIGTERM."""
+import sys
+import time
+
+from maas import supervisor as sup
+from maas.supervisor import Supervisor
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+CRASHER = [sys.executable, "-c", "import sys; sys.exit(3)"]
+STUBBORN = [sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)"]
+
+
+class Clock:
+    """Time the test moves by hand, so back-offs are checked without waiting for them."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def wait_exit(proc, timeout=10.0):
+    proc.wait(timeout=timeout)
+
+
+def test_a_process_that_exits_is_restarted_with_a_doubling_backoff_others_untouched():
+    clock, lines = Clock(), []
+    supervisor = Supervisor({"web": SLEEPER, "worker": CRASHER}, log=lines.append, clock=clock)
+    supervisor.start()
+    web, worker = supervisor.processes["web"], supervisor.processes["worker"]
+    first_web = web.proc.pid
+    try:
+        delays = []
+        for _ in range(4):
+            wait_exit(worker.proc)
+            supervisor.tick()  # notices the exit, schedules the restart
+            delays.append(worker.restart_at - clock.now)
+            clock.now = worker.restart_at
+            supervisor.tick()  # starts it again
+    finally:
+        supervisor.stop()
+
+    assert delays == [1.0, 2.0, 4.0, 8.0]
+    assert worker.restarts == 4
+    assert web.proc.pid == first_web and web.restarts == 0
+    assert "worker exited with 3; starting it again in 1 s" in lines
+    assert "worker: starting again (restart 1)" in lines
+
+
+def test_the_backoff_is_capped_and_resets_after_a_stable_run():
+    clock = Clock()
+    supervisor = Supervisor({"worker": CRASHER}, log=lambda line: None, clock=clock)
+    supervisor.start()
+    worker = supervisor.processes["worker"]
+    try:
+        for _ in range(8):
+            wait_exit(worker.proc)
+            supervisor.tick()
+            clock.now = worker.restart_at
+            supervisor.tick()
+        capped = worker.backoff
+        wait_exit(worker.proc)
+        clock.now += sup.STABLE  # as if this run had lasted a minute
+        supervisor.tick()
+        after_stable_run = worker.restart_at - clock.now
+    finally:
+        supervisor.stop()
+
+    assert capped == sup.MAX_BACKOFF
+    assert after_stable_run == sup.FIRST_BACKOFF
+
+
+def test_stop_ends_every_process_even_one_that_ignores_sigterm():
+    supervisor = Supervisor({"web": SLEEPER, "stubborn": STUBBORN}, log=lambda line: None)
+    supervisor.start()
+    time.sleep(1.0)  # the stubborn one has installed its handler
+
+    started = time.monotonic()
+    supervisor.stop(timeout=1.0)
+
+    assert all(not p.running() for p in supervisor.processes.values())
+    assert time.monotonic() - started < 5

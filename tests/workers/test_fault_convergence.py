@@ -108,9 +108,8 @@ def beat() -> None:
 
 
 def supervise(worker, exits: list) -> None:
-    """Restarts a worker that exited on its own, as Kubernetes and `runplatform` (maas.supervisor)
-    would: on
-    losing Redis, Celery 5.7 / kombu 5.7 at times exit with "Unrecoverable error:
+    """Restarts a worker that exited on its own, as Kubernetes and `runplatform`
+    (maas.supervisor) would: on losing Redis, Celery 5.7 / kombu 5.7 at times exit with "Unrecoverable error:
     AttributeError: 'NoneType' object has no attribute 'hostname'" (restoring unacknowledged
     tasks on a connection already released). Reported as a warning, not hidden."""
     if worker.proc.poll() is not None:

@@ -24,9 +24,10 @@ from tenants.services import create_tenant
 from tests.conftest import CTX, make_user, space_manifest
 
 from .conftest import USERS, Browser, Provider
+from .dot import DotProvider
 
-KINDS = {"keycloak": Provider}
-PROVIDERS = [("keycloak", "jwt"), ("keycloak", "opaque")]
+KINDS = {"keycloak": Provider, "dot": DotProvider}
+PROVIDERS = [("keycloak", "jwt"), ("keycloak", "opaque"), ("dot", "jwt"), ("dot", "opaque")]
 
 
 @pytest.fixture(scope="module", params=PROVIDERS, ids=["-".join(p) for p in PROVIDERS])

@@ -63,11 +63,16 @@ class RouterFeatures(NamedTuple):
     # router.address.countersEpoch: the router keeps an address's counters while it has no
     # link (and across restarts); qdrouterd frees an idle address and its counters with it.
     keeps_counters: bool = True
+    # vhost.exactMessageTargets: an anonymous sender's `to` is checked and routed as written.
+    # qdrouterd 1.19 checks it as written but routes it after dropping a `scheme:/` head, so a
+    # target `news/*` would reach `news/x:/_local/$management`: no anonymous senders there.
+    exact_message_targets: bool = True
 
     @classmethod
     def of(cls, schema: dict) -> "RouterFeatures":
         return cls(connector_virtual_host="virtualHost" in schema.get(CONNECTOR, ()),
-                   keeps_counters="countersEpoch" in schema.get(ROUTER_ADDRESS, ()))
+                   keeps_counters="countersEpoch" in schema.get(ROUTER_ADDRESS, ()),
+                   exact_message_targets="exactMessageTargets" in schema.get(VHOST, ()))
 
 
 EMBEDDED = RouterFeatures(connector_virtual_host=True)
@@ -119,7 +124,12 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
         groups[f"user-{user.username}"] = {
             "users": f"{user.username}@{vhost}", "remoteHosts": "*",
             "targets": "" if throttled else _policy_list(send), "sources": _policy_list(recv),
-            "allowDynamicSource": True, **limits,
+            # Request/response: a reply-to is a dynamic address; replies may come on an
+            # anonymous link, each message's `to` checked against the targets.
+            "allowDynamicSource": True,
+            "allowAnonymousSender": bool(send) and not throttled
+            and features.exact_message_targets,
+            **limits,
         }
     add(VHOST, "vhost", hostname=vhost, groups=groups,
         maxConnections=int(policy["maxConnections"]))

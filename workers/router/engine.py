@@ -24,9 +24,10 @@ from cproton_ffi import ffi
 from cproton_ffi import lib as L
 
 from . import entities as E
+from .addresses import is_dynamic, message_to
 from .broker_links import BrokerLinks
 from .counters import Counters
-from .forwarder import Forwarder, LinkState
+from .forwarder import REJECTED, WINDOW, Forwarder, LinkState
 from .loop import Conn, Loop
 from .management import Management
 from .patterns import best_match
@@ -286,8 +287,19 @@ class Engine:
             else:
                 self._attach_dynamic(conn, ls)
             return
-        if not address:
-            self.refuse(ls, NOT_FOUND, "Anonymous senders are not supported")
+        if not address and not ls.sender:
+            if not grant.allow_anonymous_sender:
+                self.refuse(ls, UNAUTHORIZED, f"User {conn.login} may not attach an anonymous "
+                                              "sender (no target)")
+                return
+            # Each message names its address (`to`), authorised and routed per message.
+            ls.kind = "anonymous"
+            self._count(ls, +1)
+            self.open_link(ls)
+            L.pn_link_flow(ls.pn, WINDOW)
+            return
+        if not ls.sender and is_dynamic(address):
+            self._attach_reply_sender(conn, ls, grant)
             return
         allowed = grant.may_receive(address) if ls.sender else grant.may_send(address)
         if not allowed:
@@ -314,6 +326,71 @@ class Engine:
             self.fwd.add_consumer(node, ls)
         else:
             self.fwd.add_producer(node, ls)
+
+    def _reply_node(self, conn: Conn, grant, address: str):
+        """The node of a dynamic address of this connection's space that `conn` may send to:
+        (node, None), or (None, (condition, description))."""
+        if not grant.may_send_somewhere:
+            return None, (UNAUTHORIZED, f"User {conn.login} may not send (no send rights)")
+        node = self.fwd.nodes.get((f"{conn.vhost}/{address}", 0))
+        if node is None or not node.consumers:
+            # Dynamic addresses are per space: another space's is unknown here by design.
+            return None, (NOT_FOUND, f"No dynamic address {address} in vhost {conn.vhost}")
+        return node, None
+
+    def _attach_reply_sender(self, conn: Conn, ls: LinkState, grant) -> None:
+        """A named sender to a requester's dynamic address (a reply-to), as in qdrouterd."""
+        node, refusal = self._reply_node(conn, grant, ls.address)
+        if refusal is not None:
+            self.refuse(ls, *refusal)
+            return
+        self._count(ls, +1)
+        self.open_link(ls)
+        self.fwd.add_producer(node, ls)
+
+    def _forward_anonymous(self, ls: LinkState, d, n: int) -> None:
+        """A message on an anonymous link: routed by its `to`, which the user must be allowed
+        to send to; otherwise rejected with the reason (the link stays up)."""
+        conn = ls.conn
+        grant = self.policy.grant(conn.vhost, conn.login or "")
+        address = message_to(ffi.buffer(self.fwd._buf, n)[:])
+        node, refusal = None, None
+        if grant is None:
+            refusal = (UNAUTHORIZED, f"User {conn.login} has no access to {conn.vhost}")
+        elif not address:
+            refusal = (NOT_FOUND, "A message on an anonymous link needs a `to` address")
+        elif is_dynamic(address):
+            node, refusal = self._reply_node(conn, grant, address)
+        elif not grant.may_send(address):
+            refusal = (UNAUTHORIZED, f"User {conn.login} may not send to {address}")
+        else:
+            qualified = f"{conn.vhost}/{address}"
+            cfg = self.match_address(qualified)
+            if cfg is None:
+                refusal = (NOT_FOUND, f"Address {address} is not configured in vhost "
+                                      f"{conn.vhost} (or is link-routed: attach a sender to it)")
+            else:
+                node = self.fwd.node(qualified, 0, cfg["distribution"] == "multicast")
+        if refusal is not None:
+            logger.info("router.message_refused", extra={"address": address,
+                                                         "condition": refusal[0],
+                                                         "reason": refusal[1]})
+            if not L.pn_delivery_settled(d):
+                self._set_condition(L.pn_disposition_condition(L.pn_delivery_local(d)), *refusal)
+                L.pn_delivery_update(d, REJECTED)
+            L.pn_delivery_settle(d)
+        else:
+            ls.node = node
+            try:
+                self.fwd.forward(ls, d, n)
+            finally:
+                ls.node = None
+                self.fwd.drop_node_if_idle(node)
+        # Credit is the link's own: the destinations' backlogs hold what waits (as qdrouterd,
+        # an anonymous sender is not held back by one slow destination).
+        credit = L.pn_link_credit(ls.pn)
+        if credit < WINDOW // 2:
+            L.pn_link_flow(ls.pn, WINDOW - credit)
 
     def _attach_dynamic(self, conn: Conn, ls: LinkState) -> None:
         address = f"$temp.{ls.identity}"
@@ -427,5 +504,7 @@ class Engine:
             self.fwd.forward_pair(ls, d, n)
         elif ls.kind == "mgmt":
             self.management.on_request(ls, d, ffi.buffer(self.fwd._buf, n)[:])
+        elif ls.kind == "anonymous":
+            self._forward_anonymous(ls, d, n)
         else:
             self.fwd.forward(ls, d, n)

@@ -65,19 +65,24 @@ SCHEMAS: dict[str, Schema] = {
         enums={"role": ("route-container", "normal")},
     ),
     VHOST: Schema(
+        # exactMessageTargets (MaaS extension, read-only): a message's `to` on an anonymous
+        # link is authorised and routed as written; qdrouterd 1.19 routes it after dropping a
+        # `scheme:/` head, so the agent allows anonymous senders only where this is true.
         defaults={"hostname": None, "maxConnections": 65535, "maxConnectionsPerUser": 65535,
-                  "maxConnectionsPerHost": 65535, "allowUnknownUser": False, "groups": {}},
+                  "maxConnectionsPerHost": 65535, "allowUnknownUser": False, "groups": {},
+                  "exactMessageTargets": True},
         required=("hostname",),
     ),
 }
 
 # The vhost group settings the embedded policy enforces (policy.py), by qdrouterd's names. A
 # group is a free map: other keys, such as qdrouterd's remoteHosts, are kept and ignored.
-GROUP_KEYS = ("users", "sources", "targets", "allowDynamicSource", "maxSessions", "maxSenders",
-              "maxReceivers")
+GROUP_KEYS = ("users", "sources", "targets", "allowDynamicSource", "allowAnonymousSender",
+              "maxSessions", "maxSenders", "maxReceivers")
 
 # attributes the router computes; a CREATE/UPDATE may not set them
-_READ_ONLY = {"operStatus", "lastError", "connectionStatus", "connectionMsg"}
+_READ_ONLY = {"operStatus", "lastError", "connectionStatus", "connectionMsg",
+              "exactMessageTargets"}
 # never returned by QUERY/READ
 _SECRET = {"saslPassword"}
 

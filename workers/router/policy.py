@@ -51,6 +51,18 @@ class Grant:
     def allow_dynamic_source(self) -> bool:
         return bool(self.group.get("allowDynamicSource", False))
 
+    @property
+    def allow_anonymous_sender(self) -> bool:
+        """qdrouterd's allowAnonymousSender: a link with no target, `to` on each message (whose
+        address is authorised per message)."""
+        return bool(self.group.get("allowAnonymousSender", False))
+
+    @property
+    def may_send_somewhere(self) -> bool:
+        """Whether the user may send at all: what replying to a dynamic address (a reply-to
+        of the same space) takes, as a requester's `$temp` address is in nobody's rules."""
+        return bool(str(self.group.get("targets", "")).strip())
+
 
 class Policy:
     def __init__(self, store: E.EntityStore):

@@ -53,6 +53,7 @@ class Engine:
         # `uptimeSeconds` of the router entity, as qdrouterd has it: a watcher tells a restarted
         # (empty) router from the one it configured by it.
         self.started = time.monotonic()
+        self.listeners: list[dict] = []
         self.store = E.EntityStore()
         self.policy = Policy(self.store)
         self.counts = Counters()
@@ -101,6 +102,13 @@ class Engine:
         """Accept connections of `kind` ("client" or "management"), SASL relayed to the auth
         service; `ssl_context`: TLS first."""
         admit = self._admits_admin if kind == "management" else self._admits_client
+        # qdrouterd's listener entity, read-only here (what `qdmanage query --type=listener`
+        # shows): listeners come from the command line, not from management.
+        self.listeners.append({"host": host, "port": str(port),
+                               "role": "normal", "authenticatePeer": True,
+                               "saslMechanisms": "PLAIN", "requireSsl": ssl_context is not None,
+                               "sslProfile": "maas-tls" if ssl_context is not None else None,
+                               "maas-kind": kind})
 
         def on_accept(conn: Conn) -> None:
             conn.kind = kind

@@ -36,6 +36,7 @@ class Conn:
 
     def __init__(self, sock, kind: str, direction: str, host: str):
         self.identity = next(self._ids)
+        self.started = time.monotonic()  # connection.uptimeSeconds
         self.sock = sock
         self.kind = kind  # "client", "management" or "connector"
         self.dir = direction

@@ -16,6 +16,7 @@ from . import views
 logger = logging.getLogger(__name__)
 
 _STATUS_TEXT = {200: "OK", 201: "Created", 204: "No Content"}
+CONFIG_OPERATIONS = ("CREATE", "READ", "UPDATE", "DELETE", "QUERY")
 
 
 class Management:
@@ -55,13 +56,17 @@ class Management:
 
     def handle(self, props: dict, body):
         op = props.get("operation")
-        etype = props.get("type") or props.get("entityType")
+        etype = self._full_type(props.get("type") or props.get("entityType"))
+        if str(op).startswith("GET-"):
+            # the GET-* operations name the management node's own type (org.amqp.management)
+            # in `type`; the type they ask about is `entityType`
+            etype = self._full_type(props.get("entityType"))
         name = props.get("name")
         identity = props.get("identity")
         store = self.engine.store
         try:
             if op == "QUERY":
-                return self._query(props.get("entityType") or etype, body, props)
+                return self._query(self._full_type(props.get("entityType")) or etype, body, props)
             if op == "GET-MGMT-NODES":
                 return 200, "OK", []
             if op == "GET-TYPES":
@@ -69,8 +74,24 @@ class Management:
             if op == "GET-ATTRIBUTES":  # as qdrouterd: {type: [attribute names]}
                 found = {t: ["name", "identity", *E.SCHEMAS[t].defaults]
                          for t in store.types() if t in E.SCHEMAS}
-                found.update(views.attribute_names())
+                found.update(views.attribute_names(self.engine))
                 return 200, "OK", {t: names for t, names in found.items()
+                                   if not etype or t == etype}
+            if op == "GET-OPERATIONS":  # as qdrouterd: {type: [operations]}
+                found = {t: list(CONFIG_OPERATIONS) for t in store.types()}
+                found.update({t: ["READ", "QUERY"] for t in views.TYPES})
+                return 200, "OK", {t: ops for t, ops in found.items() if not etype or t == etype}
+            if op == "GET-SCHEMA":  # the shape of qdrouterd's, with names and operations only
+                attributes = {t: ["name", "identity", *E.SCHEMAS[t].defaults]
+                              for t in store.types() if t in E.SCHEMAS}
+                attributes.update(views.attribute_names(self.engine))
+                return 200, "OK", {"entityTypes": {
+                    t: {"attributes": {a: {} for a in names},
+                        "operations": ["READ", "QUERY"] if t in views.TYPES
+                        else list(CONFIG_OPERATIONS)}
+                    for t, names in attributes.items()}}
+            if op == "GET-ANNOTATIONS":
+                return 200, "OK", {t: [] for t in [*store.types(), *views.TYPES]
                                    if not etype or t == etype}
             if op in ("CREATE", "READ", "UPDATE", "DELETE") and not etype:
                 return 400, "Missing type", None
@@ -88,7 +109,10 @@ class Management:
                 return 201, "Created", store.public(ent)
             if op == "READ":
                 if etype in views.TYPES:
-                    for row in views.rows(self.engine, etype):
+                    rows = views.rows(self.engine, etype)
+                    if etype == views.ROUTER and (identity == "self" or name == "self"):
+                        return 200, "OK", rows[0]  # qdmanage read --type=router (qdstat -g)
+                    for row in rows:
                         if row.get("name") == name or row.get("identity") == identity:
                             return 200, "OK", row
                     return 404, "Entity not found", None
@@ -108,6 +132,16 @@ class Management:
         except E.EntityError as exc:
             return exc.status, exc.description, None
         return 400, f"Unsupported operation {op}", None
+
+    def _full_type(self, etype):
+        """qdrouterd takes short type names too (`router`, `address`, `autoLink`)."""
+        if not etype or "." in str(etype):
+            return etype
+        known = [*self.engine.store.types(), *views.TYPES]
+        for candidate in (E.PREFIX + etype, f"{E.PREFIX}router.config.{etype}"):
+            if candidate in known:
+                return candidate
+        return etype
 
     def _query(self, etype, body, props: dict):
         """qdrouterd's QUERY with its paging (`count`, `offset`), plus `namePrefix`: only the

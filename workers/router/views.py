@@ -1,5 +1,8 @@
-"""Read-only operational entities computed on demand (qdrouterd's names and attributes)."""
+"""Read-only operational entities computed on demand, with qdrouterd 1.19's names and every
+attribute its schema gives them (what `qdstat` and `qdmanage` read): those the embedded router
+has no notion of get qdrouterd's neutral value (0, an empty list, None)."""
 
+import resource
 import time
 
 from cproton_ffi import lib as L
@@ -11,7 +14,33 @@ ROUTER_ADDRESS = E.PREFIX + "router.address"
 CONNECTION = E.PREFIX + "connection"
 ROUTER = E.PREFIX + "router"
 LINK = E.PREFIX + "router.link"
-TYPES = (ROUTER_ADDRESS, CONNECTION, ROUTER, LINK)
+LISTENER = E.PREFIX + "listener"
+LOG = E.PREFIX + "log"
+SSL_PROFILE = E.PREFIX + "sslProfile"
+TYPES = (ROUTER_ADDRESS, CONNECTION, ROUTER, LINK, LISTENER, LOG, SSL_PROFILE)
+
+# qdrouterd 1.19's attributes (qdrouter.json) beyond those computed below, with the value they
+# have on a router without inter-router links, fallback or priorities in use.
+_ADDRESS_MORE = {"deliveriesIngressRouteContainer": 0, "deliveriesEgressRouteContainer": 0,
+                 "deliveriesRedirectedToFallback": 0, "remoteHostRouters": [],
+                 "transitOutstanding": None, "trackedDeliveries": 0, "priority": -1}
+_CONNECTION_MORE = {"adminStatus": "enabled", "protocol": "amqp", "enableProtocolTrace": False,
+                    "ssl": False, "sslProto": None, "sslCipher": None, "sslSsf": None,
+                    "properties": {}, "lastDlvSeconds": None}
+_LINK_MORE = {"peer": None, "droppedPresettledCount": 0, "deliveriesDelayed1Sec": 0,
+              "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0, "zeroCreditSeconds": 0,
+              "settleRate": 0, "ingressHistogram": None, "priority": 4}
+_ROUTER_MORE = {"area": "0", "hostName": None, "helloIntervalSeconds": 1,
+                "helloMaxAgeSeconds": 3, "raIntervalSeconds": 30, "raIntervalFluxSeconds": 4,
+                "remoteLsMaxAgeSeconds": 60, "workerThreads": 1, "debugDumpFile": None,
+                "saslConfigDir": None, "saslConfigName": "qdrouterd",
+                "allowResumableLinkRoute": True, "timestampsInUTC": True, "timestampFormat": None,
+                "allowUnsettledMulticast": False, "defaultDistribution": "balanced",
+                "metadata": None, "blockedLinkCount": 0, "deliveriesDelayed1Sec": 0,
+                "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0,
+                "deliveriesIngressRouteContainer": 0, "deliveriesEgressRouteContainer": 0,
+                "deliveriesRedirectedToFallback": 0}
+
 
 
 def _outcomes(c) -> dict:
@@ -52,6 +81,7 @@ def _address_row(k, multicast: bool, c, entry, node) -> dict:
         "deliveriesTransit": 0, "deliveriesToContainer": 0, "deliveriesFromContainer": 0,
         "undeliveredCount": len(node.backlog) if node is not None else 0,
         **_outcomes(c),
+        **_ADDRESS_MORE,
         "countersEpoch": entry.epoch if entry is not None else "",
         "countersSince": entry.since if entry is not None else None,
     }
@@ -59,8 +89,11 @@ def _address_row(k, multicast: bool, c, entry, node) -> dict:
 
 def connection_rows(engine) -> list[dict]:
     rows = []
+    now = time.monotonic()
     for conn in engine.loop.conns.values():
         rows.append({
+            **_CONNECTION_MORE, "ssl": conn.encrypted,
+            "uptimeSeconds": int(now - conn.started),
             "name": f"connection/{conn.host}", "identity": str(conn.identity),
             "type": CONNECTION, "host": conn.host, "container": conn.container,
             "role": "route-container" if conn.kind == "connector" else "normal",
@@ -77,10 +110,14 @@ def link_rows(engine) -> list[dict]:
     rows = []
     for ls in engine.links.values():
         rows.append({
+            **_LINK_MORE, "droppedPresettledCount": ls.counts.dropped_presettled,
             "name": ls.name, "identity": str(ls.identity), "type": LINK,
             "linkType": "endpoint", "linkName": ls.name,
             "linkDir": "out" if ls.sender else "in",
-            "owningAddr": ls.node.key if ls.node is not None else ls.address,
+            # the node's key with qdrouterd's class and phase ("M0orders"), which qdstat -l
+            # splits to show the address
+            "owningAddr": (f"M{ls.node.phase}{ls.node.key}" if ls.node is not None
+                           else ls.address),
             "connectionId": str(ls.conn.identity), "capacity": 250,
             "creditAvailable": L.pn_link_credit(ls.pn), "unsettledCount": len(ls.unsettled),
             "deliveryCount": ls.counts.egress, "acceptedCount": ls.counts.accepted,
@@ -95,6 +132,9 @@ def router_rows(engine) -> list[dict]:
     c = engine.counts
     store = engine.store
     return [{
+        **_ROUTER_MORE,
+        # ru_maxrss is in KiB on Linux; qdrouterd reports bytes
+        "memoryUsage": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "name": "maas-router", "identity": "maas-router", "id": "maas-router",
         "type": ROUTER, "mode": "standalone", "version": "maas-embedded",
         "addrCount": len(engine.fwd.nodes), "linkCount": len(engine.links),
@@ -107,15 +147,55 @@ def router_rows(engine) -> list[dict]:
     }]
 
 
+def listener_rows(engine) -> list[dict]:
+    """The listeners of the command line, as qdrouterd's listener entities (read-only)."""
+    return [{"name": f"{entry['maas-kind']}-{entry['port']}",
+             "identity": f"{entry['maas-kind']}-{entry['port']}", "type": LISTENER,
+             **{k: v for k, v in entry.items() if k != "maas-kind"}}
+            for entry in engine.listeners]
+
+
+def log_rows(engine) -> list[dict]:
+    """One log module, as qdrouterd lists its modules: this router logs through Python's
+    logging (JSON lines), configured on the command line."""
+    return [{"name": "log/DEFAULT", "identity": "log/DEFAULT", "type": LOG, "module": "DEFAULT",
+             "enable": "info+", "includeTimestamp": True, "includeSource": False,
+             "outputFile": "stderr"}]
+
+
+def ssl_profile_rows(engine) -> list[dict]:
+    """The TLS listener's profile (its files come from the command line and are not shown)."""
+    if not any(e["sslProfile"] for e in engine.listeners):
+        return []
+    return [{"name": "maas-tls", "identity": "maas-tls", "type": SSL_PROFILE,
+             "certFile": None, "privateKeyFile": None}]
+
+
 _ROWS = {ROUTER_ADDRESS: address_rows, CONNECTION: connection_rows, LINK: link_rows,
-         ROUTER: router_rows}
+         ROUTER: router_rows, LISTENER: listener_rows, LOG: log_rows,
+         SSL_PROFILE: ssl_profile_rows}
 
 
 def rows(engine, etype: str) -> list[dict]:
     return _ROWS[etype](engine)
 
 
-def attribute_names() -> dict[str, list[str]]:
-    """GET-ATTRIBUTES of the operational types whose attributes a client must be able to look
-    for: router.address, so that an agent can tell this router keeps counters (countersEpoch)."""
-    return {ROUTER_ADDRESS: list(_address_row(("", 0), False, Counters(), None, None))}
+def attribute_names(engine) -> dict[str, list[str]]:
+    """GET-ATTRIBUTES of the operational types (an agent tells from router.address's
+    countersEpoch that this router keeps counters)."""
+    names = {ROUTER_ADDRESS: list(_address_row(("", 0), False, Counters(), None, None)),
+             ROUTER: list(router_rows(engine)[0]),
+             CONNECTION: ["name", "identity", "type", "host", "container", "role", "dir",
+                          "user", "tenant", "isAuthenticated", "isEncrypted", "sasl", "opened",
+                          "operStatus", "connector", "sessions", "senders", "receivers",
+                          "uptimeSeconds", *_CONNECTION_MORE],
+             LINK: ["name", "identity", "type", "linkType", "linkName", "linkDir", "owningAddr",
+                    "connectionId", "capacity", "creditAvailable", "unsettledCount",
+                    "deliveryCount", "acceptedCount", "rejectedCount", "releasedCount",
+                    "modifiedCount", "presettledCount", "undeliveredCount", "operStatus",
+                    "adminStatus", *_LINK_MORE],
+             LISTENER: ["name", "identity", "type", "host", "port", "role", "authenticatePeer",
+                        "saslMechanisms", "requireSsl", "sslProfile"],
+             LOG: list(log_rows(engine)[0]),
+             SSL_PROFILE: ["name", "identity", "type", "certFile", "privateKeyFile"]}
+    return {t: list(dict.fromkeys(n)) for t, n in names.items()}

@@ -6,12 +6,17 @@ management API the tests fail: the set-up (deploy/local/services.sh) starts it.
 """
 import contextlib
 import os
+import signal
 import socket
 import struct
+import subprocess
+import sys
+import textwrap
+import time
 import uuid
 
 import pytest
-from proton import Delivery, Message, Timeout
+from proton import Delivery, Endpoint, Message, Timeout
 from proton.utils import BlockingConnection, SendException
 
 from tests.conftest import wait_for
@@ -19,6 +24,7 @@ from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostS
 from workers.storage.rabbitmq import (
     DLX_EXCHANGE,
     OWNER_ARG,
+    TEMP_QUEUE_EXPIRY_MS,
     BrokerError,
     BrokerReconciler,
     RabbitMQApi,
@@ -558,3 +564,95 @@ def test_the_manager_gets_no_permissions_on_a_vhost_maas_did_not_create(api, rec
     api.delete_permissions(vhost, API_USER)
     reconciler.apply(full_state(vhost))
     assert API_USER not in {p["user"] for p in api.list_permissions(vhost)}
+
+# --- no broker queue outlives its receiver (issue 19, item 3) ---------------------------
+# RabbitMQ 3.10 gives an AMQP 1.0 receiver of a topic (`/exchange/<topic>/<key>`) a
+# server-named queue `amq.gen-*`, neither exclusive nor auto-delete; the reconciler's policy
+# expires it once it has had no consumer for TEMP_QUEUE_EXPIRY_MS. The queue count goes back
+# to zero after a link detach, a connection close and a killed client process, while a
+# durable subscription's queue stays.
+
+
+def temp_queues(api, vhost) -> list[str]:
+    return [q["name"] for q in api.list_queues(vhost) if q["name"].startswith("amq.gen-")]
+
+
+def apply(reconciler, vhost):
+    reader = user(vhost, "reader", recv=("news*",))
+    state = VhostState(vhost=vhost, topics=[BrokerTopic("news")],
+                       queues=[BrokerQueue("news::keep", "subscription", topic="news")],
+                       users=[reader])
+    result = reconciler.apply(state)
+    assert result.verified == {"news", "news::keep"}, result.errors
+    return reader.username
+
+
+def gone_within(api, vhost, seconds: float) -> float:
+    started = time.monotonic()
+    wait_for(lambda: not temp_queues(api, vhost), seconds, interval=0.25,
+             what="the receivers' queues to expire")
+    return time.monotonic() - started
+
+
+def test_a_receivers_queue_goes_after_a_link_detach_and_a_connection_close(api, reconciler,
+                                                                           vhost):
+    reader = apply(reconciler, vhost)
+    conn = connect(vhost, reader)
+    first = conn.create_receiver("/exchange/news/a.*", credit=5)
+    conn.create_receiver("/exchange/news/b.#", credit=5)
+    wait_for(lambda: len(temp_queues(api, vhost)) == 2, 10, what="two receivers' queues")
+
+    # A link detach: its queue goes; the other stays while its link is up.
+    first.link.close()
+    deadline = time.monotonic() + 5
+    while not first.link.state & Endpoint.REMOTE_CLOSED and time.monotonic() < deadline:
+        conn.container.process()  # the blocking close() waits on the session and times out
+        time.sleep(0.05)
+    wait_for(lambda: len(temp_queues(api, vhost)) == 1, TEMP_QUEUE_EXPIRY_MS / 1000 + 15,
+             what="the detached receiver's queue to expire")
+    conn.close()
+    gone_within(api, vhost, TEMP_QUEUE_EXPIRY_MS / 1000 + 15)
+
+    assert temp_queues(api, vhost) == []
+    assert "news::keep" in {q["name"] for q in api.list_queues(vhost)}  # durable: stays
+
+
+def test_a_killed_clients_queue_goes_too(api, reconciler, vhost):
+    reader = apply(reconciler, vhost)
+    client = textwrap.dedent(f"""
+        import time
+        from proton.utils import BlockingConnection
+        conn = BlockingConnection("amqp://{AMQP_HOST}:{AMQP_PORT}", user={reader!r},
+                                  password={PASSWORD!r}, virtual_host="vhost:{vhost}",
+                                  allowed_mechs="PLAIN", timeout=5)
+        conn.create_receiver("/exchange/news/x.y", credit=5)
+        print("attached", flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", client], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "attached"
+        wait_for(lambda: len(temp_queues(api, vhost)) == 1, 10, what="the receiver's queue")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    gone_within(api, vhost, TEMP_QUEUE_EXPIRY_MS / 1000 + 20)
+    assert temp_queues(api, vhost) == []
+
+
+def test_the_expiry_policy_is_reconciled_with_the_topics(api, reconciler, vhost):
+    apply(reconciler, vhost)
+    policy = {p["name"]: p for p in api.list_policies(vhost)}["$maas.q.amq.gen"]
+    api.delete_policy(vhost, "$maas.q.amq.gen")  # behind MaaS's back
+
+    result = reconciler.apply(VhostState(vhost=vhost, topics=[BrokerTopic("news")]))
+    again = {p["name"]: p for p in api.list_policies(vhost)}
+
+    assert policy["definition"] == {"expires": TEMP_QUEUE_EXPIRY_MS}
+    assert policy["pattern"] == r"^amq\.gen-.*" and policy["apply-to"] == "queues"
+    assert "news" in result.verified
+    assert again["$maas.q.amq.gen"]["definition"] == {"expires": TEMP_QUEUE_EXPIRY_MS}
+    reconciler.apply(VhostState(vhost=vhost))  # the last topic gone: the policy goes too
+    assert "$maas.q.amq.gen" not in {p["name"] for p in api.list_policies(vhost)}

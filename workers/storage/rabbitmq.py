@@ -24,6 +24,8 @@ from .rabbitmq_objects import (
     POLICY_PREFIX,
     POLICY_PRIORITY,
     REJECT_REASONS,
+    TEMP_QUEUE_EXPIRY_MS,
+    TEMP_QUEUE_POLICY,
     TEMP_QUEUES,
     dead_letter_routes,
     desired_objects,
@@ -41,7 +43,8 @@ from .rabbitmq_reconciler import VHOST_DESCRIPTION, ApplyResult, BrokerReconcile
 __all__ = [
     "AMQ_DEFAULT", "DLX_EXCHANGE", "EXPIRY_REASONS", "FANOUT_PREFIX", "HASHING_ALGORITHM", "INTERNAL_PREFIX",
     "OWNER_ARG", "OWNER_TAG", "POLICY_PREFIX", "POLICY_PRIORITY", "REJECT_REASONS",
-    "TEMP_QUEUES", "USER_SEPARATOR", "VHOST_DESCRIPTION",
+    "TEMP_QUEUE_EXPIRY_MS", "TEMP_QUEUE_POLICY", "TEMP_QUEUES", "USER_SEPARATOR",
+    "VHOST_DESCRIPTION",
     "ApplyResult", "BrokerError", "BrokerReconciler", "RabbitMQApi",
     "broker_username", "dead_letter_routes", "desired_objects", "fanout_exchange", "hash_password",
     "pattern_matches", "pattern_regex", "policy_definition", "policy_name", "queue_arguments",

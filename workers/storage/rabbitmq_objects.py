@@ -55,6 +55,11 @@ AMQ_DEFAULT = r"amq\.default"  # the name RabbitMQ checks for the default exchan
 INCARNATION_ARG = "x-maas-created"
 INCARNATION_TAG_PREFIX = "maas-created-"
 TEMP_QUEUES = r"amq\.gen-.*"  # server-named queues of AMQP 1.0 receivers on /exchange/T/K
+# RabbitMQ 3.10 gives an AMQP 1.0 receiver of /exchange/T/K a server-named queue that is neither
+# exclusive nor auto-delete: it outlives the receiver and collects the topic's messages for
+# ever. A policy expires every such queue once it has had no consumer for this long.
+TEMP_QUEUE_POLICY = POLICY_PREFIX + "amq.gen"  # no address can be named amq.* (RabbitMQ's)
+TEMP_QUEUE_EXPIRY_MS = 5_000
 
 # Why a message was dead-lettered (x-first-death-reason) -> which target handles it.
 REJECT_REASONS = ("rejected", "delivery_limit")
@@ -249,6 +254,13 @@ def desired_objects(state: VhostState) -> DesiredObjects:
         d.bindings[Binding.of(topic.name, fanout, "#", {OWNER_ARG: True}, "exchange")] = (
             topic.name
         )
+    if state.topics:
+        d.policies[TEMP_QUEUE_POLICY] = {
+            "pattern": "^" + TEMP_QUEUES, "definition": {"expires": TEMP_QUEUE_EXPIRY_MS},
+            "priority": POLICY_PRIORITY, "apply-to": "queues",
+        }
+        # its problems show on the first topic: they are the topics' receivers' queues
+        d.owner["policy:" + TEMP_QUEUE_POLICY] = min(topics)
     for queue in state.queues:
         topic = topics.get(queue.topic) if queue.kind == "subscription" else None
         d.queues[queue.name] = queue_arguments(queue)

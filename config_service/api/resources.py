@@ -59,6 +59,22 @@ def connection_url(space, username: str) -> str:
     return f"amqp://{login}:<password>@{endpoint['serviceHost']}:{port}"
 
 
+def connection_urls(space, username: str) -> list[str]:
+    """One URL per protocol endpoint of the space, for this user: the login included, the
+    password left out (a client asks for it or takes it apart). RabbitMQ picks a brokered
+    space's vhost from the AMQP open hostname, which a URL cannot carry: `amqp.vhost` (Qpid
+    JMS's option) names it; MQTT takes the vhost from the username."""
+    urls = []
+    for endpoint in endpoints(space):
+        login = endpoint["username"].replace("<username>", username)
+        for port in endpoint["servicePorts"]:
+            url = f"{port['name']}://{quote(login, safe='')}@{endpoint['serviceHost']}:{port['port']}"
+            if space.type == "brokered" and port["name"].startswith("amqp"):
+                url += f"?amqp.vhost={quote(endpoint['virtualHost'], safe='')}"
+            urls.append(url)
+    return urls
+
+
 def address_space(space, states: dict) -> dict:
     status = space_status(space, states)
     return {
@@ -117,7 +133,8 @@ def messaging_user(space, user, states: dict) -> dict:
                  "authorization": user.authorization},
         "status": {"phase": "Active" if applied else "Configuring",
                    "message": "" if applied else "Waiting for the agents",
-                   "connectionUrl": connection_url(space, user.username)},
+                   "connectionUrl": connection_url(space, user.username),
+                   "connectionUrls": connection_urls(space, user.username)},
     }
 
 

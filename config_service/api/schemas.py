@@ -347,6 +347,11 @@ class MessagingUserStatus(Described):
     phase = s.ChoiceField(choices=["Configuring", "Active"])
     message = s.CharField(allow_blank=True)
     connectionUrl = s.CharField(help_text="An AMQP URL with a `<password>` placeholder.")
+    connectionUrls = s.ListField(
+        child=s.CharField(),
+        help_text="One URL per protocol endpoint of the space (amqp, amqps, mqtt), the login "
+                  "included and the password left out; a brokered space's AMQP URLs name "
+                  "the vhost in `amqp.vhost`.")
 
 
 class MessagingUser(Described):

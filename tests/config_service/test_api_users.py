@@ -81,3 +81,21 @@ def test_rotating_the_password_and_deleting(users_url, clients):
     assert MessagingUser.objects.get(username="app").password_hash != old
     assert clients["owner"].delete(users_url + "bs.app/").status_code == 204
     assert not MessagingUser.objects.exists()
+
+
+def test_a_users_status_lists_a_url_per_protocol_endpoint_without_the_password(
+        tenant, users_url, clients, settings):
+    created = clients["admin"].post(users_url, user_manifest(), format="json").json()
+    vhost = f"{tenant.slug}.bs"
+    host = settings.MAAS_PUBLIC_HOST
+
+    urls = created["status"]["connectionUrls"]
+
+    assert urls == [
+        f"amqp://app%40{vhost}@{host}:{settings.RABBITMQ_AMQP_PORT}"
+        f"?amqp.vhost=vhost%3A{vhost}",
+        f"mqtt://{vhost}%3Aapp%40{vhost}@{host}:{settings.RABBITMQ_MQTT_PORT}",
+    ]
+    assert all("s3cret" not in url and "<password>" not in url for url in urls)
+    listed = clients["viewer"].get(users_url).json()["items"][0]
+    assert listed["status"]["connectionUrls"] == urls

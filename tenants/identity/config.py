@@ -80,7 +80,7 @@ _documents: dict[str, dict] = {}  # URL -> {"document", "at", "stale"}
 
 
 def _read(url: str, max_age: float) -> dict | None:
-    """The JSON document at url, cached; None when there is none (404) and none was cached."""
+    """The JSON document at url, cached; None when there is none (404, also cached)."""
     now = time.monotonic()
     with _lock:
         cached = _documents.get(url)
@@ -88,7 +88,10 @@ def _read(url: str, max_age: float) -> dict | None:
             return cached["document"]
         try:
             response = requests.get(url, timeout=get("MAAS_OIDC_TIMEOUT"))
-            if response.status_code == 404 and cached is None:
+            if response.status_code == 404 and (cached is None or cached["document"] is None):
+                # none there (RFC 8414 metadata is optional): remembered like a document, so
+                # that each opaque token does not ask again
+                _documents[url] = {"document": None, "at": now, "stale": False}
                 return None
             response.raise_for_status()
             document = response.json()

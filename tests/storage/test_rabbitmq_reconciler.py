@@ -276,8 +276,8 @@ def test_second_apply_changes_nothing_and_is_cheap(api, reconciler, vhost):
     result = reconciler.apply(state)
     assert not result.changed and result.ok, result
     assert result.verified == {"orders", "dlq", "news::s1", "news"}
-    # The vhost, its 6 lists, the users without permissions, and 1 GET per desired user (1).
-    assert set(api.calls) == {"GET"} and len(api.calls) <= 9, api.calls
+    # The vhost, its 7 lists, the users without permissions, and 1 GET per desired user (1).
+    assert set(api.calls) == {"GET"} and len(api.calls) <= 10, api.calls
 
 
 def test_a_new_queue_is_verified_by_listing_again_only_what_changed(api, reconciler, vhost):
@@ -288,8 +288,8 @@ def test_a_new_queue_is_verified_by_listing_again_only_what_changed(api, reconci
     result = reconciler.apply(state)
     assert result.created == ["queue:extra"] and result.ok, result
     assert result.verified == {"orders", "dlq", "news::s1", "news", "extra"}
-    # 9 GETs to observe, 1 PUT, then only the queues listed again (not all 8 kinds).
-    assert api.calls.count("PUT") == 1 and api.calls.count("GET") == 9 + 1, api.calls
+    # 10 GETs to observe, 1 PUT, then only the queues listed again (not all 9 kinds).
+    assert api.calls.count("PUT") == 1 and api.calls.count("GET") == 10 + 1, api.calls
 
 
 def test_policy_change_applies_live(api, reconciler, vhost):

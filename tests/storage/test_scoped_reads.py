@@ -160,9 +160,11 @@ def test_a_reconcile_reads_the_same_rows_with_50_users_of_other_spaces_as_withou
     assert [p for p, _ in crowded if not scoped(p, vhost)] == [UNPERMITTED]
     assert not names_in(crowded) & set(others)
     # Bounded by the space's own objects: the vhost, its limits and one GET per user, and
-    # its queues, exchanges, bindings, policies and permissions (one list each).
+    # its queues, exchanges, bindings, policies, permissions and topic permissions (one list
+    # each).
     lists = (admin.list_queues(vhost), admin.list_exchanges(vhost), admin.list_bindings(vhost),
-             admin.list_policies(vhost), admin.list_permissions(vhost))
+             admin.list_policies(vhost), admin.list_permissions(vhost),
+             admin.list_topic_permissions(vhost))
     assert rows_of_the_vhost(crowded) <= 2 + len(state.users) + sum(map(len, lists))
 
 

@@ -26,7 +26,7 @@ How addresses map to RabbitMQ objects (see docs/storage.md):
   the deadletter queue and expired ones to the expiry queue.
 
 Ownership: the vhost carries the tag `maas-owned`; queues, exchanges and MaaS's topic
-bindings (to subscription queues and to the fanout exchanges) carry the argument `x-maas-owned: true`; policies and internal objects have names
+bindings (to subscription queues, to the fanout exchanges, and from `amq.topic` for MQTT) carry the argument `x-maas-owned: true`; policies and internal objects have names
 starting with `$maas.`; users carry the tag `maas-owned` and are named `<user>@<vhost>`.
 Everything else in a vhost is left alone.
 """
@@ -60,6 +60,11 @@ TEMP_QUEUES = r"amq\.gen-.*"  # server-named queues of AMQP 1.0 receivers on /ex
 # ever. A policy expires every such queue once it has had no consumer for this long.
 TEMP_QUEUE_POLICY = POLICY_PREFIX + "amq.gen"  # no address can be named amq.* (RabbitMQ's)
 TEMP_QUEUE_EXPIRY_MS = 5_000
+# RabbitMQ's MQTT plugin publishes to one exchange for the whole broker (`mqtt.exchange`) and
+# keeps each subscriber's messages in a queue `mqtt-subscription-<client id>qos<0|1>`.
+MQTT_EXCHANGE = "amq.topic"
+MQTT_EXCHANGE_REGEX = r"amq\.topic"
+MQTT_QUEUES = r"mqtt-subscription-.*"
 
 # Why a message was dead-lettered (x-first-death-reason) -> which target handles it.
 REJECT_REASONS = ("rejected", "delivery_limit")
@@ -121,10 +126,17 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str],
     send_topics = [p for p in user.send if any(pattern_matches(p, t) for t in topics)]
     recv_topic = any(pattern_matches(p, t) for p in user.recv for t in topics)
     temp = [TEMP_QUEUES] if recv_topic else []  # receiving from a topic declares a temp queue
+    # MQTT (least privilege): a subscriber's queue, bound to amq.topic; a publisher writes to
+    # amq.topic. Which routing keys is up to the topic permission (`mqtt_topic_permissions`).
+    mqtt_queues = [MQTT_QUEUES] if mqtt_topics(user.recv, topics) else []
+    mqtt_write = [MQTT_EXCHANGE_REGEX] if mqtt_topics(user.send, topics) else []
+    mqtt_read = [MQTT_EXCHANGE_REGEX] if mqtt_queues else []
     write = ([AMQ_DEFAULT] if sends_to_queue else []) + [pattern_regex(p) for p in send_topics]
+    write += mqtt_write
     if throttled and not user.router:
         write = []
-    read = [pattern_regex(p) for p in user.recv]
+    temp += mqtt_queues
+    read = [pattern_regex(p) for p in user.recv] + mqtt_read
     configure: list[str] = []
     if user.manage:
         patterns = list(user.send) + list(user.recv)
@@ -139,6 +151,32 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str],
         "read": _permission_regex(read + temp, fanouts),
     }
 
+
+def mqtt_topics(patterns, topics: list[str]) -> list[str]:
+    """The topic addresses the patterns match that MQTT can name: a topic address is an MQTT
+    topic's first level, so a name with `/` cannot be one, and RabbitMQ turns `/` into `.`
+    (the routing-key separator) and `.` into nothing else, so a name with `.` would collide
+    with another topic's subtopic: such topics get no MQTT rights."""
+    return sorted(t for t in topics if "." not in t and "/" not in t
+                  and any(pattern_matches(p, t) for p in patterns))
+
+
+def _routing_keys(topics: list[str]) -> str:
+    """Routing keys of the topics and their subtopics (MQTT `t` and `t/...` become `t` and
+    `t....`); '^$' (an empty key, which no MQTT topic has) when there are none."""
+    if not topics:
+        return "^$"
+    return "^(" + "|".join(re.escape(t) for t in topics) + r")(\..*)?$"
+
+
+def mqtt_topic_permissions(user: BrokerUser, topics: list[str],
+                           throttled: bool = False) -> dict[str, str]:
+    """The topic permission on amq.topic (RabbitMQ checks it on each MQTT publish, will
+    included, and on each subscription's binding): publish to the topics the user may send
+    to, subscribe to those it may receive from, each with every subtopic."""
+    send = [] if throttled and not user.router else mqtt_topics(user.send, topics)
+    return {"exchange": MQTT_EXCHANGE, "write": _routing_keys(send),
+            "read": _routing_keys(mqtt_topics(user.recv, topics))}
 
 
 # --- desired objects -------------------------------------------------------------------
@@ -171,6 +209,7 @@ class DesiredObjects:
     bindings: dict[Binding, str] = field(default_factory=dict)  # -> address
     users: dict[str, BrokerUser] = field(default_factory=dict)
     permissions: dict[str, dict] = field(default_factory=dict)  # user -> regexes
+    topic_permissions: dict[str, dict] = field(default_factory=dict)  # user -> amq.topic's
     owner: dict[str, str] = field(default_factory=dict)  # "queue:x" etc. -> address
     throttled: set[str] = field(default_factory=set)  # users whose write the throttle took
     errors: dict[str, str] = field(default_factory=dict)  # address -> problem in the state
@@ -254,6 +293,13 @@ def desired_objects(state: VhostState) -> DesiredObjects:
         d.bindings[Binding.of(topic.name, fanout, "#", {OWNER_ARG: True}, "exchange")] = (
             topic.name
         )
+        if mqtt_topics([topic.name], [topic.name]):
+            # MQTT publishes to the topic (`T`) or its subtopics (`T/...`, key `T....`) reach
+            # the topic's exchange, its subscriptions and its whole-topic receivers. RabbitMQ
+            # cannot rewrite routing keys, so there is no way back (see docs/storage.md).
+            for key in (topic.name, topic.name + ".#"):
+                d.bindings[Binding.of(MQTT_EXCHANGE, topic.name, key, {OWNER_ARG: True},
+                                      "exchange")] = topic.name
     if state.topics:
         d.policies[TEMP_QUEUE_POLICY] = {
             "pattern": "^" + TEMP_QUEUES, "definition": {"expires": TEMP_QUEUE_EXPIRY_MS},
@@ -295,6 +341,9 @@ def desired_objects(state: VhostState) -> DesiredObjects:
         d.users[user.username] = user
         d.permissions[user.username] = user_permissions(
             user, sorted(queue_names), sorted(topics), state.throttled
+        )
+        d.topic_permissions[user.username] = mqtt_topic_permissions(
+            user, sorted(topics), state.throttled
         )
         if state.throttled and not user.router:
             d.throttled.add(user.username)

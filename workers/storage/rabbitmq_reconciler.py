@@ -22,6 +22,7 @@ from .rabbitmq_objects import (
     DLX_EXCHANGE,
     INCARNATION_ARG,
     INCARNATION_TAG_PREFIX,
+    MQTT_EXCHANGE,
     OWNER_ARG,
     OWNER_TAG,
     POLICY_PREFIX,
@@ -49,6 +50,7 @@ class _Actual:
     users: dict[str, dict]  # the desired users and the vhost's others (`_users`)
     permissions: dict[str, dict]
     limits: dict
+    topic_permissions: dict[str, dict] = field(default_factory=dict)  # user -> amq.topic's
 
     @property
     def vhost_owned(self) -> bool:
@@ -189,6 +191,10 @@ class BrokerReconciler:
                 "policies": lambda: {p["name"]: p for p in self.api.list_policies(vhost)},
                 "permissions": lambda: {p["user"]: p for p in self.api.list_permissions(vhost)},
                 "limits": lambda: self.api.get_vhost_limits(vhost),
+                "topic_permissions": lambda: {
+                    p["user"]: p for p in self.api.list_topic_permissions(vhost)
+                    if p.get("exchange") == MQTT_EXCHANGE
+                },
             })
         read = _concurrently(calls)
         named = {name: read.pop(_USER + name) for name in desired.users}
@@ -225,6 +231,9 @@ class BrokerReconciler:
             again.users = {**actual.users, **self._get_users(written)}
         if touched & {"user", "permissions"}:  # deleting a user drops its permissions
             again.permissions = {p["user"]: p for p in self.api.list_permissions(vhost)}
+        if touched & {"user", "topic-permissions"}:
+            again.topic_permissions = {p["user"]: p for p in self.api.list_topic_permissions(vhost)
+                                       if p.get("exchange") == MQTT_EXCHANGE}
         if "limit" in touched:
             again.limits = self.api.get_vhost_limits(vhost)
         return again
@@ -333,7 +342,8 @@ class BrokerReconciler:
                     result.errors
                 ):
                     continue  # its queue could not be created; that error says why
-            elif not (_exchange_ours(binding.source, actual, result)
+            elif not ((binding.source == MQTT_EXCHANGE  # built in: RabbitMQ's MQTT publishes
+                       or _exchange_ours(binding.source, actual, result))
                       and _exchange_ours(binding.destination, actual, result)):
                 # An exchange MaaS does not own gets no binding of ours (nothing would ever
                 # delete it), nor one that could not be created; its error says why.
@@ -364,6 +374,12 @@ class BrokerReconciler:
                 if (ok and current is not None and name in desired.throttled
                         and current.get("write") != perms["write"]):
                     self._cut_off(v, name, current, result)
+            topic = desired.topic_permissions[name]
+            current = actual.topic_permissions.get(name)
+            if current is None or any(current.get(k) != topic[k] for k in topic):
+                self._do(result, "updated" if current else "created",
+                         "topic-permissions:" + name, None, self.api.put_topic_permissions, v,
+                         name, topic["exchange"], topic["write"], topic["read"], user=name)
 
     def _cut_off(self, v, name: str, previous: dict, result: ApplyResult) -> None:
         """Closes the throttled user's connections: RabbitMQ checks write once per channel and
@@ -458,6 +474,9 @@ class BrokerReconciler:
                 result.user_errors.setdefault(name, "user missing or differs")
             elif any(perms.get(k) != wanted[k] for k in wanted):
                 result.user_errors.setdefault(name, "permissions missing or differ")
+            elif any((actual.topic_permissions.get(name) or {}).get(k) != w
+                     for k, w in desired.topic_permissions[name].items()):
+                result.user_errors.setdefault(name, "topic permissions missing or differ")
             elif name not in result.user_errors:
                 result.verified_users.add(name)
         limit = actual.limits.get("max-connections")

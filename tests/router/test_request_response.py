@@ -164,3 +164,15 @@ def test_an_anonymous_sender_needs_the_policy_to_allow_it(router):
         conn.create_sender(None, name="anon")
     assert conn.create_sender("requests").link.remote_target.address == "requests"
     conn.close()
+
+
+def test_a_message_for_an_address_without_receivers_is_released(router):
+    """An attached sender would get no credit; an anonymous one is told `released`, so it
+    can try again, and nothing waits in the router for a receiver that may never come."""
+    conn = router.connect("client", "client-pw", vhost="rr")
+    anonymous = conn.create_sender(None, name="anon")
+
+    outcome = rejected(conn, anonymous, Message(address="requests", body="nobody home"))
+
+    assert outcome[0] == Delivery.RELEASED
+    conn.close()

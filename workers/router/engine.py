@@ -27,7 +27,7 @@ from . import entities as E
 from .addresses import is_dynamic, message_to
 from .broker_links import BrokerLinks
 from .counters import Counters
-from .forwarder import REJECTED, WINDOW, Forwarder, LinkState
+from .forwarder import REJECTED, RELEASED, WINDOW, Forwarder, LinkState
 from .loop import Conn, Loop
 from .management import Management
 from .patterns import best_match
@@ -387,6 +387,13 @@ class Engine:
                 self._set_condition(L.pn_disposition_condition(L.pn_delivery_local(d)), *refusal)
                 L.pn_delivery_update(d, REJECTED)
             L.pn_delivery_settle(d)
+        elif not node.multicast and not node.consumers:
+            # Nobody to deliver to: released, so the sender may try again later (an attached
+            # sender would have had no credit; here the credit is the link's, not the node's).
+            if not L.pn_delivery_settled(d):
+                L.pn_delivery_update(d, RELEASED)
+            L.pn_delivery_settle(d)
+            self.fwd.drop_node_if_idle(node)
         else:
             ls.node = node
             try:

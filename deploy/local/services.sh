@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (where missing) and starts the services MaaS needs on one machine:
-# PostgreSQL, Redis and RabbitMQ with its management, AMQP 1.0 and MQTT plugins.
+# PostgreSQL, Redis and RabbitMQ with its management, AMQP 1.0 and MQTT plugins and MaaS's
+# topic exchange type.
 # Services already running are used as they are. Safe to run again.
 set -euo pipefail
 
@@ -76,6 +77,25 @@ if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT"; then
   done
   wait_port 15672 60
 fi
+# MaaS's topic exchange type x-maas-topic (deploy/rabbitmq/rabbitmq_maas_topic, docs/storage.md):
+# compiled against the running RabbitMQ into its plugins directory and enabled; a changed source
+# is compiled again and loaded into the running broker.
+need_pkg erlc erlang-base
+plugin_src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../rabbitmq/rabbitmq_maas_topic" && pwd)"
+erl_path() { rabbitmqctl -q eval "$1" | tr -d '"'; }
+plugin_dir="$(erl_path 'hd(string:split(rabbit_plugins:plugins_dir(), ":")).')/rabbitmq_maas_topic-1.0.0"
+common_ebin="$(erl_path 'code:lib_dir(rabbit_common, ebin).')"
+source_sum=$(cat "$plugin_src"/src/*.erl "$plugin_src"/*.app | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$plugin_dir/source.sha256" 2>/dev/null)" != "$source_sum" ]; then
+  log "building RabbitMQ's x-maas-topic exchange type"
+  mkdir -p "$plugin_dir/ebin"
+  erlc -pa "$common_ebin" -I "$(dirname "$(dirname "$common_ebin")")" -o "$plugin_dir/ebin" "$plugin_src"/src/*.erl
+  cp "$plugin_src/rabbitmq_maas_topic.app" "$plugin_dir/ebin/"
+  echo "$source_sum" > "$plugin_dir/source.sha256"
+  # a no-op where the plugin is not running yet; else the new code replaces the old
+  rabbitmqctl -q eval 'code:purge(rabbit_exchange_type_maas_topic), code:load_file(rabbit_exchange_type_maas_topic).' >/dev/null
+fi
+rabbitmq-plugins -q enable rabbitmq_maas_topic >/dev/null
 log "PostgreSQL, Redis and RabbitMQ are up"
 
 # --- kubectl (issue 7): tests/infra renders deploy/ with `kubectl kustomize`. ------------------

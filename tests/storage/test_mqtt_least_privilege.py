@@ -154,3 +154,47 @@ def test_amqp_publishes_do_not_reach_mqtt_subscribers(vhost):
         sub.get(timeout=2)
     sub.close()
     conn.close()
+
+
+def test_an_amqp_receiver_of_a_subtopic_gets_the_mqtt_publishes_of_that_subtopic(vhost):
+    """`sensors/room1` is one subtopic in both protocols: MaaS's topic exchange type routes
+    the MQTT key `sensors.room1` (arriving from amq.topic) as `room1`, the key the AMQP
+    receiver of `/exchange/sensors/room1` binds."""
+    conn = amqp(vhost, broker_username(vhost, "sub"), PASSWORD)
+    room1 = conn.create_receiver("/exchange/sensors/room1")
+    rooms = conn.create_receiver("/exchange/sensors/*")
+    room2 = conn.create_receiver("/exchange/sensors/room2")
+    pub = Client(vhost, "pub", "pub-8")
+    assert pub.publish("sensors/room1", b"r1")
+    assert pub.publish("sensors/room1/x", b"deeper")  # `*` is one level: room1 only
+    assert pub.publish("sensors", b"bare")  # no subtopic: none of these
+    assert bytes(room1.receive(timeout=10).body) == b"r1"
+    assert bytes(rooms.receive(timeout=10).body) == b"r1"
+    for r in (room1, rooms):
+        r.accept()
+    with pytest.raises(Exception):  # noqa: B017 - proton's Timeout
+        room2.receive(timeout=1)
+    assert len(room1.fetcher.incoming) == len(rooms.fetcher.incoming) == 0
+    pub.close()
+    conn.close()
+
+
+def test_an_amqp_message_without_a_subject_reaches_whole_topic_receivers_not_mqtt(vhost):
+    """No subject and no key in the address: routed as the empty key (RabbitMQ's own topic
+    type fails the link). MQTT subscribers get nothing: AMQP to MQTT is not built."""
+    sub = Client(vhost, "sub", "sub-9")
+    assert sub.subscribe("sensors/#")
+    conn = amqp(vhost, broker_username(vhost, "both"), PASSWORD)
+    whole = conn.create_receiver("/exchange/sensors/#")
+    keyed = conn.create_receiver("/exchange/sensors/room1")
+    sender = conn.create_sender("/exchange/sensors")
+    sender.send(Message(body="no subject"))  # settled by RabbitMQ: the link lives on
+    sender.send(Message(body="keyed", subject="room1"))
+    assert [whole.receive(timeout=10).body for _ in range(2)] == ["no subject", "keyed"]
+    assert keyed.receive(timeout=10).body == "keyed"
+    whole.accept()
+    keyed.accept()
+    with pytest.raises(queue.Empty):
+        sub.get(timeout=1)
+    sub.close()
+    conn.close()

@@ -250,7 +250,7 @@ def test_creates_queue_topic_subscription_deadletter(api, reconciler, vhost):
     assert queues["news::s1"]["arguments"]["x-single-active-consumer"] is True
     assert "x-message-ttl" not in queues["orders"]["arguments"]  # changeable: in the policy
     exchanges = by_name(api.list_exchanges(vhost))
-    assert exchanges["news"]["type"] == "topic"
+    assert exchanges["news"]["type"] == "x-maas-topic"
     assert exchanges["$maas.all.news"]["type"] == "fanout"
     assert exchanges["$maas.all.news"]["internal"] is False
     assert exchanges[DLX_EXCHANGE]["internal"] is True
@@ -656,3 +656,36 @@ def test_the_expiry_policy_is_reconciled_with_the_topics(api, reconciler, vhost)
     assert again["$maas.q.amq.gen"]["definition"] == {"expires": TEMP_QUEUE_EXPIRY_MS}
     reconciler.apply(VhostState(vhost=vhost))  # the last topic gone: the policy goes too
     assert "$maas.q.amq.gen" not in {p["name"] for p in api.list_policies(vhost)}
+
+
+def test_a_topic_made_with_rabbitmqs_topic_type_is_retyped_with_its_bindings(
+        api, reconciler, vhost):
+    """A broker that gets MaaS's topic type later (an upgrade): the next apply remakes each
+    topic's exchange as x-maas-topic and puts back every binding, a live receiver's too."""
+    from workers.storage import rabbitmq_reconciler as rr
+    reader, writer = user(vhost, "reader", recv=("news*",)), user(vhost, "writer", send=("news",))
+    state = VhostState(vhost=vhost, topics=[BrokerTopic("news")],
+                       queues=[BrokerQueue("news::keep", "subscription", topic="news")],
+                       users=[reader, writer])
+    rr._topic_types[api.base_url] = (time.monotonic() + 60, rr.FALLBACK_TOPIC_TYPE)
+    try:  # as if the broker had no plugin
+        assert reconciler.apply(state).verified == {"news", "news::keep"}
+    finally:
+        rr._topic_types.pop(api.base_url)
+    assert {x["name"]: x["type"] for x in api.list_exchanges(vhost)}["news"] == "topic"
+    conn = connect(vhost, reader.username)
+    live = conn.create_receiver("/exchange/news/a.*", credit=5)
+    wait_for(lambda: len(temp_queues(api, vhost)) == 1, 10, what="the receiver's queue")
+
+    result = reconciler.apply(state)
+    assert "exchange:news" in result.deleted and "exchange:news" in result.updated
+    assert result.verified == {"news", "news::keep"}, result.errors
+    assert {x["name"]: x["type"] for x in api.list_exchanges(vhost)}["news"] == "x-maas-topic"
+    assert not reconciler.apply(state).changed  # settled
+
+    send(vhost, writer.username, "/exchange/news", "no subject")  # needs x-maas-topic
+    send(vhost, writer.username, "/exchange/news/a.b", "keyed")
+    assert live.receive(timeout=5).body == "keyed"  # the receiver's binding was put back
+    live.accept()
+    conn.close()
+    assert receive_all(vhost, reader.username, "news::keep") == ["no subject", "keyed"]

@@ -177,6 +177,35 @@ def test_a_topic_receiver_chooses_its_subtopics_by_key(router, space):
         conn.close()
 
 
+def test_a_topic_message_without_a_subject_reaches_the_whole_topic_and_its_subscriptions(
+        router, space):
+    """The common JMS/AMQP case: no subject, no key in the address. RabbitMQ's own topic type
+    fails the link; the topic's x-maas-topic exchange routes it as the empty key."""
+    add(space, "news", "topic", "standard-small-topic")
+    add(space, "archive", "subscription", "standard-small-subscription", topic="news")
+    user(space)
+    sync(space)
+    assert set(phases(space).values()) == {"Active"}
+    conns = [connect(router, space) for _ in range(3)]
+    whole = [open_receiver(c, "news", credit=10) for c in conns[:2]]
+    keyed = open_receiver(conns[2], "news/sports.#", credit=10)
+    wait_for_bindings(space, "news", 3)
+    cs = connect(router, space)
+    sender = open_sender(cs, "news")
+    sender.send(Message(body="no subject"))  # returns once RabbitMQ accepted it
+    sender.send(Message(body="keyed", subject="sports.chess"))
+    assert [receive_bodies(r, 2) for r in whole] == [["no subject", "keyed"]] * 2
+    assert receive_bodies(keyed, 1) == ["keyed"]
+    pump(*conns, seconds=0.5)
+    assert len(keyed.fetcher.incoming) == 0  # the subject-less message is no subtopic's
+    for conn in (*conns, cs):
+        conn.close()
+    conn = connect(router, space)
+    sub = conn.create_receiver("news::archive", credit=10)
+    assert receive_bodies(sub, 2) == ["no subject", "keyed"]
+    conn.close()
+
+
 def test_anycast_gives_credit_only_with_a_consumer_and_returns_its_outcome(router, space):
     add(space, "rpc", "anycast", "standard-small-anycast")
     user(space)

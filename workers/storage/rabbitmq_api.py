@@ -82,6 +82,11 @@ class RabbitMQApi:
             params["disable_stats"] = "true"  # no message rates: much cheaper to list
         return self.request("GET", path, params=params or None) or []
 
+    def exchange_types(self) -> set[str]:
+        """The exchange types the broker knows (plugins' included)."""
+        overview = self.request("GET", "/overview", params={"columns": "exchange_types"}) or {}
+        return {t["name"] for t in overview.get("exchange_types", [])}
+
     # vhosts
     def get_vhost(self, vhost: str) -> dict | None:
         return self.request("GET", f"/vhosts/{_q(vhost)}", params={"disable_stats": "true"},

@@ -62,6 +62,12 @@ TEMP_QUEUE_POLICY = POLICY_PREFIX + "amq.gen"  # no address can be named amq.* (
 TEMP_QUEUE_EXPIRY_MS = 5_000
 # RabbitMQ's MQTT plugin publishes to one exchange for the whole broker (`mqtt.exchange`) and
 # keeps each subscriber's messages in a queue `mqtt-subscription-<client id>qos<0|1>`.
+# A topic address's exchange: MaaS's own type where the broker has it (a missing key, i.e. an
+# AMQP message without a subject, routes as "" instead of failing the link; MQTT subtopics
+# route as the subtopic), else RabbitMQ's topic (deploy/rabbitmq/rabbitmq_maas_topic).
+TOPIC_TYPE = "x-maas-topic"
+FALLBACK_TOPIC_TYPE = "topic"
+TOPIC_TYPES = (TOPIC_TYPE, FALLBACK_TOPIC_TYPE)
 MQTT_EXCHANGE = "amq.topic"
 MQTT_EXCHANGE_REGEX = r"amq\.topic"
 MQTT_QUEUES = r"mqtt-subscription-.*"
@@ -278,13 +284,14 @@ def _dlx_binding(source_queue: str, reason: str, target: str) -> Binding:
     return Binding.of(DLX_EXCHANGE, target, "", args)
 
 
-def desired_objects(state: VhostState) -> DesiredObjects:
+def desired_objects(state: VhostState, topic_type: str = TOPIC_TYPE) -> DesiredObjects:
+    """What the vhost should hold; `topic_type` is the exchange type of topic addresses."""
     d = DesiredObjects()
     topics = {t.name: t for t in state.topics}
     queue_names = {q.name for q in state.queues}
     d.exchanges[DLX_EXCHANGE] = {"type": "headers", "internal": True}
     for topic in state.topics:
-        d.exchanges[topic.name] = {"type": "topic", "internal": False}
+        d.exchanges[topic.name] = {"type": topic_type, "internal": False}
         d.owner["exchange:" + topic.name] = topic.name
         # Not internal: AMQP 1.0 receivers bind their temporary queues to it.
         fanout = fanout_exchange(topic.name)

@@ -20,12 +20,15 @@ from .desired import BrokerUser, VhostState
 from .rabbitmq_api import HASHING_ALGORITHM, BrokerError, RabbitMQApi
 from .rabbitmq_objects import (
     DLX_EXCHANGE,
+    FALLBACK_TOPIC_TYPE,
     INCARNATION_ARG,
     INCARNATION_TAG_PREFIX,
     MQTT_EXCHANGE,
     OWNER_ARG,
     OWNER_TAG,
     POLICY_PREFIX,
+    TOPIC_TYPE,
+    TOPIC_TYPES,
     Binding,
     DesiredObjects,
     desired_objects,
@@ -35,6 +38,22 @@ log = logging.getLogger(__name__)
 
 VHOST_DESCRIPTION = "Managed by MaaS (storage controller)"
 _USER = "user:"  # `_observe`'s key of a desired user's GET among its reads
+TOPIC_TYPE_TTL = 300.0  # seconds a broker's answer to "has it x-maas-topic?" is reused
+_topic_types: dict[str, tuple[float, str]] = {}  # broker API URL -> (monotonic expiry, type)
+
+
+def topic_type(api: RabbitMQApi) -> str:
+    """The exchange type for topic addresses on this broker: MaaS's where its plugin is
+    enabled (docs/storage.md), else RabbitMQ's topic. Asked once per TOPIC_TYPE_TTL."""
+    now = time.monotonic()
+    cached = _topic_types.get(api.base_url)
+    if cached and cached[0] > now:
+        return cached[1]
+    kind = TOPIC_TYPE if TOPIC_TYPE in api.exchange_types() else FALLBACK_TOPIC_TYPE
+    if kind == FALLBACK_TOPIC_TYPE:
+        log.warning("storage.rabbitmq.no_maas_topic_type", extra={"broker": api.base_url})
+    _topic_types[api.base_url] = (now + TOPIC_TYPE_TTL, kind)
+    return kind
 
 
 # --- what the vhost has ----------------------------------------------------------------
@@ -120,7 +139,7 @@ class BrokerReconciler:
     def apply(self, state: VhostState, verify: bool = True) -> ApplyResult:
         """Converge the vhost; raises BrokerError only when the vhost cannot be read."""
         result = ApplyResult(vhost=state.vhost)
-        desired = desired_objects(state)
+        desired = desired_objects(state, topic_type(self.api))
         result.errors.update(desired.errors)
         result.user_errors.update(desired.user_errors)
         actual = self._observe(state.vhost, desired)
@@ -148,7 +167,7 @@ class BrokerReconciler:
     def verify(self, state: VhostState) -> ApplyResult:
         """Re-query the vhost and report which desired addresses and users are in place."""
         result = ApplyResult(vhost=state.vhost)
-        desired = desired_objects(state)
+        desired = desired_objects(state, topic_type(self.api))
         result.errors.update(desired.errors)
         result.user_errors.update(desired.user_errors)
         self._verify(state, desired, self._observe(state.vhost, desired), result)
@@ -303,6 +322,10 @@ class BrokerReconciler:
             if have is not None:
                 if not _owned(have):
                     self._error(result, address, f"exchange {name!r} exists, not owned by MaaS")
+                elif have["type"] != spec["type"] and {have["type"], spec["type"]} <= set(
+                    TOPIC_TYPES
+                ):
+                    self._retype_topic(v, name, spec["type"], address, actual, result)
                 elif have["type"] != spec["type"]:
                     self._error(result, address, f"exchange {name!r} has type {have['type']}")
                 continue
@@ -311,6 +334,33 @@ class BrokerReconciler:
                 args[INCARNATION_ARG] = _now_ms()
             self._do(result, "created", "exchange:" + name, address, self.api.put_exchange,
                      v, name, spec["type"], args, True, spec["internal"])
+
+    def _retype_topic(self, v, name: str, kind: str, address: str | None, actual: _Actual,
+                      result: ApplyResult) -> None:
+        """A topic's exchange made before (or after) the broker had MaaS's topic type: made
+        again with the other type, and every binding from or to it put back, its receivers'
+        temporary queues included (RabbitMQ cannot change an exchange's type). A publish in
+        the few milliseconds between gets `not-found`; counters start again with a new
+        creation stamp, as after any re-creation."""
+        bound = [b for b in actual.bindings if b["source"] == name or (
+            b["destination"] == name and b["destination_type"] == "exchange")]
+        self._do(result, "deleted", "exchange:" + name, address, self.api.delete_exchange,
+                 v, name)
+        args = {OWNER_ARG: True, INCARNATION_ARG: _now_ms()}
+        self._do(result, "updated", "exchange:" + name, address, self.api.put_exchange,
+                 v, name, kind, args, True, False)
+        for b in bound:
+            call = (self.api.create_binding, v, b["source"], b["destination"], b["routing_key"],
+                    b.get("arguments") or {}, b["destination_type"])
+            if _owned(b):
+                self._do(result, "created", _binding_label(_binding_key(b)), address, *call)
+                continue
+            try:  # a receiver's queue: it may have gone meanwhile; nothing of ours to fix
+                call[0](*call[1:])
+            except BrokerError as exc:
+                log.warning("storage.rabbitmq.rebind_failed", extra={
+                    "vhost": v, "object": _binding_label(_binding_key(b)), "error": exc.message})
+        actual.exchanges[name] = {**actual.exchanges[name], "type": kind, "arguments": args}
 
     def _converge_policies(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         for name, spec in desired.policies.items():

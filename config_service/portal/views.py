@@ -25,6 +25,7 @@ from ..events import public_payload
 from ..models import Address, ConfigEvent, MessagingUser
 from ..safe_load import load_yaml_all, read_bounded
 from ..status import address_status, agent_states, phase_filter, space_status
+from ..wire import receive_address, send_address
 from . import forms
 from .base import attempt, ctx, page, space_of
 from .stats import address_stats
@@ -340,10 +341,12 @@ def connect(request, tenant, space):
         "username", flat=True).first() or "<username>"
     endpoint = endpoints(s)[0]
     port = endpoint["servicePorts"][0]["port"]
-    sample = Address.objects.filter(space=s).order_by("name").values_list(
-        "address", flat=True).first() or "myqueue"
+    address, kind = Address.objects.filter(space=s).order_by("name").values_list(
+        "address", "type").first() or ("myqueue", "queue")
     return render(request, "portal/connect.html", p.context(
-        space=s, endpoint=endpoint, port=port, user=chosen, address=sample,
+        space=s, endpoint=endpoint, port=port, user=chosen, address=address,
+        send_address=send_address(s.type, kind, address),
+        receive_address=receive_address(s.type, kind, address),
         login=f"{chosen}@{s.vhost}", url=connection_url(s, chosen),
         users=MessagingUser.objects.filter(space=s).values_list("username", flat=True)))
 

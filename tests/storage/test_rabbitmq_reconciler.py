@@ -280,16 +280,27 @@ def test_second_apply_changes_nothing_and_is_cheap(api, reconciler, vhost):
     assert set(api.calls) == {"GET"} and len(api.calls) <= 10, api.calls
 
 
-def test_a_new_queue_is_verified_by_listing_again_only_what_changed(api, reconciler, vhost):
+@pytest.mark.parametrize("queue_exchanges", [False, True], ids=["standard", "brokered"])
+def test_a_new_queue_is_verified_by_listing_again_only_what_changed(api, reconciler, vhost,
+                                                                   queue_exchanges):
     state = full_state(vhost)
+    state.queue_exchanges = queue_exchanges
     reconciler.apply(state)
     state.queues.append(BrokerQueue("extra", "queue"))
     api.calls.clear()
     result = reconciler.apply(state)
-    assert result.created == ["queue:extra"] and result.ok, result
-    assert result.verified == {"orders", "dlq", "news::s1", "news", "extra"}
-    # 10 GETs to observe, 1 PUT, then only the queues listed again (not all 9 kinds).
-    assert api.calls.count("PUT") == 1 and api.calls.count("GET") == 10 + 1, api.calls
+    assert result.ok and result.verified == {"orders", "dlq", "news::s1", "news", "extra"}
+    if not queue_exchanges:  # behind a router: the queue alone
+        assert result.created == ["queue:extra"], result
+        # 10 GETs to observe, 1 PUT, then only the queues listed again (not all 9 kinds).
+        assert api.calls.count("PUT") == 1 and api.calls.count("GET") == 10 + 1, api.calls
+        return
+    # Clients publish themselves: the queue's own exchange and its binding too; the
+    # queues, exchanges and bindings listed again.
+    assert result.created == ["exchange:extra", "queue:extra",
+                              'binding:extra->extra:{"x-maas-owned": true}'], result
+    assert (api.calls.count("PUT"), api.calls.count("POST"), api.calls.count("GET")) == (
+        2, 1, 10 + 3), api.calls
 
 
 def test_policy_change_applies_live(api, reconciler, vhost):
@@ -414,15 +425,39 @@ def test_users_send_receive_and_are_refused(api, reconciler, vhost):
     state.users = [alice, bob]
     assert reconciler.apply(state).verified_users == {alice.username, bob.username}
 
-    send(vhost, alice.username, "/amq/queue/orders", "hello")
+    send(vhost, alice.username, "/exchange/orders", "hello")  # the queue's own exchange
     assert receive_all(vhost, bob.username, "orders") == ["hello"]
 
     with pytest.raises(SessionEnded, match="unauthorized-access"):
-        send(vhost, bob.username, "/amq/queue/orders", "not allowed")
+        send(vhost, bob.username, "/exchange/orders", "not allowed")
     with pytest.raises(SessionEnded, match="unauthorized-access"):
         receive_all(vhost, alice.username, "dlq")  # alice has no recv right on dlq
     with pytest.raises(Exception, match="unauthorized-access"):
         connect(vhost, alice.username, password="wrong")
+
+
+def test_a_user_stores_only_into_the_queues_of_its_rules_whatever_the_address_form(
+        api, reconciler, vhost):
+    """The default exchange reaches every queue of the vhost, so only a user that may send
+    everywhere (`*`) has it: a right to one queue is write on that queue's exchange alone."""
+    alice = user(vhost, "alice", send=("orders",))
+    anyone = user(vhost, "anyone", send=("*",), recv=("*",))
+    state = full_state(vhost)
+    state.users = [alice, anyone]
+    assert reconciler.apply(state).verified_users == {alice.username, anyone.username}
+    for address in ("/amq/queue/dlq", "/amq/queue/orders", "/queue/dlq", "dlq", "/exchange/dlq",
+                    "/exchange/news", "/exchange/amq.direct/dlq", "/exchange/amq.fanout",
+                    "/exchange/$maas.dlx", "/exchange/$maas.all.news", "/topic/dlq"):
+        with pytest.raises(SessionEnded, match="unauthorized-access"):
+            send(vhost, alice.username, address, "not allowed")
+    send(vhost, alice.username, "/exchange/orders", "mine")
+    send(vhost, anyone.username, "/amq/queue/dlq", "anyone's")  # `*`: the default exchange
+    send(vhost, anyone.username, "/exchange/dlq", "also")
+    assert receive_all(vhost, anyone.username, "dlq") == ["anyone's", "also"]
+    assert receive_all(vhost, anyone.username, "orders") == ["mine"]
+    exchanges = {x["name"]: x["type"] for x in api.list_exchanges(vhost)}
+    assert exchanges["orders"] == exchanges["dlq"] == "fanout"
+    assert "news::s1" not in exchanges  # a subscription is fed by its topic only
 
 
 def mqtt_connect(username: str, password: str) -> int:

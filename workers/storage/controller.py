@@ -57,7 +57,8 @@ def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -
     # Read at every reconcile: a throttle changes no config event, it wakes the agents.
     throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
     state = VhostState(vhost=space.vhost, throttled=throttled,
-                       max_connections=space.plan_status.get("maxConnections"))
+                       max_connections=space.plan_status.get("maxConnections"),
+                       queue_exchanges=space.type != "standard")
     for a in stored_addresses(space) if addresses is None else addresses:
         ps, spec = a.plan_status, a.spec
         ttl = effective_ttl(ps.get("messageTtl"), spec.get("messageTtl"))

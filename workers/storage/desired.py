@@ -52,3 +52,6 @@ class VhostState:
     users: list[BrokerUser] = field(default_factory=list)
     max_connections: int | None = None
     throttled: bool = False  # the tenant is over quota: its users may not publish
+    # Clients publish to the vhost themselves (a brokered space): each queue gets an exchange
+    # of its own name, the one way RabbitMQ can check a per-queue send right (rabbitmq_objects).
+    queue_exchanges: bool = True

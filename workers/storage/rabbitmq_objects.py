@@ -49,6 +49,7 @@ FANOUT_PREFIX = "$maas.all."
 POLICY_PREFIX = "$maas.q."
 POLICY_PRIORITY = 1000  # only one policy applies to a queue: ours must win over others
 AMQ_DEFAULT = r"amq\.default"  # the name RabbitMQ checks for the default exchange
+SEND_ALL = "*"  # the only send pattern granted the default exchange (it reaches every queue)
 # The creation time (Unix ms) stamped on each queue and topic exchange (an argument) and vhost
 # (a tag) MaaS creates: RabbitMQ's counters of an object start again when it is recreated, and
 # usage metering needs to tell (workers/usage/broker_counters.py).
@@ -119,17 +120,18 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str],
     nothing; it keeps write on its temporary queues, which binding them (receiving from a
     topic) needs. The router's own login is never throttled here (the router enforces it).
 
-    RabbitMQ checks write on the *exchange* a message is published to; AMQP 1.0 sends to
-    `/amq/queue/Q` go through the default exchange, so any right to send to one queue grants
-    `amq.default` and with it sending to every queue of the vhost. The router in front
-    enforces the exact address rules; this is the broker's coarser second line.
+    RabbitMQ checks write on the *exchange* a message is published to. AMQP 1.0 sends to
+    `/amq/queue/Q` go through the default exchange, which reaches every queue of the vhost, so
+    only a user that may send to every address (a send pattern `*`, the router's login
+    included) gets `amq.default`. Any other send right to a queue is write on the queue's own
+    exchange (`/exchange/Q`, a fanout to the queue; brokered spaces), as to a topic's.
 
     The router's own login (`user.router`) may also read the fanout exchange
     `$maas.all.<topic>` of each topic its recv patterns match: that is where it routes a
     receiver of the bare topic. No tenant's user is ever granted a `$maas.` object.
     """
-    sends_to_queue = any(pattern_matches(p, q) for p in user.send for q in queues)
-    send_topics = [p for p in user.send if any(pattern_matches(p, t) for t in topics)]
+    send_exchanges = [p for p in user.send
+                      if any(pattern_matches(p, x) for x in (*topics, *queues))]
     recv_topic = any(pattern_matches(p, t) for p in user.recv for t in topics)
     temp = [TEMP_QUEUES] if recv_topic else []  # receiving from a topic declares a temp queue
     # MQTT (least privilege): a subscriber's queue, bound to amq.topic; a publisher writes to
@@ -137,7 +139,8 @@ def user_permissions(user: BrokerUser, queues: list[str], topics: list[str],
     mqtt_queues = [MQTT_QUEUES] if mqtt_topics(user.recv, topics) else []
     mqtt_write = [MQTT_EXCHANGE_REGEX] if mqtt_topics(user.send, topics) else []
     mqtt_read = [MQTT_EXCHANGE_REGEX] if mqtt_queues else []
-    write = ([AMQ_DEFAULT] if sends_to_queue else []) + [pattern_regex(p) for p in send_topics]
+    write = ([AMQ_DEFAULT] if SEND_ALL in user.send else [])
+    write += [pattern_regex(p) for p in send_exchanges]
     write += mqtt_write
     if throttled and not user.router:
         write = []
@@ -318,6 +321,11 @@ def desired_objects(state: VhostState, topic_type: str = TOPIC_TYPE) -> DesiredO
         topic = topics.get(queue.topic) if queue.kind == "subscription" else None
         d.queues[queue.name] = queue_arguments(queue)
         d.owner["queue:" + queue.name] = queue.name
+        if state.queue_exchanges and queue.kind in ("queue", "deadletter"):
+            # `/exchange/<queue>`: write on it is the user's right to send to this queue only
+            d.exchanges[queue.name] = {"type": "fanout", "internal": False}
+            d.owner["exchange:" + queue.name] = queue.name
+            d.bindings[Binding.of(queue.name, queue.name, "", {OWNER_ARG: True})] = queue.name
         if queue.kind == "subscription":
             if topic is None:
                 d.errors[queue.name] = f"topic {queue.topic!r} is not in this address space"

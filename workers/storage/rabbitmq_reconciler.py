@@ -322,33 +322,28 @@ class BrokerReconciler:
             if have is not None:
                 if not _owned(have):
                     self._error(result, address, f"exchange {name!r} exists, not owned by MaaS")
-                elif have["type"] != spec["type"] and {have["type"], spec["type"]} <= set(
-                    TOPIC_TYPES
-                ):
-                    self._retype_topic(v, name, spec["type"], address, actual, result)
                 elif have["type"] != spec["type"]:
-                    self._error(result, address, f"exchange {name!r} has type {have['type']}")
+                    self._remake_exchange(v, name, spec, address, actual, result)
                 continue
-            args = {OWNER_ARG: True}
-            if address == name:  # a topic's own exchange: metered (see INCARNATION_ARG)
-                args[INCARNATION_ARG] = _now_ms()
+            args = _exchange_args(spec["type"])
             self._do(result, "created", "exchange:" + name, address, self.api.put_exchange,
                      v, name, spec["type"], args, True, spec["internal"])
 
-    def _retype_topic(self, v, name: str, kind: str, address: str | None, actual: _Actual,
-                      result: ApplyResult) -> None:
-        """A topic's exchange made before (or after) the broker had MaaS's topic type: made
-        again with the other type, and every binding from or to it put back, its receivers'
-        temporary queues included (RabbitMQ cannot change an exchange's type). A publish in
-        the few milliseconds between gets `not-found`; counters start again with a new
-        creation stamp, as after any re-creation."""
+    def _remake_exchange(self, v, name: str, spec: dict, address: str | None, actual: _Actual,
+                         result: ApplyResult) -> None:
+        """An exchange of ours with another type: a topic made before (or after) the broker
+        had MaaS's topic type, or an address deleted and made again as another type. Made
+        again (RabbitMQ cannot change an exchange's type) and every binding from or to it put
+        back, its receivers' temporary queues included; stale ones then go as usual. A publish
+        in the few milliseconds between gets `not-found`; a topic's counters start again
+        under a new creation stamp, as after any re-creation."""
         bound = [b for b in actual.bindings if b["source"] == name or (
             b["destination"] == name and b["destination_type"] == "exchange")]
         self._do(result, "deleted", "exchange:" + name, address, self.api.delete_exchange,
                  v, name)
-        args = {OWNER_ARG: True, INCARNATION_ARG: _now_ms()}
+        args = _exchange_args(spec["type"])
         self._do(result, "updated", "exchange:" + name, address, self.api.put_exchange,
-                 v, name, kind, args, True, False)
+                 v, name, spec["type"], args, True, spec["internal"])
         for b in bound:
             call = (self.api.create_binding, v, b["source"], b["destination"], b["routing_key"],
                     b.get("arguments") or {}, b["destination_type"])
@@ -360,7 +355,8 @@ class BrokerReconciler:
             except BrokerError as exc:
                 log.warning("storage.rabbitmq.rebind_failed", extra={
                     "vhost": v, "object": _binding_label(_binding_key(b)), "error": exc.message})
-        actual.exchanges[name] = {**actual.exchanges[name], "type": kind, "arguments": args}
+        actual.exchanges[name] = {**actual.exchanges[name], "type": spec["type"],
+                                  "arguments": args}
 
     def _converge_policies(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         for name, spec in desired.policies.items():
@@ -582,6 +578,13 @@ def _concurrently(calls: dict) -> dict:
     futures = {name: _pool[1].submit(fn) for name, fn in calls.items()}
     wait(futures.values())
     return {name: future.result() for name, future in futures.items()}
+
+
+def _exchange_args(kind: str) -> dict:
+    """Arguments of an exchange MaaS makes; a topic's is metered (see INCARNATION_ARG)."""
+    if kind in TOPIC_TYPES:
+        return {OWNER_ARG: True, INCARNATION_ARG: _now_ms()}
+    return {OWNER_ARG: True}
 
 
 def _exchange_ours(name: str, actual: _Actual, result: ApplyResult) -> bool:

@@ -16,6 +16,7 @@ from proton.utils import BlockingConnection
 
 from config_service.api.resources import endpoints
 from config_service.models import AddressSpace
+from config_service.wire import receive_address, send_address
 from maas.core.amqp import open_receiver, open_sender
 
 
@@ -29,12 +30,8 @@ def open_connection(space: AddressSpace, user: str, password: str) -> BlockingCo
 
 
 def wire_address(space: AddressSpace, address: str, receiving: bool) -> str:
-    if space.type == "brokered":  # straight to RabbitMQ: its own address syntax
-        kind = space.addresses.filter(address=address).values_list("type", flat=True).first()
-        if kind == "topic":
-            return f"/exchange/{address}/#" if receiving else f"/exchange/{address}"
-        return f"/amq/queue/{address}"
-    return address
+    kind = space.addresses.filter(address=address).values_list("type", flat=True).first()
+    return (receive_address if receiving else send_address)(space.type, kind or "", address)
 
 
 class Command(BaseCommand):

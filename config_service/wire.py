@@ -1,0 +1,21 @@
+"""The AMQP addresses a client uses for an address of its space: the address itself behind a
+router (standard spaces), RabbitMQ's own syntax on a brokered space (docs/storage.md)."""
+
+
+def send_address(space_type: str, address_type: str, address: str) -> str:
+    """Where to attach a sender. On RabbitMQ every address a client may send to has an
+    exchange of its name (a queue's routes to the queue), the one target each user's rights
+    are checked on; `/amq/queue/<name>` works only for users who may send everywhere."""
+    if space_type == "standard":
+        return address
+    return f"/exchange/{address}"
+
+
+def receive_address(space_type: str, address_type: str, address: str) -> str:
+    """Where to attach a receiver: a topic's every message (`/exchange/<topic>/#`, a queue of
+    the receiver's own), else the queue (subscriptions `<topic>::<name>` included)."""
+    if space_type == "standard":
+        return address
+    if address_type == "topic":
+        return f"/exchange/{address}/#"
+    return f"/amq/queue/{address}"

@@ -63,10 +63,11 @@ def connect(vhost: str, user: str, password: str) -> Connection:
 
 
 def send(vhost: str, user: str, password: str, queue: str, body: str) -> None:
-    """Sends one message and waits until the broker accepted it."""
+    """Sends one message to a brokered space's queue (its own exchange, docs/storage.md) and
+    waits until the broker accepted it."""
     conn = connect(vhost, user, password)
     try:
-        conn.create_sender(f"/amq/queue/{queue}").send(Message(body=body))
+        conn.create_sender(f"/exchange/{queue}").send(Message(body=body))
     finally:
         conn.close()
 

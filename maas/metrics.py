@@ -2,7 +2,7 @@
 
 EnMasse's names where they exist (enmasse_addresses_total and per phase,
 enmasse_address_spaces_total), the latency from event appended to event applied per agent
-kind as a histogram, and the outbox backlog. Reading from the database keeps the figures right
+kind as a histogram, and what the alert rules of deploy/monitoring need (metrics_ops.py). Reading from the database keeps the figures right
 however many web and worker processes run. Only a Prometheus with MAAS_METRICS_TOKEN, or a
 client on this machine, reads them (scrape_access.py).
 
@@ -18,7 +18,7 @@ from django.http import HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
-from config_service.models import Address, AddressSpace, Outbox
+from config_service.models import Address, AddressSpace
 from config_service.status import (
     PHASES,
     address_status,
@@ -28,6 +28,12 @@ from config_service.status import (
     space_status,
 )
 
+from .metrics_ops import (
+    agent_error_family,
+    outbox_families,
+    throttled_family,
+    usage_job_families,
+)
 from .scrape_access import scrape_protected
 
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -73,8 +79,10 @@ class ControlPlaneCollector:
         yield GaugeMetricFamily("enmasse_address_spaces_total", "Address spaces",
                                 value=len(spaces))
         # Counted through the partial index outbox_pending: as cheap as the backlog is short.
-        yield GaugeMetricFamily("maas_outbox_backlog", "Config events not yet applied by agents",
-                                value=Outbox.objects.filter(acked_at__isnull=True).count())
+        yield from outbox_families()
+        yield agent_error_family(spaces, states)
+        yield throttled_family()
+        yield from usage_job_families()
         yield LATENCY.family()
 
 

@@ -140,7 +140,7 @@ def test_a_scrape_runs_as_many_queries_for_thirty_spaces_as_for_one(client, tena
     large = scrape_queries(client)
     assert gauges(client)[("enmasse_addresses_total", tenant.slug, "s29")] == 20
     assert large == small
-    assert small <= 8
+    assert small <= 9  # spaces, agent states, 3 for phases, latency 2, throttled, usage job
 
 
 def histogram(latency: AppliedLatency) -> dict:
@@ -192,3 +192,36 @@ def test_the_latency_histogram_starts_over_when_the_rows_it_counted_are_gone(ten
     AppliedEvent.objects.all().delete()
     applied(events[:1], "router", timedelta(minutes=5), 0.5)
     assert histogram(latency) == whole_table()
+
+
+def test_a_scrape_reports_agent_errors_throttled_tenants_the_outbox_and_the_usage_job(
+        client, tenant, fleet):
+    import datetime
+
+    from tenants.models import TenantQuota
+    from tenants.usage import UsageJobRun
+
+    TenantQuota.objects.filter(tenant=tenant).update(throttled=True)
+    UsageJobRun.objects.create(day=datetime.date(2024, 5, 1), status=UsageJobRun.SUCCEEDED,
+                               finished_at=timezone.now() - timedelta(days=1))
+    failed = UsageJobRun.objects.create(day=datetime.date(2024, 5, 2),
+                                        status=UsageJobRun.FAILED, finished_at=timezone.now())
+    text = client.get("/metrics").content.decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def errors(space_name, agent):
+        return samples[("maas_agent_errors", (("addressspace", space_name), ("agent", agent),
+                                              ("namespace", tenant.slug)))]
+
+    assert errors("stored", "storage") == 2
+    assert errors("routed", "router") == 1
+    assert errors("routed", "infra") == 0
+    assert samples[("maas_tenant_throttled", (("namespace", tenant.slug),))] == 1
+    assert sum(v for (name, labels), v in samples.items() if name == "maas_tenant_throttled") == 1
+    assert samples[("maas_usage_job_last_failure_timestamp_seconds", ())] == pytest.approx(
+        failed.finished_at.timestamp())
+    assert samples[("maas_usage_job_last_success_timestamp_seconds", ())] < samples[
+        ("maas_usage_job_last_failure_timestamp_seconds", ())]
+    assert samples[("maas_outbox_backlog", ())] > 0
+    assert samples[("maas_outbox_oldest_pending_age_seconds", ())] >= 0

@@ -3,6 +3,8 @@ from django import forms
 
 from tenants.models import AddressPlan, AddressSpacePlan
 
+from .plans import describe_space_plan
+
 
 class SpaceForm(forms.Form):
     name = forms.SlugField(label="Name", max_length=63)
@@ -12,9 +14,11 @@ class SpaceForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # In words (what fits in each), not the credits as stored: a tenant picks by them.
         self.fields["plan"].choices = [
-            (p.name, f"{p.name} ({p.address_space_type}; limits {p.resource_limits})")
-            for p in AddressSpacePlan.objects.order_by("display_order")]
+            (p.name, f"{describe_space_plan(p, p.address_plans.all())} [{p.address_space_type}]")
+            for p in AddressSpacePlan.objects.order_by("display_order").prefetch_related(
+                "address_plans")]
 
 
 class AddressForm(forms.Form):

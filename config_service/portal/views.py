@@ -3,6 +3,7 @@ messaging users, connection examples, usage and history. Role-aware: a viewer se
 controls, and every write is checked again on the server by tenant_for and the services. Pages
 that only show something take GET (and HEAD) alone: a POST to them gets 405."""
 import base64
+import datetime
 import secrets
 from urllib.parse import urlencode
 
@@ -10,12 +11,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q
+from django.http import HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
 from maas.core.errors import Invalid, ServiceError
-from tenants.models import AddressPlan, QuotaEvaluation, TenantQuota, TenantUsageDaily
+from tenants.models import AddressPlan, TenantQuota
 from tenants.roles import Action
 
 from .. import services
@@ -26,7 +29,7 @@ from ..models import Address, ConfigEvent, MessagingUser
 from ..safe_load import load_yaml_all, read_bounded
 from ..status import address_status, agent_states, phase_filter, space_status
 from ..wire import receive_address, send_address
-from . import forms
+from . import forms, usage_charts
 from .base import attempt, ctx, page, space_of
 from .stats import address_stats
 
@@ -355,13 +358,16 @@ def connect(request, tenant, space):
 @require_safe
 def usage(request, tenant):
     p = page(request, tenant)
-    days = list(TenantUsageDaily.objects.filter(tenant=p.tenant).order_by("-day")[:30])[::-1]
-    peak = max([d.messages for d in days] + [1])
-    latest = QuotaEvaluation.objects.filter(tenant=p.tenant).order_by("-day").values_list(
-        "day", flat=True).first()
-    limits = QuotaEvaluation.objects.filter(tenant=p.tenant, day=latest) if latest else []
+    try:
+        day = datetime.date.fromisoformat(request.GET["day"]) if request.GET.get("day") else (
+            usage_charts.latest_hourly_day(p.tenant))
+    except ValueError:
+        return HttpResponseBadRequest("day: expected a date as YYYY-MM-DD")
+    limits, limits_chart = usage_charts.limits(p.tenant)
     return render(request, "portal/usage.html", p.context(
-        days=[(d, round(100 * d.messages / peak)) for d in days], limits=limits,
+        daily=usage_charts.daily(p.tenant, timezone.now().date()),
+        hourly=usage_charts.hourly(p.tenant, day) if day else None,
+        limits=limits, limits_chart=limits_chart,
         quota=TenantQuota.objects.filter(tenant=p.tenant).first()))
 
 

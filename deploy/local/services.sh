@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs (where missing) and starts the services MaaS needs on one machine:
-# PostgreSQL, Redis and RabbitMQ with its management, AMQP 1.0 and MQTT plugins and MaaS's
-# topic exchange type.
+# PostgreSQL, Redis and RabbitMQ with its management, AMQP 1.0, MQTT and Prometheus plugins and
+# MaaS's topic exchange type; and installs Prometheus's tools (started by no one here).
 # Services already running are used as they are. Safe to run again.
 set -euo pipefail
 
@@ -64,18 +64,20 @@ if ! listening 5672; then
   wait_port 5672 120
 fi
 rabbitmqctl -q await_startup >/dev/null 2>&1 || true
-if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT"; then
+if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT" || ! listening 15692; then
   # The running broker read rabbitmq.conf before the line above existed: give the MQTT plugin
   # its port in the node's environment. Loading the app first keeps enabling it from putting
   # back the default port (1883, Mosquitto's); a second try covers a broker that did anyway.
   mqtt_env="application:load(rabbitmq_mqtt), application:set_env(rabbitmq_mqtt, tcp_listeners, [{\"127.0.0.1\", $RABBITMQ_MQTT_PORT}])."
   for attempt in 1 2; do
     rabbitmqctl -q eval "$mqtt_env" >/dev/null
-    rabbitmq-plugins -q enable rabbitmq_management rabbitmq_amqp1_0 rabbitmq_mqtt >/dev/null 2>&1 && break
+    rabbitmq-plugins -q enable rabbitmq_management rabbitmq_amqp1_0 rabbitmq_mqtt \
+      rabbitmq_prometheus >/dev/null 2>&1 && break
     [ "$attempt" = 2 ] && { log "RabbitMQ's plugins could not be enabled"; exit 1; }
     log "enabling RabbitMQ's plugins again"
   done
   wait_port 15672 60
+  wait_port 15692 60   # rabbitmq_prometheus (deploy/monitoring scrapes it)
 fi
 # MaaS's topic exchange type x-maas-topic (deploy/rabbitmq/rabbitmq_maas_topic, docs/storage.md):
 # compiled against the running RabbitMQ into its plugins directory and enabled; a changed source
@@ -101,6 +103,15 @@ log "PostgreSQL, Redis and RabbitMQ are up"
 # --- kubectl (issue 7): tests/infra renders deploy/ with `kubectl kustomize`. ------------------
 # Debian's kubernetes-client provides kubectl; any kubectl already on PATH is used as it is.
 need_pkg kubectl kubernetes-client
+
+# --- Prometheus (deploy/monitoring): promtool checks and tests the alert rules, and the tests
+# run a Prometheus of their own. None is started here: the package's service (where systemd
+# runs) is stopped and disabled right after installing it, and its recommended node exporter
+# is left out.
+if ! command -v promtool >/dev/null 2>&1; then
+  need_pkg promtool --no-install-recommends prometheus
+  if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+fi
 
 # --- Java for Spark (usage jobs) and Chromium for the browser tests ------------------------------
 need_pkg java openjdk-17-jre-headless

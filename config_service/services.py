@@ -108,8 +108,11 @@ def change_address_space_plan(*, ctx: Context, space: AddressSpace, plan, expect
     stream, space = _locked_space(space)
     _check_version(space.resource_version, expected_version)
     _refuse_if_terminating(space)
-    plan_obj = _space_plan(plan, space.type)
     new_spec = space.spec if spec is None else dict(spec)
+    # A key stored before MaaS refused EnMasse's others may stay as it is; none may be added.
+    validation.space_spec({k: v for k, v in new_spec.items()
+                           if k not in space.spec or space.spec[k] != v})
+    plan_obj = _space_plan(plan, space.type)
     plan_changed = plan_obj.name != space.plan
     if not plan_changed and new_spec == space.spec:
         return space

@@ -359,6 +359,7 @@ class PlanWrites:
     """POST on the list, PUT (replace), PATCH (JSON merge patch) and DELETE on a plan: staff
     only, each a service function recording an event of the plans stream."""
 
+    staff_only = ("post", "put", "patch", "delete")  # read by the isolation matrix
     kind: str
     model: type
     render: staticmethod

@@ -636,7 +636,9 @@ def replace_address_plan(*, ctx: Context, name, spec, expected_version=None) -> 
                 ctx)
     status = address_plan_status(plan)
     if status != before:
-        spaces = AddressSpace.objects.filter(addresses__plan=name).distinct().order_by("uid")
+        # A terminating space is being torn down: nothing of it is placed again.
+        spaces = (AddressSpace.objects.filter(addresses__plan=name, terminating=False)
+                  .distinct().order_by("uid"))
         for space in spaces:
             _reevaluate_space(space, ctx, {name: status})
     logger.info("plan.changed", extra={"plan": name, "kind": "AddressPlan",
@@ -709,7 +711,7 @@ def replace_space_plan(*, ctx: Context, name, spec, expected_version=None) -> Ad
                 {"name": name, "spec": after, "previous": previous}, ctx)
     uids = list(spaces.values_list("uid", flat=True))
     if plan.resource_limits != before_limits:
-        for space in spaces:
+        for space in spaces.filter(terminating=False):
             stream, space = _locked_space(space)
             _append(stream, "address_space.plan_changed",
                     {"plan": name, "plan_status": space_plan_status(plan)}, ctx)

@@ -132,7 +132,7 @@ def space_plan_fields(spec) -> dict:
     return {
         "address_space_type": _choice(spec.get("addressSpaceType"), AddressSpaceType.values,
                                       "spec.addressSpaceType"),
-        "address_plans": sorted(dict.fromkeys(names)),
+        "address_plans": list(dict.fromkeys(names)),  # as given: errors name their index
         "resource_limits": _credits(spec.get("resourceLimits"), LIMIT_KEYS,
                                     "spec.resourceLimits"),
         "router_policy": dict(policy),

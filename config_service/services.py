@@ -673,6 +673,7 @@ def create_space_plan(*, ctx: Context, name, spec) -> AddressSpacePlan:
     names = fields.pop("address_plans")
     log.lock_plans_stream()
     offered = _address_plans_named(names, fields["address_space_type"])
+    names = sorted(names)
     if AddressSpacePlan.objects.filter(name=name).exists():
         raise Conflict(f"Address space plan {name!r} already exists.", "metadata.name")
     plan = AddressSpacePlan.objects.create(name=name, **fields)
@@ -696,6 +697,7 @@ def replace_space_plan(*, ctx: Context, name, spec, expected_version=None) -> Ad
         raise Invalid("spec.addressSpaceType cannot change while address spaces use the plan",
                       "spec.addressSpaceType")
     offered = _address_plans_named(names, fields["address_space_type"])
+    names = sorted(names)
     before_names = sorted(plan.address_plans.values_list("name", flat=True))
     previous = plan_specs.space_plan_spec(plan, before_names)
     before_limits, before_policy = plan.resource_limits, plan.router_policy

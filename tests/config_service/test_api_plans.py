@@ -118,7 +118,7 @@ def test_no_tenant_member_writes_plans_403(tenant, clients, operator, role):
     (ADDRESS_PLANS, address_plan(colour="red"), "spec.colour"),
     (ADDRESS_PLANS, address_plan("Not A Name"), "metadata.name"),
     (ADDRESS_PLANS, address_plan("standard-small-queue"), "metadata.name"),  # taken: 409
-    (SPACE_PLANS, space_plan(plans=["nope"]), "spec.addressPlans[0]"),
+    (SPACE_PLANS, space_plan(plans=["ops-queue", "aaa-nope"]), "spec.addressPlans[1]"),
     (SPACE_PLANS, {**space_plan(), "spec": {"addressSpaceType": "brokered",
                                             "addressPlans": ["standard-small-anycast"]}},
      "spec.addressPlans[0]"),

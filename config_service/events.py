@@ -40,6 +40,7 @@ EVENT_TYPES: dict[str, EventType] = {
         _t("tenant.invitation_accepted", "id email role username"),
         _t("address_space.created", "uid name type plan plan_status spec"),
         _t("address_space.plan_changed", "plan plan_status"),
+        _t("address_space.spec_changed", "plan plan_status spec"),  # a PUT that drops keys
         _t("address_space.deleted", ""),
         _t("address_space.removed", ""),
         _t("address.created", _ADDRESS_STATE),
@@ -51,6 +52,13 @@ EVENT_TYPES: dict[str, EventType] = {
         _t("messaging_user.created", "name username password_hash authorization"),
         _t("messaging_user.updated", "name password_hash authorization"),
         _t("messaging_user.deleted", "name"),
+        # The plans stream (no tenant): an operator's plans, in EnMasse's spec shape.
+        _t("address_plan.created", "name spec"),
+        _t("address_plan.changed", "name spec previous"),
+        _t("address_plan.deleted", "name previous"),
+        _t("address_space_plan.created", "name spec"),
+        _t("address_space_plan.changed", "name spec previous"),
+        _t("address_space_plan.deleted", "name previous"),
     ]
 }
 

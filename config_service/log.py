@@ -21,6 +21,17 @@ def open_stream(uid: uuid.UUID, kind: str, tenant) -> EventStream:
     return EventStream.objects.create(uid=uid, kind=kind, tenant=tenant)
 
 
+# The one stream of the operators' plans: a fixed id, opened by its first writer.
+PLANS_STREAM = uuid.uuid5(uuid.NAMESPACE_URL, "https://maas.io/streams/plans")
+
+
+def lock_plans_stream() -> EventStream:
+    """Locks the plans stream (opening it if need be): plan writers queue up here."""
+    EventStream.objects.bulk_create([EventStream(uid=PLANS_STREAM, kind=EventStream.PLANS)],
+                                    ignore_conflicts=True)
+    return lock_stream(PLANS_STREAM)
+
+
 def lock_stream(uid) -> EventStream:
     """Locks the stream row; concurrent writers to the same space queue up here."""
     return EventStream.objects.select_for_update().get(uid=uid)

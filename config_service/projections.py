@@ -10,7 +10,7 @@ from .models import Address, AddressSpace, ConfigEvent, MessagingUser
 def apply(event: ConfigEvent) -> None:
     handler = _HANDLERS.get(event.type)
     if handler is None:
-        return  # tenant events have no projection here
+        return  # tenant and plan events have no projection here
     payload = upcast(event.type, event.schema_version, event.payload)
     handler(event, payload)
 
@@ -45,6 +45,13 @@ def _space_created(event, p):
 def _space_plan_changed(event, p):
     AddressSpace.objects.filter(uid=event.stream_id).update(
         plan=p["plan"], plan_status=p["plan_status"]
+    )
+    _touch_space(event, changed=True)
+
+
+def _space_spec_changed(event, p):
+    AddressSpace.objects.filter(uid=event.stream_id).update(
+        plan=p["plan"], plan_status=p["plan_status"], spec=p["spec"]
     )
     _touch_space(event, changed=True)
 
@@ -134,6 +141,7 @@ def _user_deleted(event, p):
 _HANDLERS = {
     "address_space.created": _space_created,
     "address_space.plan_changed": _space_plan_changed,
+    "address_space.spec_changed": _space_spec_changed,
     "address_space.deleted": _space_deleted,
     "address_space.removed": _space_removed,
     "address.created": _address_created,

@@ -1,16 +1,25 @@
 """Rebuilds the projections from the config log and compares them with the live ones.
 
 Address spaces, addresses and users are projections (`projections.py`). A tenant's members,
-their roles and its quota are written by `tenants.services` beside their tenant events; the
-rebuild folds those events into the same state and sets the tables to it, so the check also
-finds a membership or quota changed without its event (or an event that says otherwise).
+their roles and its quota are written by `tenants.services` beside their tenant events, and
+plans by the plan service functions beside the plans stream's events; the rebuild folds those
+events into the same state and sets the tables to it, so the check also finds a membership,
+quota or plan changed without its event (or an event that says otherwise). Plans the log never
+names (installed by the migration, untouched since) are left as they are.
 """
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from tenants.models import QUOTA_FIELDS, Membership, Tenant, TenantQuota
+from tenants.models import (
+    QUOTA_FIELDS,
+    AddressPlan,
+    AddressSpacePlan,
+    Membership,
+    Tenant,
+    TenantQuota,
+)
 
-from . import projections
+from . import plan_specs, projections
 from .events import upcast
 from .models import Address, AddressSpace, ConfigEvent, MessagingUser
 
@@ -36,7 +45,17 @@ def snapshot() -> dict:
             "updated_at")}
         for u in MessagingUser.objects.select_related("space")
     }
-    return {"spaces": spaces, "addresses": addresses, "users": users, "tenants": _tenants()}
+    return {"spaces": spaces, "addresses": addresses, "users": users, "tenants": _tenants(),
+            "plans": _plans()}
+
+
+def _plans() -> dict:
+    plans = {("AddressPlan", p.name): plan_specs.address_plan_spec(p)
+             for p in AddressPlan.objects.all()}
+    for p in AddressSpacePlan.objects.prefetch_related("address_plans"):
+        names = sorted(a.name for a in p.address_plans.all())
+        plans[("AddressSpacePlan", p.name)] = plan_specs.space_plan_spec(p, names)
+    return plans
 
 
 def _tenants() -> dict:
@@ -62,13 +81,44 @@ def replay() -> int:
     AddressSpace.objects.all().delete()
     count = 0
     tenants: dict[int, dict] = {}
+    plans: dict[tuple[str, str], dict | None] = {}
     for event in ConfigEvent.objects.order_by("position").iterator(chunk_size=2000):
         projections.apply(event)
         if event.type.startswith("tenant."):
             _fold_tenant(tenants, event)
+        elif event.type in _PLAN_KINDS:
+            p = upcast(event.type, event.schema_version, event.payload)
+            plans[(_PLAN_KINDS[event.type], p["name"])] = p.get("spec")  # None: deleted
         count += 1
     _write_tenants(tenants)
+    _write_plans(plans)
     return count
+
+
+_PLAN_KINDS = {f"{prefix}.{verb}": kind
+               for prefix, kind in (("address_plan", "AddressPlan"),
+                                    ("address_space_plan", "AddressSpacePlan"))
+               for verb in ("created", "changed", "deleted")}
+
+
+def _write_plans(plans: dict[tuple[str, str], dict | None]) -> None:
+    """Sets every plan the log names to its last event: address plans first, since space
+    plans offer them, and deletions last."""
+    for (kind, name), spec in sorted(plans.items()):  # AddressPlan sorts first
+        if spec is None:
+            continue
+        if kind == "AddressPlan":
+            AddressPlan.objects.update_or_create(
+                name=name, defaults=plan_specs.address_plan_fields(spec))
+        else:
+            fields = plan_specs.space_plan_fields(spec)
+            offered = AddressPlan.objects.filter(name__in=fields.pop("address_plans"))
+            plan, _ = AddressSpacePlan.objects.update_or_create(name=name, defaults=fields)
+            plan.address_plans.set(offered)
+    for (kind, name), spec in sorted(plans.items(), reverse=True):
+        if spec is None:
+            (AddressPlan if kind == "AddressPlan" else AddressSpacePlan).objects.filter(
+                name=name).delete()
 
 
 def _fold_tenant(tenants: dict[int, dict], event: ConfigEvent) -> None:

@@ -82,19 +82,33 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ["tenant__slug", "user__username"]
 
 
+class PlanAdmin(admin.ModelAdmin):
+    """Read-only: plans are written through the plans API (/api/v1/addressplans/, ...), whose
+    service functions record each change in the plans stream and re-place the addresses of
+    the spaces that use the plan (docs/api.md)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(AddressPlan)
-class AddressPlanAdmin(admin.ModelAdmin):
+class AddressPlanAdmin(PlanAdmin):
     list_display = ["name", "address_type", "resources", "partitions", "display_order"]
     list_filter = ["address_type"]
     search_fields = ["name"]
 
 
 @admin.register(AddressSpacePlan)
-class AddressSpacePlanAdmin(admin.ModelAdmin):
+class AddressSpacePlanAdmin(PlanAdmin):
     list_display = ["name", "address_space_type", "resource_limits", "router_policy",
                     "infra_config_ref"]
     list_filter = ["address_space_type"]
-    filter_horizontal = ["address_plans"]
 
 
 @admin.register(PersonalAccessToken)

@@ -25,3 +25,13 @@ class XYAMLParser(YAMLParser):
 
 class TextYAMLParser(YAMLParser):
     media_type = "text/yaml"
+
+
+class MergePatchParser(JSONParser):
+    """RFC 7386's media type: the views that take PATCH read it as JSON, and merge it."""
+
+    media_type = "application/merge-patch+json"
+
+
+# The parsers of views with PATCH: the defaults (settings) and the merge patch type.
+PARSERS = [JSONParser, MergePatchParser, YAMLParser, XYAMLParser, TextYAMLParser]

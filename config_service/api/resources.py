@@ -7,7 +7,7 @@ from django.conf import settings
 from maas.core.errors import Invalid
 from tenants.models import QUOTA_FIELDS
 
-from .. import dataplane
+from .. import dataplane, plan_specs
 from ..status import address_status, agents_needed, space_status
 
 ENMASSE = "enmasse.io/v1beta1"
@@ -169,42 +169,16 @@ def tenant_quota(quota) -> dict:
 
 
 def address_space_plan(plan) -> dict:
-    return {
-        "apiVersion": ADMIN_API,
-        "kind": "AddressSpacePlan",
-        "metadata": {"name": plan.name, "resourceVersion": str(plan.resource_version)},
-        "spec": {
-            "addressSpaceType": plan.address_space_type,
-            "resourceLimits": plan.resource_limits,
-            "routerPolicy": plan.router_policy,
-            "addressPlans": sorted(p.name for p in plan.address_plans.all()),
-            "infraConfigRef": plan.infra_config_ref,
-            "displayName": plan.display_name,
-            "displayOrder": plan.display_order,
-            "shortDescription": plan.short_description,
-            "longDescription": plan.long_description,
-        },
-        "status": {"phase": "Active"},
-    }
+    names = sorted(p.name for p in plan.address_plans.all())
+    return {"apiVersion": ADMIN_API, "kind": "AddressSpacePlan",
+            "metadata": {"name": plan.name, "resourceVersion": str(plan.resource_version)},
+            "spec": plan_specs.space_plan_spec(plan, names), "status": {"phase": "Active"}}
 
 
 def address_plan(plan) -> dict:
-    spec = {
-        "addressType": plan.address_type,
-        "resources": plan.resources,
-        "partitions": plan.partitions,
-        "displayName": plan.display_name,
-        "displayOrder": plan.display_order,
-        "shortDescription": plan.short_description,
-        "longDescription": plan.long_description,
-    }
-    if plan.message_ttl:
-        spec["messageTtl"] = plan.message_ttl
-    if plan.message_redelivery:
-        spec["messageRedelivery"] = plan.message_redelivery
     return {"apiVersion": ADMIN_API, "kind": "AddressPlan",
             "metadata": {"name": plan.name, "resourceVersion": str(plan.resource_version)},
-            "spec": spec, "status": {"phase": "Active"}}
+            "spec": plan_specs.address_plan_spec(plan), "status": {"phase": "Active"}}
 
 
 def event(e, public_payload) -> dict:
@@ -237,6 +211,23 @@ def read(body, kind: str) -> tuple[dict, dict]:
     if not isinstance(spec, dict):
         raise Invalid("must be an object", "spec")
     return metadata, spec
+
+
+def created_list(kind: str, api_version: str, items: list[dict]) -> dict:
+    """The answer to a bulk POST: every item created, in the list envelope."""
+    return {"apiVersion": api_version, "kind": kind,
+            "metadata": {"totalItems": len(items), "next": None, "previous": None},
+            "items": items}
+
+
+def list_items(body, kind: str) -> list | None:
+    """The items of a posted `<kind>List` (bulk create), or None if the body is one object."""
+    if not isinstance(body, dict) or body.get("kind") != f"{kind}List":
+        return None
+    items = body.get("items")
+    if not isinstance(items, list) or not items:
+        raise Invalid(f"a {kind}List needs a non-empty list of {kind} items", "items")
+    return items
 
 
 def quota_spec(body, partial: bool) -> dict:

@@ -5,7 +5,7 @@ posted manifest may hold), so that /api/schema/ types every body and a client ca
 from it. Enums are closed sets the code checks (phases, address and space types, operations,
 roles); `kind`, `apiVersion` and event types are strings, so that a new value breaks no client.
 """
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers as s
 
 from tenants.models import AddressSpaceType, AddressType, Role
@@ -226,11 +226,12 @@ class AddressSpaceManifest(Described):
 class AddressSpaceUpdateSpec(Described):
     type = s.ChoiceField(choices=ADDRESS_SPACE_TYPES, required=False,
                          help_text="Cannot change; refused unless the current one.")
-    plan = s.CharField(required=False)
+    plan = s.CharField(required=False, help_text="Required by PUT.")
 
 
 class AddressSpaceUpdate(Described):
-    """A plan change: a whole manifest (as read) or just `spec.plan`."""
+    """PUT: the whole spec (`plan` required; keys left out are gone). PATCH: a JSON merge patch
+    of it (RFC 7386). Either may carry metadata.resourceVersion (or If-Match): 409 if stale."""
 
     apiVersion = s.CharField(required=False)
     kind = s.CharField(required=False)
@@ -295,11 +296,12 @@ class AddressManifest(Described):
 
 
 class AddressUpdateSpec(Described):
-    """address, type and topic cannot change (refused unless the current ones)."""
+    """address, type, topic and subscription cannot change (refused unless the current ones,
+    kept when left out)."""
 
     address = s.CharField(required=False)
     type = s.ChoiceField(choices=ADDRESS_TYPES, required=False)
-    plan = s.CharField(required=False)
+    plan = s.CharField(required=False, help_text="Required by PUT.")
     topic = s.CharField(required=False)
     deadletter = s.CharField(required=False)
     expiry = s.CharField(required=False)
@@ -309,7 +311,8 @@ class AddressUpdateSpec(Described):
 
 
 class AddressUpdate(Described):
-    """PUT replaces deadletter, expiry, TTL and redelivery; PATCH keeps what is not given."""
+    """PUT: the whole spec (`plan` required; deadletter, expiry, TTL and redelivery left out
+    return to none). PATCH: a JSON merge patch of it (RFC 7386; null removes a field)."""
 
     apiVersion = s.CharField(required=False)
     kind = s.CharField(required=False)
@@ -318,6 +321,27 @@ class AddressUpdate(Described):
 
 
 AddressList = list_of(Address, "AddressList", ENMASSE)
+
+
+def bulk(item: type[s.Serializer], kind: str, one, many) -> tuple:
+    """The request of a POST that takes one manifest or a `<kind>List` of them (all or
+    nothing), and its answer: the object, or the list of every one created."""
+    manifest_list = type(f"{kind}Manifest", (Described,), {
+        "apiVersion": s.CharField(required=False),
+        "kind": always(kind),
+        "items": item(many=True),
+        "__doc__": "Several manifests at once: every one is created, or (one refused) none.",
+    })
+    request = PolymorphicProxySerializer(component_name=f"{item.__name__}Or{kind}",
+                                         serializers=[item, manifest_list],
+                                         resource_type_field_name=None)
+    answer = PolymorphicProxySerializer(component_name=f"{one.__name__}Or{kind}",
+                                        serializers=[one, many], resource_type_field_name=None)
+    return request, answer
+
+
+AddressManifestOrList, AddressOrList = bulk(AddressManifest, "AddressList", Address,
+                                            AddressList)
 
 
 # MessagingUser -------------------------------------------------------------------------------
@@ -379,12 +403,15 @@ class MessagingUserManifest(Described):
 
 class MessagingUserUpdateSpec(Described):
     username = s.CharField(required=False, help_text="Cannot change.")
-    authentication = PasswordAuthentication(required=False, help_text="A new password.")
+    authentication = PasswordAuthentication(required=False, help_text="A new password; "
+                                            "left out, the password stays (it is write-only).")
     authorization = AuthorizationRule(many=True, required=False,
-                                      help_text="Replaces the rules; omitted keeps them.")
+                                      help_text="The rules; left out of a PUT, none.")
 
 
 class MessagingUserUpdate(Described):
+    """PUT: the whole spec; PATCH: a JSON merge patch of it (RFC 7386; a list replaces)."""
+
     apiVersion = s.CharField(required=False)
     kind = s.CharField(required=False)
     metadata = ManifestMeta(required=False)
@@ -392,6 +419,8 @@ class MessagingUserUpdate(Described):
 
 
 MessagingUserList = list_of(MessagingUser, "MessagingUserList", USER_API)
+MessagingUserManifestOrList, MessagingUserOrList = bulk(
+    MessagingUserManifest, "MessagingUserList", MessagingUser, MessagingUserList)
 
 
 # Plans ---------------------------------------------------------------------------------------
@@ -450,6 +479,58 @@ AddressSpacePlanList = list_of(AddressSpacePlan, "AddressSpacePlanList",
 AddressPlanList = list_of(AddressPlan, "AddressPlanList", ADMIN_API)
 
 
+class DisplayInput(Described):
+    displayName = s.CharField(required=False, allow_blank=True, max_length=200)
+    displayOrder = s.IntegerField(required=False, help_text="Default 0.")
+    shortDescription = s.CharField(required=False, allow_blank=True, max_length=300)
+    longDescription = s.CharField(required=False, allow_blank=True)
+
+
+class AddressSpacePlanInputSpec(DisplayInput):
+    """An omitted field takes its default: no limits, no address plans, no router policy."""
+
+    addressSpaceType = s.ChoiceField(choices=ADDRESS_SPACE_TYPES)
+    resourceLimits = ResourceLimits(required=False)
+    routerPolicy = RouterPolicy(required=False)
+    addressPlans = s.ListField(child=s.CharField(), required=False,
+                               help_text="Names of existing address plans for that type.")
+    infraConfigRef = s.CharField(required=False, help_text="Default `default`.")
+
+
+class AddressPlanInputSpec(DisplayInput):
+    """An omitted field takes its default: no credits, one partition, no TTL or redelivery."""
+
+    addressType = s.ChoiceField(choices=ADDRESS_TYPES)
+    resources = AddressResources(required=False)
+    partitions = s.IntegerField(required=False, min_value=1, max_value=100)
+    messageTtl = MessageTtl(required=False)
+    messageRedelivery = MessageRedelivery(required=False)
+
+
+def _plan_bodies(kind: str, spec: type[s.Serializer]) -> tuple:
+    manifest = type(f"{kind}Manifest", (Described,), {
+        "apiVersion": s.CharField(required=False),
+        "kind": s.CharField(required=False, help_text=f"{kind}, if given."),
+        "metadata": NamedManifestMeta(),
+        "spec": spec(),
+        "__doc__": f"An EnMasse {kind} manifest (admin.enmasse.io/v1beta2), for operators.",
+    })
+    update = type(f"{kind}Update", (Described,), {
+        "apiVersion": s.CharField(required=False),
+        "kind": s.CharField(required=False),
+        "metadata": ManifestMeta(required=False),
+        "spec": spec(required=False),
+        "__doc__": "PUT: the whole spec (left out: defaults). PATCH: a JSON merge patch of it "
+                   "(RFC 7386). A stale metadata.resourceVersion (or If-Match) is a 409.",
+    })
+    return manifest, update
+
+
+AddressSpacePlanManifest, AddressSpacePlanUpdate = _plan_bodies("AddressSpacePlan",
+                                                                AddressSpacePlanInputSpec)
+AddressPlanManifest, AddressPlanUpdate = _plan_bodies("AddressPlan", AddressPlanInputSpec)
+
+
 # Tenant --------------------------------------------------------------------------------------
 
 class TenantMeta(Described):
@@ -502,7 +583,8 @@ class Payload(s.DictField):
 
 class ConfigEvent(Described):
     position = s.IntegerField(help_text="Global order; pass it as `after` to read on.")
-    stream = s.UUIDField(help_text="The uid of the address space (or tenant) it belongs to.")
+    stream = s.UUIDField(help_text="The uid of the address space (or tenant, or the plans "
+                                   "stream) it belongs to.")
     sequence = s.IntegerField(help_text="Per stream: 1, 2, 3, ...")
     type = s.CharField(help_text="One of: " + ", ".join(EVENT_TYPES) + " (more may come).")
     schemaVersion = s.IntegerField()

@@ -1,8 +1,11 @@
 """REST API views: address spaces, addresses, messaging users, plans and events.
 
 Every view resolves its tenant through `tenants.access.tenant_for`, so an outsider gets 404,
-and every write calls one service function.
+and every write calls one service function. PUT replaces a spec, PATCH merges a JSON merge
+patch (RFC 7386) into it first; plans are everyone's to read and operators' to write.
 """
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -11,17 +14,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from maas.core.context import Context
-from maas.core.errors import Invalid
+from maas.core.errors import Invalid, ServiceError
 from maas.core.pagination import ListPagination
 from tenants.access import tenant_for
 from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.roles import Action
 
-from .. import services, validation
+from .. import services
 from ..events import public_payload
 from ..models import Address, AddressSpace, ConfigEvent, MessagingUser
 from ..status import PHASES, agent_states, phase_filter, space_status
 from . import resources, schemas
+from .merge_patch import patched_spec
+from .parsers import PARSERS
 from .schemas import CHANGE, READ, WRITE
 
 
@@ -41,6 +46,30 @@ def _phase_param(request) -> str | None:
     if phase and phase not in PHASES:
         raise Invalid(f"phase must be one of {', '.join(PHASES)}", "phase")
     return phase
+
+
+def _same_name(metadata: dict, name: str) -> None:
+    if metadata.get("name", name) != name:
+        raise Invalid("metadata.name does not match the URL", "metadata.name")
+
+
+def _created(body, kind: str, api_version: str, create, render):
+    """201 with the object of a POSTed manifest, or with every item of a POSTed `<kind>List`,
+    created in one transaction: one bad item is refused naming it (`items[i].<field>`) and
+    nothing is created."""
+    items = resources.list_items(body, kind)
+    if items is None:
+        return Response(render([create(body)])[0], status=status.HTTP_201_CREATED)
+    created = []
+    with transaction.atomic():
+        for i, item in enumerate(items):
+            try:
+                created.append(create(item))
+            except ServiceError as error:
+                field = f"items[{i}].{error.field}" if error.field else f"items[{i}]"
+                raise type(error)(f"items[{i}]: {error.message}", field) from None
+    return Response(resources.created_list(f"{kind}List", api_version, render(created)),
+                    status=status.HTTP_201_CREATED)
 
 
 LIST_PARAMS = [
@@ -87,6 +116,8 @@ class AddressSpaceList(APIView):
 
 
 class AddressSpaceDetail(SpaceMixin, APIView):
+    parser_classes = PARSERS
+
     @extend_schema(responses={200: schemas.AddressSpace, **READ})
     def get(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.READ)
@@ -94,20 +125,34 @@ class AddressSpaceDetail(SpaceMixin, APIView):
 
     @extend_schema(request=schemas.AddressSpaceUpdate,
                    responses={200: schemas.AddressSpace, **WRITE},
-                   summary="Change the plan of an address space (owner)")
+                   summary="Replace the spec of an address space: its plan (owner); keys left "
+                           "out are gone")
     def put(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.CHANGE_SPACE_PLAN)
         metadata, spec = resources.read(request.data, "AddressSpace")
-        validation.space_spec(spec)
+        return self._write(request, s, metadata, spec)
+
+    @extend_schema(request=schemas.AddressSpaceUpdate,
+                   responses={200: schemas.AddressSpace, **WRITE},
+                   summary="Change the spec of an address space by a JSON merge patch (owner)")
+    def patch(self, request, tenant, space):
+        s = self.space(request, tenant, space, Action.CHANGE_SPACE_PLAN)
+        metadata, _ = resources.read(request.data, "AddressSpace")
+        current = {**s.spec, "type": s.type, "plan": s.plan}
+        return self._write(request, s, metadata, patched_spec(current, request.data))
+
+    def _write(self, request, s, metadata, spec):
+        _same_name(metadata, s.name)
         if spec.get("type", s.type) != s.type:
             raise Invalid("spec.type cannot be changed", "spec.type")
+        if "plan" not in spec:
+            raise Invalid("spec.plan is required", "spec.plan")
         s = services.change_address_space_plan(
-            ctx=_ctx(request), space=s, plan=spec.get("plan", s.plan),
+            ctx=_ctx(request), space=s, plan=spec["plan"],
+            spec={k: v for k, v in spec.items() if k not in ("type", "plan")},
             expected_version=resources.expected_version(request, metadata),
         )
         return Response(resources.address_space(s, agent_states([s.uid]).get(s.uid, {})))
-
-    patch = put
 
     @extend_schema(responses={202: schemas.AddressSpace, **CHANGE})
     def delete(self, request, tenant, space):
@@ -136,21 +181,32 @@ class AddressList(SpaceMixin, APIView):
         return _paged(self, request, addresses, lambda a: resources.address(s, a, states),
                       "AddressList", resources.ENMASSE)
 
-    @extend_schema(request=schemas.AddressManifest, responses={201: schemas.Address, **WRITE},
-                   summary="Create an address (an EnMasse Address manifest)")
+    @extend_schema(request=schemas.AddressManifestOrList,
+                   responses={201: schemas.AddressOrList, **WRITE},
+                   summary="Create an address (an EnMasse Address manifest), or every item of "
+                           "an AddressList or none")
     def post(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
-        metadata, spec = resources.read(request.data, "Address")
-        addr = services.create_address(
-            ctx=_ctx(request), space=s, name=metadata.get("name"), address=spec.get("address"),
-            type=spec.get("type"), plan=spec.get("plan"), topic=spec.get("topic"),
-            deadletter=spec.get("deadletter"), expiry=spec.get("expiry"), spec=spec,
-        )
-        return Response(resources.address(s, addr, agent_states([s.uid]).get(s.uid, {})),
-                        status=status.HTTP_201_CREATED)
+        ctx = _ctx(request)
+
+        def create(body):
+            metadata, spec = resources.read(body, "Address")
+            return services.create_address(
+                ctx=ctx, space=s, name=metadata.get("name"), address=spec.get("address"),
+                type=spec.get("type"), plan=spec.get("plan"), topic=spec.get("topic"),
+                deadletter=spec.get("deadletter"), expiry=spec.get("expiry"), spec=spec,
+            )
+
+        def render(addresses):
+            states = agent_states([s.uid]).get(s.uid, {})
+            return [resources.address(s, a, states) for a in addresses]
+
+        return _created(request.data, "Address", resources.ENMASSE, create, render)
 
 
 class AddressDetail(SpaceMixin, APIView):
+    parser_classes = PARSERS
+
     def _get(self, s, name):
         return get_object_or_404(Address, space=s, name=name)
 
@@ -161,28 +217,34 @@ class AddressDetail(SpaceMixin, APIView):
                                           agent_states([s.uid]).get(s.uid, {})))
 
     @extend_schema(request=schemas.AddressUpdate, responses={200: schemas.Address, **WRITE},
-                   summary="Change plan, deadletter, expiry, TTL or redelivery of an address")
+                   summary="Replace the spec of an address: plan, deadletter, expiry, TTL and "
+                           "redelivery; optional fields left out return to their defaults")
     def put(self, request, tenant, space, address):
         s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
-        current = self._get(s, address)
+        self._get(s, address)
         metadata, spec = resources.read(request.data, "Address")
-        if metadata.get("name", address) != address:
-            raise Invalid("metadata.name does not match the URL", "metadata.name")
-        partial = request.method == "PATCH"
+        return self._write(request, s, address, metadata, spec)
 
-        def field(key):
-            return spec.get(key, getattr(current, key) or None) if partial else spec.get(key)
+    @extend_schema(request=schemas.AddressUpdate, responses={200: schemas.Address, **WRITE},
+                   summary="Change the spec of an address by a JSON merge patch")
+    def patch(self, request, tenant, space, address):
+        s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
+        current = self._get(s, address)
+        metadata, _ = resources.read(request.data, "Address")
+        spec = patched_spec(resources.address(s, current, {})["spec"], request.data)
+        return self._write(request, s, address, metadata, spec)
 
+    def _write(self, request, s, address, metadata, spec):
+        _same_name(metadata, address)
+        if "plan" not in spec:
+            raise Invalid("spec.plan is required", "spec.plan")
         addr = services.update_address(
-            ctx=_ctx(request), space=s, name=address, plan=spec.get("plan"),
-            deadletter=field("deadletter"), expiry=field("expiry"),
-            spec={**(current.spec if partial else {}), **spec},
+            ctx=_ctx(request), space=s, name=address, plan=spec["plan"],
+            deadletter=spec.get("deadletter"), expiry=spec.get("expiry"), spec=spec,
             address=spec.get("address"), type=spec.get("type"), topic=spec.get("topic"),
             expected_version=resources.expected_version(request, metadata),
         )
         return Response(resources.address(s, addr, agent_states([s.uid]).get(s.uid, {})))
-
-    patch = put
 
     @extend_schema(responses={204: None, **CHANGE})
     def delete(self, request, tenant, space, address):
@@ -214,20 +276,29 @@ class MessagingUserList(SpaceMixin, APIView):
         return _paged(self, request, users, lambda u: resources.messaging_user(s, u, states),
                       "MessagingUserList", resources.USER_API)
 
-    @extend_schema(request=schemas.MessagingUserManifest,
-                   responses={201: schemas.MessagingUser, **WRITE},
-                   summary="Create a messaging user (an EnMasse MessagingUser manifest)")
+    @extend_schema(request=schemas.MessagingUserManifestOrList,
+                   responses={201: schemas.MessagingUserOrList, **WRITE},
+                   summary="Create a messaging user (an EnMasse MessagingUser manifest), or "
+                           "every item of a MessagingUserList or none")
     def post(self, request, tenant, space):
         s = self.space(request, tenant, space, Action.MANAGE_USERS)
-        metadata, spec = resources.read(request.data, "MessagingUser")
-        user = services.create_messaging_user(
-            ctx=_ctx(request), space=s, name=metadata.get("name"), username=spec.get("username"),
-            authentication=spec.get("authentication"), authorization=spec.get("authorization"),
-        )
-        return Response(resources.messaging_user(s, user, {}), status=status.HTTP_201_CREATED)
+        ctx = _ctx(request)
+
+        def create(body):
+            metadata, spec = resources.read(body, "MessagingUser")
+            return services.create_messaging_user(
+                ctx=ctx, space=s, name=metadata.get("name"), username=spec.get("username"),
+                authentication=spec.get("authentication"),
+                authorization=spec.get("authorization"),
+            )
+
+        return _created(request.data, "MessagingUser", resources.USER_API, create,
+                        lambda users: [resources.messaging_user(s, u, {}) for u in users])
 
 
 class MessagingUserDetail(SpaceMixin, APIView):
+    parser_classes = PARSERS
+
     def _get(self, s, name):
         return get_object_or_404(MessagingUser, space=s, name=name)
 
@@ -239,20 +310,36 @@ class MessagingUserDetail(SpaceMixin, APIView):
 
     @extend_schema(request=schemas.MessagingUserUpdate,
                    responses={200: schemas.MessagingUser, **WRITE},
-                   summary="Change the password or the authorization rules of a user")
+                   summary="Replace the spec of a user: rules left out are gone; the password "
+                           "(write-only) changes only when given")
     def put(self, request, tenant, space, user):
         s = self.space(request, tenant, space, Action.MANAGE_USERS)
         self._get(s, user)
         metadata, spec = resources.read(request.data, "MessagingUser")
+        return self._write(request, s, user, metadata, spec)
+
+    @extend_schema(request=schemas.MessagingUserUpdate,
+                   responses={200: schemas.MessagingUser, **WRITE},
+                   summary="Change the spec of a user by a JSON merge patch")
+    def patch(self, request, tenant, space, user):
+        s = self.space(request, tenant, space, Action.MANAGE_USERS)
+        current = self._get(s, user)
+        metadata, _ = resources.read(request.data, "MessagingUser")
+        spec = patched_spec(resources.messaging_user(s, current, {})["spec"], request.data)
+        return self._write(request, s, user, metadata, spec)
+
+    def _write(self, request, s, user, metadata, spec):
+        _same_name(metadata, user)
+        authentication = spec.get("authentication")
+        if isinstance(authentication, dict) and "password" not in authentication:
+            authentication = None  # the password is write-only: not given, it stays
         updated = services.update_messaging_user(
             ctx=_ctx(request), space=s, name=user, username=spec.get("username"),
-            authentication=spec.get("authentication"), authorization=spec.get("authorization"),
+            authentication=authentication, authorization=spec.get("authorization") or [],
             expected_version=resources.expected_version(request, metadata),
         )
         return Response(resources.messaging_user(s, updated,
                                                  agent_states([s.uid]).get(s.uid, {})))
-
-    patch = put
 
     @extend_schema(responses={204: None, **CHANGE})
     def delete(self, request, tenant, space, user):
@@ -263,7 +350,69 @@ class MessagingUserDetail(SpaceMixin, APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class AddressSpacePlanList(APIView):
+def _operator(request) -> None:
+    if not request.user.is_staff:
+        raise PermissionDenied("Only operators (staff) create, change or delete plans.")
+
+
+class PlanWrites:
+    """POST on the list, PUT (replace), PATCH (JSON merge patch) and DELETE on a plan: staff
+    only, each a service function recording an event of the plans stream."""
+
+    staff_only = ("post", "put", "patch", "delete")  # read by the isolation matrix
+    kind: str
+    model: type
+    render: staticmethod
+    spec_of: staticmethod
+    create: staticmethod
+    replace: staticmethod
+    remove: staticmethod
+
+    def _create(self, request):
+        _operator(request)
+        metadata, spec = resources.read(request.data, self.kind)
+        plan = self.create(ctx=_ctx(request), name=metadata.get("name"), spec=spec)
+        return Response(self.render(plan), status=status.HTTP_201_CREATED)
+
+    def _replace(self, request, name, partial: bool):
+        _operator(request)
+        metadata, spec = resources.read(request.data, self.kind)
+        _same_name(metadata, name)
+        if partial:
+            spec = patched_spec(self.render(get_object_or_404(self.model, name=name))["spec"],
+                                request.data)
+        plan = self.replace(ctx=_ctx(request), name=name, spec=spec,
+                            expected_version=resources.expected_version(request, metadata))
+        return Response(self.render(plan))
+
+    def _delete(self, request, name):
+        _operator(request)
+        get_object_or_404(self.model, name=name)
+        self.remove(ctx=_ctx(request), name=name,
+                    expected_version=resources.expected_version(request, {}))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+PLAN_WRITE = {**WRITE, **schemas.errors(403)}
+
+
+class SpacePlanWrites(PlanWrites):
+    kind, model = "AddressSpacePlan", AddressSpacePlan
+    render = staticmethod(resources.address_space_plan)
+    create = staticmethod(services.create_space_plan)
+    replace = staticmethod(services.replace_space_plan)
+    remove = staticmethod(services.delete_space_plan)
+
+
+class AddressPlanWrites(PlanWrites):
+    kind, model = "AddressPlan", AddressPlan
+    render = staticmethod(resources.address_plan)
+    create = staticmethod(services.create_address_plan)
+    replace = staticmethod(services.replace_address_plan)
+    remove = staticmethod(services.delete_address_plan)
+
+
+class AddressSpacePlanList(SpacePlanWrites, APIView):
     @extend_schema(parameters=[OpenApiParameter("type", str)],
                    responses={200: schemas.AddressSpacePlanList, **schemas.errors(400, 401)})
     def get(self, request):
@@ -274,15 +423,41 @@ class AddressSpacePlanList(APIView):
         return _paged(self, request, plans, resources.address_space_plan,
                       "AddressSpacePlanList", resources.ADMIN_API)
 
+    @extend_schema(request=schemas.AddressSpacePlanManifest,
+                   responses={201: schemas.AddressSpacePlan, **PLAN_WRITE},
+                   summary="Create an address space plan (operators)")
+    def post(self, request):
+        return self._create(request)
 
-class AddressSpacePlanDetail(APIView):
+
+class AddressSpacePlanDetail(SpacePlanWrites, APIView):
+    parser_classes = PARSERS
+
     @extend_schema(responses={200: schemas.AddressSpacePlan, **READ})
     def get(self, request, plan):
         return Response(resources.address_space_plan(get_object_or_404(AddressSpacePlan,
                                                                        name=plan)))
 
+    @extend_schema(request=schemas.AddressSpacePlanUpdate,
+                   responses={200: schemas.AddressSpacePlan, **PLAN_WRITE},
+                   summary="Replace an address space plan's spec (operators): new limits "
+                           "re-evaluate its address spaces")
+    def put(self, request, plan):
+        return self._replace(request, plan, partial=False)
 
-class AddressPlanList(APIView):
+    @extend_schema(request=schemas.AddressSpacePlanUpdate,
+                   responses={200: schemas.AddressSpacePlan, **PLAN_WRITE},
+                   summary="Change an address space plan by a JSON merge patch (operators)")
+    def patch(self, request, plan):
+        return self._replace(request, plan, partial=True)
+
+    @extend_schema(responses={204: None, **CHANGE},
+                   summary="Delete an address space plan no address space uses (operators)")
+    def delete(self, request, plan):
+        return self._delete(request, plan)
+
+
+class AddressPlanList(AddressPlanWrites, APIView):
     @extend_schema(parameters=[OpenApiParameter("type", str),
                                OpenApiParameter("addressSpacePlan", str)],
                    responses={200: schemas.AddressPlanList, **schemas.errors(400, 401)})
@@ -295,11 +470,38 @@ class AddressPlanList(APIView):
         return _paged(self, request, plans, resources.address_plan, "AddressPlanList",
                       resources.ADMIN_API)
 
+    @extend_schema(request=schemas.AddressPlanManifest,
+                   responses={201: schemas.AddressPlan, **PLAN_WRITE},
+                   summary="Create an address plan (operators)")
+    def post(self, request):
+        return self._create(request)
 
-class AddressPlanDetail(APIView):
+
+class AddressPlanDetail(AddressPlanWrites, APIView):
+    parser_classes = PARSERS
+
     @extend_schema(responses={200: schemas.AddressPlan, **READ})
     def get(self, request, plan):
         return Response(resources.address_plan(get_object_or_404(AddressPlan, name=plan)))
+
+    @extend_schema(request=schemas.AddressPlanUpdate,
+                   responses={200: schemas.AddressPlan, **PLAN_WRITE},
+                   summary="Replace an address plan's spec (operators): new credits re-place "
+                           "every address of the plan")
+    def put(self, request, plan):
+        return self._replace(request, plan, partial=False)
+
+    @extend_schema(request=schemas.AddressPlanUpdate,
+                   responses={200: schemas.AddressPlan, **PLAN_WRITE},
+                   summary="Change an address plan by a JSON merge patch (operators)")
+    def patch(self, request, plan):
+        return self._replace(request, plan, partial=True)
+
+    @extend_schema(responses={204: None, **CHANGE},
+                   summary="Delete an address plan no address uses and no space plan offers "
+                           "(operators)")
+    def delete(self, request, plan):
+        return self._delete(request, plan)
 
 
 class EventList(APIView):

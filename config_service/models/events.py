@@ -3,7 +3,8 @@ from django.db import models
 
 
 class EventStream(models.Model):
-    """One gap-free sequence of events: an address space's, or a tenant's own.
+    """One gap-free sequence of events: an address space's, a tenant's own, or the one global
+    stream of the operators' plans (no tenant).
 
     The row is locked (SELECT ... FOR UPDATE) to hand out the next sequence number; it is never
     deleted, so a stream's numbering survives the deletion of its address space.
@@ -11,10 +12,13 @@ class EventStream(models.Model):
 
     ADDRESS_SPACE = "address_space"
     TENANT = "tenant"
+    PLANS = "plans"
 
     uid = models.UUIDField(primary_key=True)
     kind = models.CharField(max_length=20)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    # Empty only for the plans stream: plans belong to the platform, not to a tenant.
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+",
+                               null=True, blank=True)
     last_sequence = models.PositiveIntegerField(default=0)
 
     def __str__(self) -> str:
@@ -26,7 +30,8 @@ class ConfigEvent(models.Model):
 
     position = models.BigAutoField(primary_key=True)  # global order of the log
     stream = models.ForeignKey(EventStream, on_delete=models.PROTECT, related_name="events")
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+",
+                               null=True, blank=True)  # empty: a plan event
     sequence = models.PositiveIntegerField()  # per stream, from 1, without gaps
     type = models.CharField(max_length=60)  # past tense: address.created
     schema_version = models.PositiveSmallIntegerField(default=1)

@@ -233,7 +233,9 @@ def _audit(view, request, events):
     paginator = ListPagination()
     page = paginator.paginate_queryset(events.select_related("tenant").order_by("position"),
                                        request, view=view)
-    items = [{**event(e, public_payload), "tenant": e.tenant.slug} for e in page]
+    # Plan events belong to no tenant (the operators' plans stream).
+    items = [{**event(e, public_payload), "tenant": e.tenant.slug if e.tenant else None}
+             for e in page]
     return paginator.get_paginated_response(items, "AuditEventList", MAAS_API)
 
 

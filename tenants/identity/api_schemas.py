@@ -77,7 +77,8 @@ class InvitationManifest(Described):
 
 
 class AuditEvent(ConfigEvent):
-    tenant = s.CharField(help_text="The tenant's name.")
+    tenant = s.CharField(allow_null=True,
+                         help_text="The tenant's name; null for a plan event (operators').")
 
 
 MemberList = list_of(Member, "MemberList", MAAS_API)

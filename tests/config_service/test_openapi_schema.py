@@ -222,3 +222,44 @@ def test_the_tenant_quota(tenant, clients, conform):
     assert throttled["status"]["throttledLimits"][0]["used"] == 11
     usage = conform(clients["viewer"].get(f"/api/v1/tenants/{tenant.slug}/usage/"), 200)
     assert usage["quota"]["throttledLimits"] == throttled["status"]["throttledLimits"]
+
+
+def test_plan_writes_lists_and_merge_patches(tenant, clients, conform):
+    staff = client_for(make_user("sam", staff=True))
+    plans = "/api/v1/addressplans/"
+    conform(staff.post(plans, {"kind": "AddressPlan", "metadata": {"name": "ops-queue"},
+                               "spec": {"addressType": "queue",
+                                        "resources": {"broker": 0.0}}}, format="json"), 201)
+    conform(staff.patch(plans + "ops-queue/", {"spec": {"messageTtl": {"maximum": 10}}},
+                        format="json"), 200)
+    conform(staff.put(plans + "ops-queue/", {"spec": {"addressType": "queue"}}, format="json"),
+            200)
+    conform(clients["owner"].patch(plans + "ops-queue/", {"spec": {}}, format="json"), 403)
+    space_plans = "/api/v1/addressspaceplans/"
+    conform(staff.post(space_plans, {"metadata": {"name": "ops-brokered"}, "spec": {
+        "addressSpaceType": "brokered", "addressPlans": ["brokered-queue", "ops-queue"]}},
+        format="json"), 201)
+    conform(staff.patch(space_plans + "ops-brokered/", {"spec": {"routerPolicy": {
+        "maxConnections": 10}}}, format="json"), 200)
+    conform(staff.delete(space_plans + "brokered-single-broker/"), 204)
+
+    spaces = f"/api/v1/tenants/{tenant.slug}/addressspaces/"
+    api = clients["owner"]
+    api.post(spaces, space_manifest("ops", plan="ops-brokered"), format="json")
+    conform(staff.delete(space_plans + "ops-brokered/"), 409)
+    addresses = spaces + "ops/addresses/"
+    created = conform(api.post(addresses, {"kind": "AddressList", "items": [
+        address_manifest("ops", "a", plan="ops-queue"),
+        address_manifest("ops", "b")]}, format="json"), 201)
+    assert created["kind"] == "AddressList"
+    conform(api.post(addresses, {"kind": "AddressList", "items": [
+        address_manifest("ops", "c", plan="nope")]}, format="json"), 400)
+    conform(api.patch(addresses + "ops.a/", b'{"spec": {"messageTtl": {"maximum": 5}}}',
+                      content_type="application/merge-patch+json"), 200)
+    users = conform(api.post(spaces + "ops/users/", {"kind": "MessagingUserList", "items": [{
+        "spec": {"username": "app", "authentication": {"password": b64("s3cret-pw")}}}]},
+        format="json"), 201)
+    assert users["items"][0]["spec"]["username"] == "app"
+    conform(api.put(spaces + "ops/users/ops.app/", {"spec": {"username": "app"}},
+                    format="json"), 200)
+    conform(staff.get("/api/v1/audit/?type=address_plan.created"), 200)

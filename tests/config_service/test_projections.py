@@ -15,6 +15,7 @@ from tenants.services import (
     throttle,
     unthrottle,
 )
+from tests.config_service.legacy import legacy_space
 from tests.conftest import CTX, b64
 
 
@@ -79,6 +80,23 @@ def test_each_event_type_applied_live_equals_a_rebuild(tenant, viewer):
         lambda: services.delete_messaging_user(ctx=ctx, space=space, name="s.app"),
         lambda: services.change_address_space_plan(ctx=ctx, space=space,
                                                    plan="standard-medium"),
+        # Operators' plans: new credits and limits re-place the space's addresses.
+        lambda: services.replace_address_plan(ctx=ctx, name="standard-medium-queue", spec={
+            "addressType": "queue", "resources": {"router": 0.01, "broker": 0.9}}),
+        lambda: services.replace_space_plan(ctx=ctx, name="standard-medium", spec={
+            "addressSpaceType": "standard", "resourceLimits": {"router": 3.0, "broker": 1.0},
+            "addressPlans": ["standard-medium-queue", "standard-large-queue",
+                             "standard-deadletter", "standard-small-topic",
+                             "standard-small-subscription", "standard-small-anycast"]}),
+        lambda: services.create_address_plan(ctx=ctx, name="ops-queue", spec={
+            "addressType": "queue", "resources": {"broker": 0.1}}),
+        lambda: services.create_space_plan(ctx=ctx, name="ops-space", spec={
+            "addressSpaceType": "standard", "addressPlans": ["ops-queue"]}),
+        lambda: services.delete_space_plan(ctx=ctx, name="ops-space"),
+        lambda: services.delete_address_plan(ctx=ctx, name="ops-queue"),
+        # A PUT of a space an older MaaS stored with EnMasse's endpoints drops them.
+        lambda: services.change_address_space_plan(ctx=ctx, space=legacy_space(tenant, "old"),
+                                                   plan="standard-small", spec={}),
         lambda: services.delete_address_space(ctx=ctx, space=space),
         lambda: services.remove_address_space(uid=space.uid),
         lambda: delete_tenant(ctx=ctx, tenant=tenant),

@@ -5,7 +5,8 @@ The cases come from the URL configuration, so a new endpoint is covered without 
 file. For a tenant-scoped endpoint the action it needs is the one the view asks tenant_for()
 about (recorded on a rolled-back request by staff); the expected code for each role then comes
 from role_allows(), and DOCUMENTED pins the actions of the resources docs/authorization.md names.
-An endpoint outside a tenant is open to every signed-in user, unless its view says staff_only;
+An endpoint outside a tenant is open to every signed-in user, unless its view says staff_only
+(all its methods, or those it names);
 a read-only endpoint answers a write with 405 to everyone signed in (no tenant is disclosed).
 """
 import sys
@@ -99,6 +100,16 @@ BODIES = {
         "peak_connections": 10}},
     ("tenant-quota", "patch"): lambda: {"spec": {"messages_per_day": 10**6}},
     ("tenant-quota-evaluate", "post"): dict,
+    ("addressplan-list", "post"): lambda: {"metadata": {"name": "fresh-plan"},
+                                           "spec": {"addressType": "queue"}},
+    ("addressplan-detail", "put"): lambda: {"spec": {"addressType": "queue",
+                                                     "resources": {"broker": 0.1}}},
+    ("addressplan-detail", "patch"): lambda: {"spec": {"partitions": 2}},
+    ("addressspaceplan-list", "post"): lambda: {"metadata": {"name": "fresh-plan"},
+                                                "spec": {"addressSpaceType": "brokered"}},
+    ("addressspaceplan-detail", "put"): lambda: {"spec": {"addressSpaceType": "brokered",
+                                                          "addressPlans": ["brokered-queue"]}},
+    ("addressspaceplan-detail", "patch"): lambda: {"spec": {"resourceLimits": {"broker": 2}}},
 }
 
 
@@ -127,7 +138,8 @@ def expected_code(role: str, view, method: str, action: Action | None, tenant_sc
         return 404
     if tenant_scoped and role != "staff":
         return "2xx" if role_allows(role, action) else 403
-    if getattr(view, "staff_only", False) and role != "staff":
+    staff_only = getattr(view, "staff_only", False)  # True, or the methods that are
+    if (staff_only is True or method in (staff_only or ())) and role != "staff":
         return 403
     return "2xx"
 

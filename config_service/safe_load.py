@@ -160,6 +160,10 @@ def _yaml(run):
     try:
         return run()
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):
+            # libyaml (PyYAML 6.0.3+) stops at 1,000 levels while scanning, before the
+            # composer could say where: the same answer as ours, for the whole body.
+            raise Invalid(f"the body is nested deeper than {MAX_DEPTH} levels", "body") from None
         raise Invalid(f"YAML parse error: {exc}", "body") from None
     except ValueError as exc:  # integers beyond Python's digit limit
         raise Invalid(f"YAML value error: {exc}", "body") from None

@@ -104,12 +104,14 @@ def test_queue_messages_in_and_out_are_exact_once_the_stats_settle(api, vhost):
     def exact(v):
         q = v.queues["orders"]
         seen.append((q.messages_in, q.messages_out))
-        return (q.messages_in, q.messages_out, q.stored_messages) == (3 * n, m, 3 * n - m)
+        # The stored bytes settle apart from the counts (seen once under load: 99 messages
+        # with 0 bytes, docs/storage.md "Gauges read together"): waited for too.
+        return (q.messages_in, q.messages_out, q.stored_messages, q.stored_bytes) == (
+            3 * n, m, 3 * n - m, (3 * n - m) * STORED_SIZE)
 
     v, lag = settle(api, vhost, exact)
     print(f"\ncounters settled {lag:.1f} s after the last client closed")
     q = v.queues["orders"]
-    assert q.stored_bytes == (3 * n - m) * STORED_SIZE
     assert q.deliveries > m  # the prefetched deliveries, returned at detach, are not "out"
     assert (v.messages_in, v.messages_out) == (3 * n, m)  # the vhost's totals agree
     # A reading before the statistics settled is behind, never ahead.

@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import secrets
 import sys
+import threading
 import time
 import urllib.parse
 import webbrowser
@@ -140,7 +141,8 @@ def browser_flow(meta: dict, client_id: str, scope: str) -> dict:
         "code_challenge_method": "S256"})
     print(f"Opening {url}\n(open it yourself if no browser starts)", file=sys.stderr,
           flush=True)
-    webbrowser.open(url)
+    # In a thread: a browser command may not return before the redirect reaches the server.
+    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     server.timeout = 300
     server.handle_request()
     server.server_close()

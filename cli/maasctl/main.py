@@ -237,7 +237,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--token-stdin", action="store_true", help="read the token from stdin")
     s.add_argument("--issuer", help="OpenID provider (issuer URL) for the device or browser flow")
     s.add_argument("--client-id", default="maasctl", help="the provider's client for maasctl")
-    s.add_argument("--scope", default="openid profile offline_access")
+    s.add_argument("--scope", default="openid profile email",
+                   help="add offline_access where the provider needs it for a refresh token")
     s.add_argument("--browser", action="store_true",
                    help="sign in in a browser (authorization code with PKCE) instead of the "
                         "device flow")

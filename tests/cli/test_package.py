@@ -7,7 +7,6 @@ import tomllib
 from pathlib import Path
 
 from drf_spectacular.generators import SchemaGenerator
-
 from maasctl import kinds
 
 CLI = Path(__file__).resolve().parents[2] / "cli"

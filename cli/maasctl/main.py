@@ -6,6 +6,7 @@ Exit codes (errors.py): 0 success; 1 an error from the server (`Error from serve
 """
 import argparse
 import sys
+from pathlib import Path
 
 from . import __version__, config, kinds, login, manifests, messaging, output, resources
 from .client import Client
@@ -35,6 +36,14 @@ def _session(args, tenant: bool = True) -> tuple[Client, str]:
     return client, (cfg.require_tenant() if tenant else cfg.tenant)
 
 
+def _in_space(kind: kinds.Kind, name: str, args) -> str:
+    """`get address myqueue -s myspace` means myspace.myqueue."""
+    space = getattr(args, "space", None)
+    if kind.in_space and space and not name.startswith(f"{space}."):
+        return f"{space}.{name}"
+    return name
+
+
 def _targets(args, tenant: str) -> list[resources.Target]:
     """The objects named on the command line: `KIND NAME...`, `KIND/NAME...` or `-f FILE`."""
     if getattr(args, "filename", None):
@@ -50,7 +59,7 @@ def _targets(args, tenant: str) -> list[resources.Target]:
     kind = kinds.lookup(words[0])
     if len(words) < 2:
         raise UsageError(f"give the name of the {kind.kind}")
-    return [resources.target(kind, n, tenant) for n in words[1:]]
+    return [resources.target(kind, _in_space(kind, n, args), tenant) for n in words[1:]]
 
 
 # commands -----------------------------------------------------------------------------------
@@ -100,7 +109,8 @@ def cmd_get(args) -> int:
     client, tenant = _session(args, tenant=kind.tenant_scoped)
     single = bool(args.names) and len(args.names) == 1
     if args.names:
-        objects = [resources.get(client, resources.target(kind, n, tenant)) for n in args.names]
+        objects = [resources.get(client, resources.target(kind, _in_space(kind, n, args), tenant))
+                   for n in args.names]
     else:
         params = {k: v for k, v in (("type", args.type), ("phase", args.phase)) if v}
         objects = resources.list_objects(client, kind, tenant, args.space, params)
@@ -164,7 +174,10 @@ def _messaging(args):
 
 def _bodies(args) -> list[str]:
     if args.file:
-        text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
         bodies = [text]
     else:
         bodies = [args.body]
@@ -275,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
     _globals(s)
     s.add_argument("names", nargs="*", metavar="KIND NAME")
     s.add_argument("-f", "--filename", action="append")
+    s.add_argument("--space", "-s", help="NAME is an address or user of this space")
     s.add_argument("--ignore-not-found", action="store_true")
     s.add_argument("--wait", action="store_true", help="until they are gone")
     s.add_argument("--timeout", default="60s")
@@ -284,6 +298,7 @@ def parser() -> argparse.ArgumentParser:
     _globals(s)
     s.add_argument("names", nargs="*", metavar="KIND NAME")
     s.add_argument("-f", "--filename", action="append")
+    s.add_argument("--space", "-s", help="NAME is an address or user of this space")
     s.add_argument("--for", dest="condition", required=True,
                    help="phase=Active, condition=Ready or delete")
     s.add_argument("--timeout", default="30s", help="e.g. 60s, 2m (default 30s)")

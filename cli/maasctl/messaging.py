@@ -102,34 +102,35 @@ def _amqp_connection(ep: Endpoint, password: str, timeout: float):
                        f"{text}") from None
 
 
-def _same_node(asked: str, answered: str | None) -> bool:
-    # qdrouterd under multiTenant echoes a link-routed attach qualified by the vhost
-    # (`<vhost>/news` for `news`); proton's blocking API would take that for a refusal.
-    return answered is not None and (answered == asked or answered.endswith("/" + asked))
-
-
-def _open_link(conn, address: str, receiving: bool, credit: int):
-    """A blocking sender or receiver that accepts the router's vhost-qualified echo."""
+def _links():
+    """Blocking links that accept the router's vhost-qualified echo: qdrouterd under
+    `multiTenant` answers a link-routed attach (a topic) with the address qualified by the vhost
+    (`<vhost>/news` for `news`), which proton's blocking API would take for a refusal."""
     from proton import LinkException
     from proton._utils import BlockingLink, BlockingReceiver, BlockingSender, Fetcher
 
-    if receiving:
-        fetcher = Fetcher(conn, credit)
-        link = conn.container.create_receiver(conn.conn, address, handler=fetcher)
-        blocking = BlockingReceiver.__new__(BlockingReceiver)
-    else:
-        link = conn.container.create_sender(conn.conn, address)
-        blocking = BlockingSender.__new__(BlockingSender)
-    BlockingLink.__init__(blocking, conn, link)
-    terminus = link.remote_source if receiving else link.remote_target
-    if not _same_node(address, terminus.address):
-        blocking._waitForClose()
-        link.close()
-        raise LinkException(f"the peer refused the address {address}")
-    if receiving:
-        link.flow(credit)
-        blocking.fetcher, blocking.container = fetcher, conn.container
-    return blocking
+    def check(link: BlockingLink, asked: str, answered: str | None) -> None:
+        if answered is not None and (answered == asked or answered.endswith("/" + asked)):
+            return
+        link._waitForClose()  # the peer may follow with a detach that carries the reason
+        link.link.close()
+        raise LinkException(f"the peer refused the address {asked}")
+
+    class Sender(BlockingSender):
+        def __init__(self, conn, address: str):
+            BlockingLink.__init__(self, conn, conn.container.create_sender(conn.conn, address))
+            check(self, address, self.link.remote_target.address)
+
+    class Receiver(BlockingReceiver):
+        def __init__(self, conn, address: str, credit: int):
+            self.fetcher = Fetcher(conn, credit)
+            BlockingLink.__init__(self, conn, conn.container.create_receiver(
+                conn.conn, address, handler=self.fetcher))
+            check(self, address, self.link.remote_source.address)
+            self.link.flow(credit)
+            self.container = conn.container
+
+    return Sender, Receiver
 
 
 def amqp_send(ep: Endpoint, password: str, address: str, bodies: list[str],
@@ -138,7 +139,7 @@ def amqp_send(ep: Endpoint, password: str, address: str, bodies: list[str],
 
     conn = _amqp_connection(ep, password, timeout)
     try:
-        sender = _open_link(conn, address, receiving=False, credit=0)
+        sender = _links()[0](conn, address)
         for body in bodies:
             # Durable: a queue keeps it through a broker restart. `send` waits for the
             # disposition and raises unless the message was accepted.
@@ -158,7 +159,7 @@ def amqp_receive(ep: Endpoint, password: str, address: str, count: int, timeout:
     conn = _amqp_connection(ep, password, timeout)
     got = 0
     try:
-        receiver = _open_link(conn, address, receiving=True, credit=min(max(count, 1), 100))
+        receiver = _links()[1](conn, address, credit=min(count, 100))
         deadline = time.monotonic() + timeout
         while got < count:
             left = deadline - time.monotonic()

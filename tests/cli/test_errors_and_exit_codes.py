@@ -62,6 +62,8 @@ def test_bad_input_is_the_servers_400_naming_the_field_and_nothing_is_created(cl
     assert "(field: spec.plan)" in result.stderr
     assert "when applying address.enmasse.io/mybrokered.orders" in result.stderr
     assert "mybrokered.orders" not in ok(cli("get", "addresses", "-s", "mybrokered"))
+    assert ok(cli("get", "address", "myqueue", "-s", "mybrokered", "-o", "name")) == \
+        "address.enmasse.io/mybrokered.myqueue\n"
 
 
 def test_one_bad_object_does_not_stop_the_others_but_the_exit_code_says_so(cli):
@@ -108,6 +110,15 @@ def test_not_logged_in_is_a_usage_error(live_server, tmp_path, transactional_db)
     result = fresh("get", "as")
     assert result.returncode == 2
     assert "not logged in" in result.stderr
+
+
+def test_a_refused_token_is_unauthorized_and_nothing_is_saved(live_server, tmp_path,
+                                                             transactional_db):
+    fresh = Maasctl(tmp_path / "config.json", live_server.url)
+    result = fresh("login", "--url", live_server.url, "--token", "maas_pat_not-a-token")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error from server (Unauthorized): ")
+    assert not (tmp_path / "config.json").exists()
 
 
 def test_a_wait_that_times_out_exits_3_with_the_objects_state(cli):

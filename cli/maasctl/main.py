@@ -270,7 +270,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("get", help="list objects, or show some")
     _globals(s)
     s.add_argument("kind")
-    s.add_argument("names", nargs="*")
+    s.add_argument("names", nargs="*", default=[])
     s.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
     s.add_argument("--space", "-s", help="addresses and users of one address space")
     s.add_argument("--type", help="only this type (addresses, address spaces, plans)")
@@ -279,14 +279,14 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("describe", help="show objects' spec and status readably")
     _globals(s)
-    s.add_argument("names", nargs="*", metavar="KIND [NAME...]")
+    s.add_argument("names", nargs="*", default=[], metavar="KIND [NAME...]")
     s.add_argument("-f", "--filename", action="append")
     s.add_argument("--space", "-s")
     s.set_defaults(func=cmd_describe)
 
     s = sub.add_parser("delete", help="delete objects (KIND NAME... or -f FILE)")
     _globals(s)
-    s.add_argument("names", nargs="*", metavar="KIND NAME")
+    s.add_argument("names", nargs="*", default=[], metavar="KIND NAME")
     s.add_argument("-f", "--filename", action="append")
     s.add_argument("--space", "-s", help="NAME is an address or user of this space")
     s.add_argument("--ignore-not-found", action="store_true")
@@ -296,7 +296,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("wait", help="wait until objects reach a phase, are ready or are gone")
     _globals(s)
-    s.add_argument("names", nargs="*", metavar="KIND NAME")
+    s.add_argument("names", nargs="*", default=[], metavar="KIND NAME")
     s.add_argument("-f", "--filename", action="append")
     s.add_argument("--space", "-s", help="NAME is an address or user of this space")
     s.add_argument("--for", dest="condition", required=True,

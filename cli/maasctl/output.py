@@ -172,7 +172,7 @@ def _describe(value, indent: int, out: list[str]) -> None:
                 out.append(pad + label)
                 _describe(item, indent + 1, out)
             else:
-                shown = "" if isinstance(item, dict | list) else _scalar(item)
+                shown = "<none>" if isinstance(item, dict | list) else _scalar(item)
                 out.append((pad + label.ljust(width) + shown).rstrip())
     elif isinstance(value, list):
         for item in value:

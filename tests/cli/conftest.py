@@ -15,7 +15,8 @@ from tests.conftest import Worker
 from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import router, router_kind  # noqa: F401 - fixtures used here
 
-MAASCTL = Path(sys.executable).with_name("maasctl")
+# The venv's console script, or another install (a venv with `pip install ./cli` alone).
+MAASCTL = Path(os.environ.get("MAASCTL_BIN") or Path(sys.executable).with_name("maasctl"))
 DATA = Path(__file__).resolve().parent.parent / "data" / "enmasse"
 
 

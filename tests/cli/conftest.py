@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from config_service import services
+from config_service.models import AddressSpace
 from tenants.models import PersonalAccessToken
-from tests.conftest import Worker
+from tests.conftest import CTX, Worker
 from tests.router.conftest import ADMIN_PASSWORD
-from tests.workers.conftest import router, router_kind  # noqa: F401 - fixtures used here
+from tests.workers.conftest import router, router_kind, sync  # noqa: F401 - fixtures used here
 
 # The venv's console script, or another install (a venv with `pip install ./cli` alone).
 MAASCTL = Path(os.environ.get("MAASCTL_BIN") or Path(sys.executable).with_name("maasctl"))
@@ -78,10 +80,14 @@ def worker(django_db_setup, redis_server, router):  # noqa: F811 - the imported 
 
 
 @pytest.fixture
-def platform(settings, router, worker, cli):  # noqa: F811 - the imported fixture
-    """The live server's view of the data plane: its endpoints name the module's router."""
+def platform(settings, router, worker, cli, tenant):  # noqa: F811 - the imported fixture
+    """The live server's view of the data plane: its endpoints name the module's router. A
+    space a failed test left behind is torn down, so no vhost or router entity outlives it."""
     settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{router.mgmt_port}"
     settings.MAAS_ROUTER_ADMIN_USER = "admin"
     settings.MAAS_ROUTER_ADMIN_PASSWORD = ADMIN_PASSWORD
     settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
-    return cli
+    yield cli
+    for space in AddressSpace.objects.filter(tenant=tenant):
+        services.delete_address_space(ctx=CTX, space=space)
+        sync(space)

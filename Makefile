@@ -5,10 +5,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test services venv migrate lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml cli/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# maasctl, the command-line client: its own package (cli/), installable alone with pip
+	$(PY) -m pip install -q -e ./cli
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -3,7 +3,8 @@
 // `groups` ("/tenants/acme/admin") and `realm_access.roles` in the tokens, JWT access tokens
 // signed with the realm's keys (published at <issuer>/protocol/openid-connect/certs) or opaque
 // ones, token introspection (RFC 7662) and revocation (RFC 7009), PKCE required, RP-initiated
-// logout (which can be left out of discovery, as some providers do).
+// logout (which can be left out of discovery, as some providers do), and the device
+// authorization grant (RFC 8628) for command-line clients such as maasctl.
 //
 //   node provider.mjs CONFIG.json
 //
@@ -130,17 +131,13 @@ function build(config) {
       const grantId = ctx.oidc.result?.consent?.grantId
         || ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
       if (grantId) return ctx.oidc.provider.Grant.find(grantId);
-      const grant = new ctx.oidc.provider.Grant({
-        clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId,
-      });
-      grant.addOIDCScope(scope);
-      grant.addOIDCClaims(['groups', 'realm_access', 'preferred_username', 'email', 'name']);
-      if (!opaque) grant.addResourceScope(RESOURCE, scope);
-      await grant.save();
-      return grant;
+      return provider.firstPartyGrant(ctx.oidc.client.clientId, ctx.oidc.session.accountId);
     },
     features: {
       devInteractions: { enabled: false },
+      // Keycloak's "OAuth 2.0 Device Authorization Grant": a client that lists the grant type
+      // (a public, native one such as maasctl) may use it; oidc-provider's own pages.
+      deviceFlow: { enabled: true },
       introspection: { enabled: true },
       revocation: { enabled: true },
       rpInitiatedLogout: {
@@ -182,6 +179,16 @@ function build(config) {
     interactions: { url: async (ctx, interaction) => `${new URL(config.issuer).pathname}/login/${interaction.uid}` },
   });
   provider.byName = byName;
+  // What a first-party client gets without a consent screen (also the answer to the consent
+  // oidc-provider asks for native clients, such as maasctl, whatever the grant).
+  provider.firstPartyGrant = async (clientId, accountId) => {
+    const grant = new provider.Grant({ clientId, accountId });
+    grant.addOIDCScope(scope);
+    grant.addOIDCClaims(['groups', 'realm_access', 'preferred_username', 'email', 'name']);
+    if (!opaque) grant.addResourceScope(RESOURCE, scope);
+    await grant.save();
+    return grant;
+  };
   // Why a token request failed, in the log (oidc-provider keeps it out of the response).
   provider.on('grant.error', (ctx, err) => {
     process.stdout.write(`grant.error ${err.error}: ${err.error_detail || err.message}\n`);
@@ -228,6 +235,14 @@ async function login(req, res, uid) {
   const current = provider;
   const details = await current.interactionDetails(req, res);
   if (details.uid !== uid) throw new Error('interaction mismatch');
+  process.stdout.write(`interaction ${details.prompt.name} ${details.prompt.reasons}\n`);
+  if (details.prompt.name === 'consent') { // signed in already: like Keycloak, no question
+    const grant = await current.firstPartyGrant(details.params.client_id,
+      details.session.accountId);
+    await current.interactionFinished(req, res, { consent: { grantId: grant.jti } },
+      { mergeWithLastSubmission: true });
+    return;
+  }
   if (req.method === 'GET') {
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
     res.end(loginPage(uid, details.params.client_id));

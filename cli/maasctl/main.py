@@ -36,6 +36,16 @@ def _session(args, tenant: bool = True) -> tuple[Client, str]:
     return client, (cfg.require_tenant() if tenant else cfg.tenant)
 
 
+def _scoped_targets(args) -> tuple[Client, list[resources.Target]]:
+    """The session and the objects named; a tenant is needed only for a tenant's objects
+    (plans are global)."""
+    client, tenant = _session(args, tenant=False)
+    targets = _targets(args, tenant)
+    if not tenant and any(t.kind.tenant_scoped for t in targets):
+        config.Config().require_tenant()  # raises the usage error that says how to set one
+    return client, targets
+
+
 def _in_space(kind: kinds.Kind, name: str, args) -> str:
     """`get address myqueue -s myspace` means myspace.myqueue."""
     space = getattr(args, "space", None)
@@ -92,7 +102,9 @@ def cmd_config(args) -> int:
 
 def cmd_apply(args) -> int:
     docs = manifests.load(args.filename)  # a bad file stops the run before anything is sent
-    client, tenant = _session(args)
+    # Plans are the operator's, global: a file of plans alone needs no tenant.
+    client, tenant = _session(args, tenant=any(kinds.of_manifest(d).tenant_scoped
+                                               for d in docs))
     code = OK
     for doc in docs:
         try:
@@ -129,21 +141,21 @@ def cmd_get(args) -> int:
 
 
 def cmd_describe(args) -> int:
-    client, tenant = _session(args)
     if not args.names and not args.filename:
         raise UsageError("give KIND NAME... or -f FILE")
     if args.names and len(args.names) == 1 and "/" not in args.names[0]:
         kind = kinds.lookup(args.names[0])
+        client, tenant = _session(args, tenant=kind.tenant_scoped)
         objects = resources.list_objects(client, kind, tenant, args.space)
     else:
-        objects = [resources.get(client, t) for t in _targets(args, tenant)]
+        client, targets = _scoped_targets(args)
+        objects = [resources.get(client, t) for t in targets]
     print("\n\n".join(output.describe(o) for o in objects))
     return OK
 
 
 def cmd_delete(args) -> int:
-    client, tenant = _session(args)
-    targets = _targets(args, tenant)
+    client, targets = _scoped_targets(args)
     if args.filename:  # a file lists a space before its addresses: delete them first
         targets.reverse()
     for t in targets:
@@ -157,9 +169,9 @@ def cmd_delete(args) -> int:
 
 
 def cmd_wait(args) -> int:
-    client, tenant = _session(args)
+    client, targets = _scoped_targets(args)
     condition = resources.Condition(args.condition)
-    resources.wait(client, _targets(args, tenant), condition, resources.duration(args.timeout))
+    resources.wait(client, targets, condition, resources.duration(args.timeout))
     return OK
 
 

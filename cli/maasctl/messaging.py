@@ -3,9 +3,11 @@ at the endpoints the address space reports in `status.endpointStatuses`.
 
 A standard space is reached through its router: the address as it is, the AMQP open hostname
 set to the endpoint's `virtualHost`. A brokered space is RabbitMQ itself, with its own address
-syntax: queues (and subscriptions, deadletters) at `/amq/queue/<name>`; a topic is sent to
-`/exchange/<topic>` (the subject, if any, is the routing key) and received from
-`/exchange/<topic>/#` (every message) or `/exchange/<topic>/<key>` for `<topic>/<key>`.
+syntax: a queue (or deadletter) is sent to through its own exchange `/exchange/<name>` (the one
+target a user's send right is checked on) and received from `/amq/queue/<name>`, like a
+subscription; a topic is sent to `/exchange/<topic>` (the subject, if any, is the routing key)
+and received from `/exchange/<topic>/#` (every message) or `/exchange/<topic>/<key>` for
+`<topic>/<key>`.
 """
 import json
 import sys
@@ -63,7 +65,7 @@ def wire_address(space_type: str, kind: str, owner: str, address: str, receiving
         if receiving:
             return f"/exchange/{owner}/{key or '#'}"
         return f"/exchange/{owner}/{key}" if key else f"/exchange/{owner}"
-    return f"/amq/queue/{address}"
+    return f"/amq/queue/{address}" if receiving else f"/exchange/{address}"
 
 
 def _text(body) -> str:

@@ -5,7 +5,7 @@ import datetime
 import json
 import stat
 
-from tests.conftest import free_tcp_port
+from tests.conftest import free_tcp_port, make_user
 from workers.usage.job import store
 
 from .conftest import DATA, Maasctl, ok
@@ -169,3 +169,28 @@ def test_usage_prints_the_tenants_metered_usage_and_quota_state(cli, tenant):
     bad = cli("usage", "--from", "yesterday")
     assert bad.returncode == 1
     assert "(field: from)" in bad.stderr
+
+
+def test_an_operator_applies_and_deletes_plans_and_a_tenant_owner_is_forbidden(
+        cli, live_server, tmp_path):
+    operator = Maasctl(tmp_path / "operator" / "config.json", live_server.url)
+    ok(operator.login(make_user("sam", staff=True)))
+    plan = {"apiVersion": "admin.enmasse.io/v1beta2", "kind": "AddressPlan",
+            "metadata": {"name": "ops-queue"},
+            "spec": {"addressType": "queue", "resources": {"router": 0.001, "broker": 0.4}}}
+    assert ok(operator("apply", "-f", "-", input=json.dumps(plan))) == \
+        "addressplan.admin.enmasse.io/ops-queue created\n"
+    assert ok(operator("apply", "-f", "-", input=json.dumps(plan))) == \
+        "addressplan.admin.enmasse.io/ops-queue unchanged\n"
+    plan["spec"]["resources"]["broker"] = 0.5
+    assert ok(operator("apply", "-f", "-", input=json.dumps(plan))) == \
+        "addressplan.admin.enmasse.io/ops-queue configured\n"
+    shown = json.loads(ok(cli("get", "addressplan", "ops-queue", "-o", "json")))
+    assert shown["spec"]["resources"]["broker"] == 0.5  # every tenant reads plans
+
+    plan["spec"]["resources"]["broker"] = 0.1
+    refused = cli("apply", "-f", "-", input=json.dumps(plan))  # the tenant's owner
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("Error from server (Forbidden)"), refused.stderr
+    ok(operator("delete", "addressplan", "ops-queue"))
+    assert cli("get", "addressplan", "ops-queue").returncode == 1

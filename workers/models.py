@@ -15,3 +15,21 @@ class InfraCredential(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (generation {self.generation})"
+
+
+class RetainedMessage(models.Model):
+    """The last retained MQTT message of a topic in a standard space (the MQTT gateway's; kept
+    here so that every gateway replica and a restarted gateway see it)."""
+
+    vhost = models.CharField(max_length=300)
+    topic = models.CharField(max_length=1000)
+    payload = models.BinaryField()
+    qos = models.PositiveSmallIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["vhost", "topic"],
+                                               name="retained_topic_per_vhost")]
+
+    def __str__(self) -> str:
+        return f"{self.vhost} {self.topic}"

@@ -102,6 +102,9 @@ log "PostgreSQL, Redis and RabbitMQ are up"
 # Debian's kubernetes-client provides kubectl; any kubectl already on PATH is used as it is.
 need_pkg kubectl kubernetes-client
 
+# --- mosquitto_pub/sub: the MQTT gateway's tests use them as real MQTT clients (tests/mqtt) ------
+need_pkg mosquitto_sub mosquitto-clients
+
 # --- Java for Spark (usage jobs) and Chromium for the browser tests ------------------------------
 need_pkg java openjdk-17-jre-headless
 need_pkg chromium chromium

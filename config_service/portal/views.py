@@ -331,6 +331,13 @@ def user_delete(request, tenant, space, user):
         back=f"/portal/t/{tenant}/spaces/{space}/users/"))
 
 
+def _mqtt_topic(space, address: str) -> str:
+    """A topic the MQTT example can use: a topic address with a subtopic, else the address."""
+    topic = Address.objects.filter(space=space, type="topic").order_by("name").values_list(
+        "address", flat=True).first()
+    return f"{topic}/room1" if topic else address
+
+
 @login_required
 @require_safe
 def connect(request, tenant, space):
@@ -342,8 +349,11 @@ def connect(request, tenant, space):
     port = endpoint["servicePorts"][0]["port"]
     sample = Address.objects.filter(space=s).order_by("name").values_list(
         "address", flat=True).first() or "myqueue"
+    mqtt = next((e for e in endpoints(s) if e["name"] == "mqtt"), None)
     return render(request, "portal/connect.html", p.context(
-        space=s, endpoint=endpoint, port=port, user=chosen, address=sample,
+        space=s, endpoint=endpoint, port=port, user=chosen, address=sample, mqtt=mqtt,
+        mqtt_login=mqtt["username"].replace("<username>", chosen) if mqtt else "",
+        mqtt_topic=_mqtt_topic(s, sample),
         login=f"{chosen}@{s.vhost}", url=connection_url(s, chosen),
         users=MessagingUser.objects.filter(space=s).values_list("username", flat=True)))
 

@@ -135,3 +135,14 @@ def test_the_hand_encoded_amqp_message_decodes_in_proton():
     m = Message()
     m.decode(encode(b""))
     assert (bytes(m.body), m.subject, m.durable) == (b"", None, False)
+
+
+def test_a_receiver_covers_the_topics_it_would_get():
+    S = mapping.Source
+    assert mapping.covers(S("sensors", "sensors"), "sensors/a/b")
+    assert mapping.covers(S("sensors", "sensors"), "sensors")
+    assert not mapping.covers(S("sensors", "sensors"), "sensorsx/a")
+    assert mapping.covers(S("sensors/*.temp", "sensors"), "sensors/r1/temp")
+    assert not mapping.covers(S("sensors/*.temp", "sensors"), "sensors/r1/hum")
+    assert mapping.covers(S("sensors/a.#", "sensors"), "sensors/a/b/c")
+    assert mapping.covers(S("rpc"), "rpc") and not mapping.covers(S("rpc"), "rpc/x")

@@ -81,3 +81,14 @@ def topic_of(source: Source, routing_key: str | None) -> str:
         return source.address
     routing_key = routing_key or source.key
     return f"{source.topic}/{routing_key.replace('.', '/')}" if routing_key else source.topic
+
+
+def covers(source: Source, topic: str) -> bool:
+    """Whether a receiver of `source` would get a message of this MQTT topic (a retained
+    message goes only to receivers the router let attach to where it would have come from)."""
+    if source.topic is None:
+        return topic == source.address
+    head, _, key = source.address.partition("/")
+    if not key:
+        return topic == head or topic.startswith(head + "/")
+    return matches(f"{head}/" + key.replace(".", "/").replace("*", "+"), topic)

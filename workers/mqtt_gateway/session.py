@@ -324,7 +324,10 @@ class MqttSession(asyncio.Protocol):
                                    "no such address")})
         self._write(codec.suback(s.packet_id, codes))
         for sub in granted:
+            sources = [self.receivers[link][1] for link in sub.links if link in self.receivers]
             for retained in await self.gw.retained(self.vhost, sub.filter):
+                if not any(mapping.covers(src, retained.topic) for src in sources):
+                    continue  # from an address this user may not receive from
                 self._deliver(sub, retained.topic, retained.payload,
                               min(sub.qos, retained.qos), None, None, retain=True)
 

@@ -293,6 +293,8 @@ MAAS_MQTT_GATEWAY_HOST = env("MAAS_MQTT_GATEWAY_HOST", "127.0.0.1")
 MAAS_MQTT_GATEWAY_PORT = env_int("MAAS_MQTT_GATEWAY_PORT", 1885)
 MAAS_MQTT_GATEWAY_TLS_PORT = env_int("MAAS_MQTT_GATEWAY_TLS_PORT", 8885)
 MAAS_MQTT_GATEWAY_ROUTER_HOST = env("MAAS_MQTT_GATEWAY_ROUTER_HOST", "127.0.0.1")
+# The address plan of the subscription addresses that keep persistent sessions' QoS 1 messages.
+MAAS_MQTT_SESSION_PLAN = env("MAAS_MQTT_SESSION_PLAN", "standard-small-subscription")
 # Where a router without the connector virtualHost extension (qdrouterd) reaches the local
 # RabbitMQ: the vhost relay (workers/vhost_relay/) picks the vhost from the login.
 MAAS_VHOST_RELAY_HOST = env("MAAS_VHOST_RELAY_HOST", "127.0.0.1")

@@ -33,3 +33,21 @@ class RetainedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.vhost} {self.topic}"
+
+
+class MqttSession(models.Model):
+    """A persistent MQTT session (clean session 0) of the MQTT gateway: the client's topic
+    filters and their QoS. Its QoS 1 messages wait in durable subscription addresses of the
+    space (`mqtt-<client>-<filter>`), not here."""
+
+    vhost = models.CharField(max_length=300)
+    client_id = models.CharField(max_length=65535)
+    subscriptions = models.JSONField(default=dict)  # topic filter -> granted QoS
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["vhost", "client_id"],
+                                               name="mqtt_session_per_client")]
+
+    def __str__(self) -> str:
+        return f"{self.vhost} {self.client_id}"

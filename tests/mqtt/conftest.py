@@ -95,6 +95,7 @@ class Client:
         self.messages: list = []
         self.cond = threading.Condition()
         self.connack = None
+        self.session_present = None
         self.subacks: dict = {}
         self.client.on_message = self._on_message
         self.client.on_connect = self._on_connect
@@ -106,6 +107,7 @@ class Client:
 
     def _on_connect(self, client, userdata, flags, reason, properties):
         with self.cond:
+            self.session_present = flags.session_present
             self.connack = reason
             self.cond.notify_all()
 
@@ -131,9 +133,14 @@ class Client:
         self.wait(lambda: self.connack is not None, what="CONNACK")
         return self.connack.value
 
-    def subscribe(self, topic_filter: str, qos: int = 0) -> list:
+    def subscribe(self, topic_filter: str, qos: int = 0, wait: bool = True):
         _, mid = self.client.subscribe(topic_filter, qos)
-        self.wait(lambda: mid in self.subacks, what="SUBACK")
+        if not wait:
+            return mid
+        return self.suback(mid)
+
+    def suback(self, mid: int, timeout: float = 10.0) -> list:
+        self.wait(lambda: mid in self.subacks, timeout, what="SUBACK")
         return self.subacks[mid]
 
     def publish(self, topic: str, payload, qos: int = 0, retain: bool = False):

@@ -21,6 +21,7 @@ class Gateway:
         self.servers: list = []
         self._tasks: set = set()
         self._retain_queue: asyncio.Queue = asyncio.Queue()
+        self._routers: dict = {}  # vhost -> (host, port) of its router
         self.spawn(self._retain_writer())
 
     def spawn(self, coro) -> asyncio.Task:
@@ -35,6 +36,14 @@ class Gateway:
                                                ssl=ssl_context, reuse_address=True)
         self.servers.append(server)
         return server
+
+    async def router_for(self, vhost: str) -> tuple[str, int]:
+        where = self._routers.get(vhost)
+        if where is None:
+            where = await asyncio.to_thread(store.router_of, vhost,
+                                            (self.router_host, self.router_port))
+            self._routers[vhost] = where
+        return where
 
     # -- retained messages -----------------------------------------------------------------------
     def retain(self, vhost: str, publish, link, amqp) -> None:

@@ -17,7 +17,7 @@ from collections import deque
 
 from proton import Delivery
 
-from . import codec, mapping
+from . import codec, mapping, store
 from .amqp import AmqpConnection, LinkRefused, encode
 
 logger = logging.getLogger("workers.mqtt_gateway")
@@ -25,6 +25,7 @@ logger = logging.getLogger("workers.mqtt_gateway")
 INFLIGHT = 100  # QoS 1 messages a receiver may have unacknowledged by the MQTT client
 QOS0_CREDIT = 200  # credit of a QoS 0 receiver, topped up as its messages are written
 OPEN_TIMEOUT = 10.0
+SESSION_READY_TIMEOUT = 30.0  # seconds a new durable subscription may take to be configured
 DRAIN_TIMEOUT = 5.0  # seconds a leaving client's messages may wait for the router's credit
 
 
@@ -59,6 +60,7 @@ class MqttSession(asyncio.Protocol):
         self.write_paused = False
         self.next_id = 0
         self.will: codec.Publish | None = None
+        self.clean = True  # clean session; 0 keeps subscriptions and QoS 1 messages
         self.keep_alive = 0
         self.last_seen = time.monotonic()
         self._timer = None
@@ -179,7 +181,10 @@ class MqttSession(asyncio.Protocol):
         elif kind == codec.UNSUBSCRIBE:
             for topic_filter in packet.filters:
                 self._unsubscribe(topic_filter)
-            self._write(codec.ack(codec.UNSUBACK, packet.packet_id))
+            if self.clean:
+                self._write(codec.ack(codec.UNSUBACK, packet.packet_id))
+            else:
+                self._run(self._forget(packet))
         elif kind == codec.PINGREQ:
             self._write(codec.PINGRESP_PACKET)
         elif kind == codec.PUBREL:
@@ -219,6 +224,8 @@ class MqttSession(asyncio.Protocol):
             self._close("refused", reason="router", code=code)
             return
         await self.gw.book.get(vhost)
+        self.clean = c.clean_session
+        stored = await self._session_at_connect()
         previous = self.gw.clients.get((vhost, self.client_id))
         if previous is not None:
             previous._close("taken_over")  # 3.1.4: the newer connection wins
@@ -228,21 +235,40 @@ class MqttSession(asyncio.Protocol):
                                       c.will_retain)
         self.keep_alive = c.keep_alive
         self.connected = True
-        self._write(codec.connack(codec.ACCEPTED))
+        self._write(codec.connack(codec.ACCEPTED, session_present=stored is not None))
         self._timer.cancel()
         self._timer = None
         if self.keep_alive:
             self._timer = self.gw.loop.call_later(self.keep_alive * 1.5, self._check_alive)
         logger.info("mqtt.connected", extra={"vhost": vhost, "client_id": self.client_id,
-                                             "tls": self.tls})
+                                             "tls": self.tls, "clean_session": self.clean,
+                                             "session_present": stored is not None})
+        if stored:
+            # the session's subscriptions again, before any packet that follows CONNECT
+            addresses = await self.gw.book.get(vhost)
+            for topic_filter, qos in stored.items():
+                await self._subscribe_one(topic_filter, qos, addresses)
+
+    async def _session_at_connect(self) -> dict | None:
+        """The stored subscriptions of a persistent session, or None (and a clean session
+        drops what an earlier persistent one left)."""
+        if self.clean:
+            await asyncio.to_thread(store.drop_subscriptions, self.vhost, self.client_id,
+                                    self._actor())
+            return None
+        return await asyncio.to_thread(store.load_session, self.vhost, self.client_id)
+
+    def _actor(self) -> str:
+        return f"mqtt-gateway:{self.login}"
 
     async def _open_amqp(self, password: str) -> int:
         loop = self.gw.loop
         try:
+            host, port = await self.gw.router_for(self.vhost)
             _, self.amqp = await asyncio.wait_for(loop.create_connection(
                 lambda: AmqpConnection(self, self.login, password, self.vhost,
                                        f"mqtt-gateway-{uuid.uuid4().hex[:12]}"),
-                self.gw.router_host, self.gw.router_port), OPEN_TIMEOUT)
+                host, port), OPEN_TIMEOUT)
             await asyncio.wait_for(self.amqp.opened, OPEN_TIMEOUT)
         except LinkRefused as exc:
             # SASL refused: a wrong login. The open refused: the login is not of this space.
@@ -299,29 +325,12 @@ class MqttSession(asyncio.Protocol):
         codes, granted = [], []
         for topic_filter, qos in s.filters:
             self._unsubscribe(topic_filter)  # a repeated filter replaces the subscription
-            sub = Subscription(topic_filter, min(qos, 1))
-            sources = mapping.subscription_sources(topic_filter, addresses)
-            credit = INFLIGHT if sub.qos else QOS0_CREDIT
-            links = [self.amqp.receiver(src.address, credit) for src in sources]
-            for link, src in zip(links, sources, strict=True):
-                self.receivers[link] = (sub, src)
-            answers = await asyncio.gather(*(self.amqp.link_open(link) for link in links),
-                                           return_exceptions=True)
-            for link, answer in zip(links, answers, strict=True):
-                if isinstance(answer, LinkRefused):
-                    self.receivers.pop(link, None)
-                else:
-                    sub.links.append(link)
-            if sub.links:
-                self.subs[topic_filter] = sub
-                codes.append(sub.qos)
+            sub = await self._subscribe_one(topic_filter, min(qos, 1), addresses)
+            codes.append(codec.SUBACK_FAILURE if sub is None else sub.qos)
+            if sub is not None:
                 granted.append(sub)
-            else:
-                codes.append(codec.SUBACK_FAILURE)
-                logger.info("mqtt.subscribe_refused", extra={
-                    "vhost": self.vhost, "client_id": self.client_id, "filter": topic_filter,
-                    "reason": next((str(a) for a in answers if isinstance(a, Exception)),
-                                   "no such address")})
+        if not self.clean:
+            await self._save_session()
         self._write(codec.suback(s.packet_id, codes))
         for sub in granted:
             sources = [self.receivers[link][1] for link in sub.links if link in self.receivers]
@@ -330,6 +339,76 @@ class MqttSession(asyncio.Protocol):
                     continue  # from an address this user may not receive from
                 self._deliver(sub, retained.topic, retained.payload,
                               min(sub.qos, retained.qos), None, None, retain=True)
+
+    async def _subscribe_one(self, topic_filter: str, qos: int, addresses: dict):
+        """Receivers for one filter; the Subscription, or None when the router let none of
+        them attach. A persistent session's QoS 1 filter reads topic addresses through durable
+        subscription addresses of its own, which keep messages while the client is away."""
+        sub = Subscription(topic_filter, qos)
+        sources = mapping.subscription_sources(topic_filter, addresses)
+        if not self.clean and qos:
+            sources = [await self._durable(topic_filter, src) if src.topic else src
+                       for src in sources]
+        credit = INFLIGHT if sub.qos else QOS0_CREDIT
+        links = [self.amqp.receiver(src.address, credit) for src in sources if src is not None]
+        attached = [src for src in sources if src is not None]
+        for link, src in zip(links, attached, strict=True):
+            self.receivers[link] = (sub, src)
+        answers = await asyncio.gather(*(self.amqp.link_open(link) for link in links),
+                                       return_exceptions=True)
+        for link, answer in zip(links, answers, strict=True):
+            if isinstance(answer, LinkRefused):
+                self.receivers.pop(link, None)
+            else:
+                sub.links.append(link)
+        if not sub.links:
+            logger.info("mqtt.subscribe_refused", extra={
+                "vhost": self.vhost, "client_id": self.client_id, "filter": topic_filter,
+                "reason": next((str(a) for a in answers if isinstance(a, Exception)),
+                               "no such address")})
+            return None
+        self.subs[topic_filter] = sub
+        return sub
+
+    async def _durable(self, topic_filter: str, src: mapping.Source):
+        """The durable source replacing a topic source: `<topic>::<name>`, once the agents have
+        made it (None if the router still refuses it after SESSION_READY_TIMEOUT)."""
+        name = store.durable_name(self.client_id, topic_filter, src.topic)
+        try:
+            await asyncio.to_thread(store.ensure_subscription, self.vhost, src.topic, name,
+                                    self._actor())
+        except Exception as exc:  # a plan or quota refusal: say so, grant nothing there
+            logger.warning("mqtt.session_subscription_refused", extra={
+                "vhost": self.vhost, "client_id": self.client_id, "reason": str(exc)})
+            return None
+        durable = mapping.Source(f"{src.topic}::{name}", src.topic)
+        deadline = time.monotonic() + SESSION_READY_TIMEOUT
+        while not self.amqp.closed:
+            link = self.amqp.receiver(durable.address, 0)
+            try:
+                await self.amqp.link_open(link)
+            except LinkRefused:
+                if time.monotonic() > deadline:
+                    return None
+                await asyncio.sleep(0.2)  # the agents have not configured it yet
+                continue
+            link.close()
+            return durable
+        return None
+
+    async def _save_session(self) -> None:
+        await asyncio.to_thread(store.save_session, self.vhost, self.client_id,
+                                {f: sub.qos for f, sub in self.subs.items()})
+
+    async def _forget(self, packet: codec.Unsubscribe) -> None:
+        """UNSUBSCRIBE in a persistent session: its durable subscriptions go too."""
+        addresses = await self.gw.book.get(self.vhost)
+        names = [store.durable_name(self.client_id, f, src.topic) for f in packet.filters
+                 for src in mapping.subscription_sources(f, addresses) if src.topic]
+        await asyncio.to_thread(store.drop_subscriptions, self.vhost, self.client_id,
+                                self._actor(), names)
+        await self._save_session()
+        self._write(codec.ack(codec.UNSUBACK, packet.packet_id))
 
     def _unsubscribe(self, topic_filter: str) -> None:
         sub = self.subs.pop(topic_filter, None)

@@ -1,14 +1,19 @@
 """What the gateway reads and writes in the control plane's database: a space's address names
-and types (the mapping needs them; cached a few seconds) and retained messages. Every call
+and types (the mapping needs them; cached a few seconds), retained messages and persistent
+sessions (their durable subscription addresses go through the service functions). Every call
 runs in a worker thread (`asyncio.to_thread`): Django's ORM is synchronous."""
 
 import asyncio
+import hashlib
 import time
 
+from django.conf import settings
 from django.db import close_old_connections
 
-from config_service.models import Address
-from workers.models import RetainedMessage
+from config_service import services
+from config_service.models import Address, AddressSpace
+from maas.core.context import Context
+from workers.models import MqttSession, RetainedMessage
 
 from .mapping import matches
 
@@ -21,6 +26,24 @@ def _addresses(vhost: str) -> dict:
     rows = Address.objects.filter(space__tenant__slug=slug, space__name=name,
                                   space__terminating=False, space__type="standard")
     return dict(rows.values_list("address", "type"))
+
+
+def router_of(vhost: str, default: tuple[str, int]) -> tuple[str, int]:
+    """Where the space's router takes AMQP clients: on Kubernetes the Service of the space's
+    own router (workers/infra), otherwise the one router of the machine (`default`)."""
+    if settings.MAAS_INFRA_BACKEND != "kubernetes":
+        return default
+    from workers.infra import manifests as m
+    from workers.infra.backend import infra_settings
+
+    close_old_connections()
+    slug, _, name = vhost.partition(".")
+    uid = AddressSpace.objects.filter(tenant__slug=slug, name=name, type="standard").values_list(
+        "uid", flat=True).first()
+    if uid is None:
+        return default  # no such space: the router refuses the login anyway
+    return m.service_host(m.router_name(m.infra_id(str(uid))), infra_settings()), \
+        m.ROUTER_AMQP_PORT
 
 
 class AddressBook:
@@ -65,3 +88,60 @@ def load_retained(vhost: str, topic_filter: str) -> list[RetainedMessage]:
     for r in rows:
         r.payload = bytes(r.payload)
     return rows
+
+
+# -- persistent sessions (clean session 0) -----------------------------------------------------
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:12]
+
+
+def durable_name(client_id: str, topic_filter: str, topic: str) -> str:
+    """The subscription address that keeps a session's QoS 1 messages of one topic address."""
+    return f"mqtt-{_digest(client_id)}-{_digest(topic_filter, topic)}"
+
+
+def _space(vhost: str) -> AddressSpace | None:
+    slug, _, name = vhost.partition(".")
+    return AddressSpace.objects.filter(tenant__slug=slug, name=name, type="standard",
+                                       terminating=False).first()
+
+
+def load_session(vhost: str, client_id: str) -> dict | None:
+    close_old_connections()
+    row = MqttSession.objects.filter(vhost=vhost, client_id=client_id).first()
+    return None if row is None else dict(row.subscriptions)
+
+
+def save_session(vhost: str, client_id: str, subscriptions: dict) -> None:
+    close_old_connections()
+    MqttSession.objects.update_or_create(vhost=vhost, client_id=client_id,
+                                         defaults={"subscriptions": subscriptions})
+
+
+def ensure_subscription(vhost: str, topic: str, name: str, actor: str) -> None:
+    """The durable subscription address `name` on `topic`, made through the service function
+    (a config event; the agents give it its broker queue) if the space does not have it."""
+    close_old_connections()
+    space = _space(vhost)
+    if space is None or Address.objects.filter(space=space, address=name).exists():
+        return
+    services.create_address(ctx=Context(actor=actor), space=space, address=name,
+                            type="subscription", plan=settings.MAAS_MQTT_SESSION_PLAN,
+                            topic=topic)
+
+
+def drop_subscriptions(vhost: str, client_id: str, actor: str, names=None) -> None:
+    """Delete the named durable subscriptions of a client (all of them without `names`), and
+    with all of them its session."""
+    close_old_connections()
+    space = _space(vhost)
+    if names is None:
+        MqttSession.objects.filter(vhost=vhost, client_id=client_id).delete()
+    if space is None:
+        return
+    rows = Address.objects.filter(space=space, type="subscription",
+                                  address__startswith=f"mqtt-{_digest(client_id)}-")
+    if names is not None:
+        rows = rows.filter(address__in=list(names))
+    for name in list(rows.values_list("name", flat=True)):
+        services.delete_address(ctx=Context(actor=actor), space=space, name=name)

@@ -1,5 +1,6 @@
 """The MQTT gateway end to end: paho clients -> gateway process -> the real embedded router ->
 RabbitMQ (topics) or the router itself (anycast, multicast) -> paho or proton clients."""
+import socket
 import subprocess
 import uuid
 
@@ -14,6 +15,7 @@ from tests.mqtt.conftest import PASSWORD, Client, add, user
 from tests.router.conftest import pump
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import connect, wait_for_bindings
+from workers.mqtt_gateway import codec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -138,3 +140,36 @@ def test_a_user_without_rights_gets_suback_0x80_and_is_disconnected_on_publish(g
     c.client.publish("events", b"not allowed", qos=1)
     assert c.disconnected.wait(5)  # MQTT 3.1.1 refuses a PUBLISH only by closing
     c.client.loop_stop()
+
+
+def test_qos0_goes_both_ways_and_a_publisher_nobody_takes_from_is_held_back(
+        router, gateway, space):
+    add(space, "rpc", "anycast", "standard-small-anycast")
+    user(space)
+    sync(space)
+    conn = connect(router, space)
+    receiver = open_receiver(conn, "rpc", credit=10)
+    pub = Client(gateway, space)
+    pub.publish("rpc", b"qos0 to amqp", qos=0)
+    assert bytes(receiver.receive(5).body) == b"qos0 to amqp"
+    receiver.close()
+    sub = Client(gateway, space)
+    assert sub.subscribe("rpc", qos=0) == [0]
+    open_sender(conn, "rpc").send(Message(body="qos0 from amqp"))
+    got = sub.received(1)
+    assert (got[0].topic, got[0].payload, got[0].qos) == ("rpc", b"qos0 from amqp", 0)
+    sub.close()
+    # nobody receives: the router gives no credit, and the gateway stops reading the publisher
+    # (its socket buffers fill) instead of queueing without bound; 20 MB never all get in
+    raw = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
+    raw.sendall(codec.connect("flood", f"app@{space.vhost}", PASSWORD.encode()))
+    assert raw.recv(4) == codec.connack(codec.ACCEPTED)
+    packet = codec.publish("rpc", b"x" * 1000)
+    raw.settimeout(5)
+    with pytest.raises(TimeoutError):
+        raw.sendall(packet * 20000)
+    late = open_receiver(conn, "rpc", credit=100)
+    assert bytes(late.receive(10).body) == b"x" * 1000  # what waited goes out to a receiver
+    raw.close()
+    pub.close()
+    conn.close()

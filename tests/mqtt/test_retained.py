@@ -22,7 +22,7 @@ def sensors(gateway, space):
 
 
 def retained_rows(space):
-    return sorted(RetainedMessage.objects.filter(vhost=space.vhost)
+    return sorted(RetainedMessage.objects.filter(space_uid=space.uid)
                   .values_list("topic", flat=True))
 
 
@@ -88,4 +88,4 @@ def test_retained_messages_follow_the_users_rights(gateway, sensors):
     time.sleep(0.5)
     assert len(reader.messages) == 1
     reader.close()
-    assert RetainedMessage.objects.get(vhost=sensors.vhost, topic="sensors/room1").payload == b"ok"
+    assert RetainedMessage.objects.get(space_uid=sensors.uid, topic="sensors/room1").payload == b"ok"

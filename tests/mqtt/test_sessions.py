@@ -57,12 +57,12 @@ def test_a_persistent_session_gets_what_was_sent_while_away_across_a_gateway_res
     time.sleep(0.5)
     assert len(back.messages) == 1
     back.close()
-    assert MqttSession.objects.get(vhost=space.vhost, client_id="dev-1").subscriptions == {
+    assert MqttSession.objects.get(space_uid=space.uid, client_id="dev-1").subscriptions == {
         "sensors/+/temp": 1}
 
     # a clean session ends it: the session and its durable subscription go
     clean = Client(gateway, space, client_id="dev-1", clean_session=True)
     assert clean.connected() == 0 and clean.session_present is False
     wait(lambda: not durable(space), what="the durable subscription deleted")
-    assert not MqttSession.objects.filter(vhost=space.vhost, client_id="dev-1").exists()
+    assert not MqttSession.objects.filter(space_uid=space.uid, client_id="dev-1").exists()
     clean.close()

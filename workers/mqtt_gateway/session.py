@@ -24,6 +24,7 @@ logger = logging.getLogger("workers.mqtt_gateway")
 
 INFLIGHT = 100  # QoS 1 messages a receiver may have unacknowledged by the MQTT client
 QOS0_CREDIT = 200  # credit of a QoS 0 receiver, topped up as its messages are written
+MAX_QUEUED = 1000  # messages waiting for the router's credit before the client is paused
 OPEN_TIMEOUT = 10.0
 SESSION_READY_TIMEOUT = 30.0  # seconds a new durable subscription may take to be configured
 DRAIN_TIMEOUT = 5.0  # seconds a leaving client's messages may wait for the router's credit
@@ -58,6 +59,7 @@ class MqttSession(asyncio.Protocol):
         self.inflight: dict = {}  # our packet id -> (link, delivery)
         self.starved: set = set()  # QoS 0 receivers whose credit waits for the socket to drain
         self.write_paused = False
+        self.flow_paused = False  # reading stopped until the router takes queued messages
         self.next_id = 0
         self.will: codec.Publish | None = None
         self.clean = True  # clean session; 0 keeps subscriptions and QoS 1 messages
@@ -161,7 +163,7 @@ class MqttSession(asyncio.Protocol):
                 self._close("internal_error")
             finally:
                 self.busy = False
-                if not self.closing:
+                if not self.closing and not self.flow_paused:
                     self.sock.resume_reading()
                     self._drain()
 
@@ -300,10 +302,26 @@ class MqttSession(asyncio.Protocol):
         if link is None:
             link = self.senders[address] = self.amqp.sender(address)
         dlv = self.amqp.send(link, encode(p.payload, subject, durable=p.qos > 0), p.qos == 0)
+        if link.queued > MAX_QUEUED and not self.flow_paused:
+            # The router holds credit back (e.g. nobody consumes): stop reading this client
+            # rather than queue without bound in the gateway.
+            self.flow_paused = True
+            self.sock.pause_reading()
+            self.gw.loop.call_later(0.01, self._check_queued)
         if p.qos:
             self.unacked[dlv] = (codec.PUBACK if p.qos == 1 else codec.PUBREC, p.packet_id)
         if p.retain:
             self.gw.retain(self.vhost, p, link, self.amqp)
+
+    def _check_queued(self) -> None:
+        if self.closing:
+            return
+        if any(link.queued > MAX_QUEUED // 2 for link in self.senders.values()):
+            self.gw.loop.call_later(0.01, self._check_queued)
+            return
+        self.flow_paused = False
+        if not self.busy:
+            self.sock.resume_reading()
 
     def on_outcome(self, dlv, state) -> None:
         entry = self.unacked.pop(dlv, None)

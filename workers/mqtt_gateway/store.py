@@ -68,19 +68,32 @@ class AddressBook:
         return addresses
 
 
+def _space(vhost: str) -> AddressSpace | None:
+    slug, _, name = vhost.partition(".")
+    return AddressSpace.objects.filter(tenant__slug=slug, name=name, type="standard",
+                                       terminating=False).first()
+
+
 def save_retained(vhost: str, topic: str, payload: bytes, qos: int) -> None:
     """The topic's retained message; an empty payload removes it (3.1.1 section 3.3.1.3)."""
     close_old_connections()
-    if not payload:
-        RetainedMessage.objects.filter(vhost=vhost, topic=topic).delete()
+    space = _space(vhost)
+    if space is None:
         return
-    RetainedMessage.objects.update_or_create(vhost=vhost, topic=topic,
+    if not payload:
+        RetainedMessage.objects.filter(space_uid=space.uid, topic=topic).delete()
+        return
+    RetainedMessage.objects.update_or_create(space_uid=space.uid, topic=topic,
                                              defaults={"payload": payload, "qos": qos})
 
 
 def load_retained(vhost: str, topic_filter: str) -> list[RetainedMessage]:
     close_old_connections()
-    rows = RetainedMessage.objects.filter(vhost=vhost)
+    space = _space(vhost)
+    if space is None:
+        return []
+    # by the uid: a space deleted and made again under its name does not see the old ones
+    rows = RetainedMessage.objects.filter(space_uid=space.uid)
     head = topic_filter.split("/", 1)[0]
     if head not in ("+", "#"):
         rows = rows.filter(topic__startswith=head)
@@ -100,22 +113,21 @@ def durable_name(client_id: str, topic_filter: str, topic: str) -> str:
     return f"mqtt-{_digest(client_id)}-{_digest(topic_filter, topic)}"
 
 
-def _space(vhost: str) -> AddressSpace | None:
-    slug, _, name = vhost.partition(".")
-    return AddressSpace.objects.filter(tenant__slug=slug, name=name, type="standard",
-                                       terminating=False).first()
-
-
 def load_session(vhost: str, client_id: str) -> dict | None:
     close_old_connections()
-    row = MqttSession.objects.filter(vhost=vhost, client_id=client_id).first()
+    space = _space(vhost)
+    if space is None:
+        return None
+    row = MqttSession.objects.filter(space_uid=space.uid, client_id=client_id).first()
     return None if row is None else dict(row.subscriptions)
 
 
 def save_session(vhost: str, client_id: str, subscriptions: dict) -> None:
     close_old_connections()
-    MqttSession.objects.update_or_create(vhost=vhost, client_id=client_id,
-                                         defaults={"subscriptions": subscriptions})
+    space = _space(vhost)
+    if space is not None:
+        MqttSession.objects.update_or_create(space_uid=space.uid, client_id=client_id,
+                                             defaults={"subscriptions": subscriptions})
 
 
 def ensure_subscription(vhost: str, topic: str, name: str, actor: str) -> None:
@@ -135,10 +147,10 @@ def drop_subscriptions(vhost: str, client_id: str, actor: str, names=None) -> No
     with all of them its session."""
     close_old_connections()
     space = _space(vhost)
-    if names is None:
-        MqttSession.objects.filter(vhost=vhost, client_id=client_id).delete()
     if space is None:
         return
+    if names is None:
+        MqttSession.objects.filter(space_uid=space.uid, client_id=client_id).delete()
     rows = Address.objects.filter(space=space, type="subscription",
                                   address__startswith=f"mqtt-{_digest(client_id)}-")
     if names is not None:

@@ -11,6 +11,8 @@ publisher in-flight window 100; rate = messages received / time from the first p
 last message received. Cases, each at QoS 0 and QoS 1:
 
 - mosquitto: paho -> Mosquitto (1883) -> paho, the reference of the same run;
+- amqtt (with `--amqtt-port`): the same through an amqtt broker started beforehand (the
+  library the gateway did not use: docs/mqtt.md);
 - gateway multicast: paho -> gateway -> router (`events`) -> gateway -> paho;
 - gateway topic: the same through RabbitMQ (`sensors/room<i>`, subscriber `sensors/#`);
 - gateway mqtt->amqp: paho -> gateway -> router (`rpc`) -> a proton receiver (credit 500,
@@ -187,6 +189,8 @@ def main():
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--database", default="maas_bench_mqtt_gateway")
+    parser.add_argument("--amqtt-port", type=int, default=0,
+                        help="also measure an amqtt broker already listening there (anonymous)")
     args = parser.parse_args()
     url = ensure_database(args.database)
     router = RouterProcess(auth_port=0)  # its auth port is set below, before it starts
@@ -215,6 +219,8 @@ def main():
     cases = {
         "mosquitto": (MOSQUITTO_PORT, None, ["bench/x"], mqtt_subscriber,
                       (MOSQUITTO_PORT, None, "bench/#")),
+        **({"amqtt": (args.amqtt_port, None, ["bench/x"], mqtt_subscriber,
+                      (args.amqtt_port, None, "bench/#"))} if args.amqtt_port else {}),
         "gateway multicast": (gw_port, login, ["events"], mqtt_subscriber,
                               (gw_port, login, "events")),
         "gateway topic": (gw_port, login, rooms, mqtt_subscriber, (gw_port, login, "sensors/#")),

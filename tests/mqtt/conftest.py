@@ -14,11 +14,20 @@ from django.conf import settings as django_settings
 from config_service import services
 from config_service.models import AddressSpace
 from tests.conftest import CTX, b64
-from tests.router.conftest import ROOT, free_port, terminate, wait_port
-from tests.workers.conftest import router, router_kind, router_settings, sync  # noqa: F401
+from tests.router.conftest import ADMIN_PASSWORD, ROOT, free_port, terminate, wait_port
+from tests.workers.conftest import router, router_kind, sync  # noqa: F401
 
 PASSWORD = "app-password"
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def pytest_generate_tests(metafunc):
+    """Modules with BOTH_ROUTERS run against the embedded router and against qdrouterd 1.19
+    (where `QDROUTERD` names a build; skipped with the reason elsewhere), as tests/workers."""
+    if "router_kind" in metafunc.fixturenames:
+        both = getattr(metafunc.module, "BOTH_ROUTERS", False)
+        metafunc.parametrize("router_kind", ["embedded", "qdrouterd"] if both else ["embedded"],
+                             scope="module")
 
 
 class GatewayProcess:
@@ -61,7 +70,14 @@ def gateway(router, django_db_setup, django_db_blocker):  # noqa: F811
 
 
 @pytest.fixture
-def space(tenant, redis_server):
+def space(tenant, redis_server, router, settings):  # noqa: F811
+    # the agents configure the module's router (tests/workers/conftest.py's router_settings)
+    settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{router.mgmt_port}"
+    settings.MAAS_ROUTER_ADMIN_USER = "admin"
+    settings.MAAS_ROUTER_ADMIN_PASSWORD = ADMIN_PASSWORD
+    settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
+    if router.relay is not None:
+        settings.MAAS_VHOST_RELAY_PORT = router.relay.port
     s = services.create_address_space(ctx=CTX, tenant=tenant, name=f"mq{uuid.uuid4().hex[:5]}",
                                       type="standard", plan="standard-medium")
     yield s

@@ -11,6 +11,7 @@ from tests.workers.conftest import sync
 from workers.agents.certificates import ensure_self_signed
 
 pytestmark = pytest.mark.django_db(transaction=True)
+BOTH_ROUTERS = True  # tests/mqtt/conftest.py: the embedded router and qdrouterd
 
 
 def mosquitto_sub(port, login, topic, count, qos=1, extra=()):

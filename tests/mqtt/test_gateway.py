@@ -18,6 +18,7 @@ from tests.workers.test_standard_space_e2e import connect, wait_for_bindings
 from workers.mqtt_gateway import codec
 
 pytestmark = pytest.mark.django_db(transaction=True)
+BOTH_ROUTERS = True  # the gateway is an AMQP client of whichever router the space has
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from tests.workers.conftest import sync
 from workers.models import RetainedMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
+BOTH_ROUTERS = True  # tests/mqtt/conftest.py: the embedded router and qdrouterd
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from tests.workers.conftest import sync
 from workers.models import MqttSession
 
 pytestmark = pytest.mark.django_db(transaction=True)
+BOTH_ROUTERS = True  # tests/mqtt/conftest.py: the embedded router and qdrouterd
 
 
 def durable(space):

@@ -11,6 +11,7 @@ from tests.workers.test_standard_space_e2e import wait_for_bindings
 from workers.mqtt_gateway import codec
 
 pytestmark = pytest.mark.django_db(transaction=True)
+BOTH_ROUTERS = True  # tests/mqtt/conftest.py: the embedded router and qdrouterd
 
 
 def raw_client(gateway, space, will, keep_alive=60) -> socket.socket:

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from tests.mqtt.conftest import PASSWORD, Client, add, user
+from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import wait_for_bindings
 from workers.mqtt_gateway import codec
@@ -79,3 +80,32 @@ def test_a_will_to_a_topic_the_user_may_not_send_to_is_not_published(gateway, sp
     assert [(m.topic, m.payload) for m in watcher.received(1)] == [("status/dev5", b"allowed")]
     time.sleep(0.5)
     assert len(watcher.messages) == 1
+
+
+def test_a_client_gone_before_its_connack_leaves_no_router_connection(router, gateway, space):
+    from workers.agents.qdr import Management
+
+    user(space)
+    sync(space)
+
+    def connections():
+        mgmt = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
+        try:
+            return [c for c in mgmt.query("org.apache.qpid.dispatch.connection")
+                    if str(c.get("user", "")).endswith(space.vhost)]
+        finally:
+            mgmt.close()
+
+    live = Client(gateway, space)
+    assert live.connected() == 0
+    assert len(connections()) == 1  # the query sees a client's router connection
+    live.close()
+    for _ in range(5):
+        sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=10)
+        sock.sendall(codec.connect(f"gone-{time.monotonic_ns()}", f"app@{space.vhost}",
+                                   PASSWORD.encode()))
+        sock.close()  # before the CONNACK
+    deadline = time.monotonic() + 10
+    while connections() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert connections() == []

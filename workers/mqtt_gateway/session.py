@@ -228,6 +228,9 @@ class MqttSession(asyncio.Protocol):
         await self.gw.book.get(vhost)
         self.clean = c.clean_session
         stored = await self._session_at_connect()
+        if self.closing:  # the client went while the router and the database answered
+            await self._close_amqp()
+            return
         previous = self.gw.clients.get((vhost, self.client_id))
         if previous is not None:
             previous._close("taken_over")  # 3.1.4: the newer connection wins

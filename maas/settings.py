@@ -286,6 +286,15 @@ MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
 MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
+# The MQTT gateway of standard spaces (workers/mqtt_gateway, docs/mqtt.md): 1883 is Mosquitto's
+# and 1884 RabbitMQ's MQTT; it reaches the router's AMQP listener as each client's user.
+MAAS_MQTT_GATEWAY_ENABLED = env_bool("MAAS_MQTT_GATEWAY_ENABLED", True)
+MAAS_MQTT_GATEWAY_HOST = env("MAAS_MQTT_GATEWAY_HOST", "127.0.0.1")
+MAAS_MQTT_GATEWAY_PORT = env_int("MAAS_MQTT_GATEWAY_PORT", 1885)
+MAAS_MQTT_GATEWAY_TLS_PORT = env_int("MAAS_MQTT_GATEWAY_TLS_PORT", 8885)
+MAAS_MQTT_GATEWAY_ROUTER_HOST = env("MAAS_MQTT_GATEWAY_ROUTER_HOST", "127.0.0.1")
+# The address plan of the subscription addresses that keep persistent sessions' QoS 1 messages.
+MAAS_MQTT_SESSION_PLAN = env("MAAS_MQTT_SESSION_PLAN", "standard-small-subscription")
 # Where a router without the connector virtualHost extension (qdrouterd) reaches the local
 # RabbitMQ: the vhost relay (workers/vhost_relay/) picks the vhost from the login.
 MAAS_VHOST_RELAY_HOST = env("MAAS_VHOST_RELAY_HOST", "127.0.0.1")

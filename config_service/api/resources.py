@@ -38,13 +38,23 @@ def endpoints(space) -> list[dict]:
              "servicePorts": [{"name": "mqtt", "port": settings.RABBITMQ_MQTT_PORT}],
              "username": f"{space.vhost}:<username>@{space.vhost}"},
         ]
+    tls = bool(_ca_cert(space))
     ports = [{"name": "amqp", "port": settings.MAAS_ROUTER_AMQP_PORT}]
-    if _ca_cert(space):
+    if tls:
         ports.append({"name": "amqps", "port": settings.MAAS_ROUTER_AMQPS_PORT})
     # The AMQP open hostname selects the space on the router: qdrouterd's vhost policy and
     # address prefix follow it alone (the embedded router also reads `user@vhost`).
-    return [{"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": ports,
-             "virtualHost": space.vhost, "username": f"<username>@{space.vhost}"}]
+    out = [{"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": ports,
+            "virtualHost": space.vhost, "username": f"<username>@{space.vhost}"}]
+    if settings.MAAS_MQTT_GATEWAY_ENABLED:
+        # The MQTT gateway (docs/mqtt.md): the login names the space, MQTTS has the router's
+        # certificate (the same CA as AMQPS).
+        mqtt = [{"name": "mqtt", "port": settings.MAAS_MQTT_GATEWAY_PORT}]
+        if tls:
+            mqtt.append({"name": "mqtts", "port": settings.MAAS_MQTT_GATEWAY_TLS_PORT})
+        out.append({"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST,
+                    "servicePorts": mqtt, "username": f"<username>@{space.vhost}"})
+    return out
 
 
 def _ca_cert(space) -> str:
@@ -63,7 +73,8 @@ def connection_urls(space, username: str) -> list[str]:
     """One URL per protocol endpoint of the space, for this user: the login included, the
     password left out (a client asks for it or takes it apart). RabbitMQ picks a brokered
     space's vhost from the AMQP open hostname, which a URL cannot carry: `amqp.vhost` (Qpid
-    JMS's option) names it; MQTT takes the vhost from the username."""
+    JMS's option) names it; MQTT (RabbitMQ's, or the gateway of standard spaces) takes the
+    space from the username."""
     urls = []
     for endpoint in endpoints(space):
         login = endpoint["username"].replace("<username>", username)

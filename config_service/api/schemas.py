@@ -176,7 +176,7 @@ class AddressSpaceSpec(Described):
 
 
 class ServicePort(Described):
-    name = s.CharField(help_text="amqp, amqps or mqtt.")
+    name = s.CharField(help_text="amqp, amqps, mqtt or mqtts.")
     port = s.IntegerField()
 
 
@@ -373,7 +373,7 @@ class MessagingUserStatus(Described):
     connectionUrl = s.CharField(help_text="An AMQP URL with a `<password>` placeholder.")
     connectionUrls = s.ListField(
         child=s.CharField(),
-        help_text="One URL per protocol endpoint of the space (amqp, amqps, mqtt), the login "
+        help_text="One URL per protocol endpoint of the space (amqp, amqps, mqtt, mqtts), the login "
                   "included and the password left out; a brokered space's AMQP URLs name "
                   "the vhost in `amqp.vhost`.")
 

@@ -335,6 +335,13 @@ def user_delete(request, tenant, space, user):
         back=f"/portal/t/{tenant}/spaces/{space}/users/"))
 
 
+def _mqtt_topic(space, address: str) -> str:
+    """A topic the MQTT example can use: a topic address with a subtopic, else the address."""
+    topic = Address.objects.filter(space=space, type="topic").order_by("name").values_list(
+        "address", flat=True).first()
+    return f"{topic}/room1" if topic else address
+
+
 @login_required
 @require_safe
 def connect(request, tenant, space):
@@ -346,10 +353,13 @@ def connect(request, tenant, space):
     port = endpoint["servicePorts"][0]["port"]
     address, kind = Address.objects.filter(space=s).order_by("name").values_list(
         "address", "type").first() or ("myqueue", "queue")
+    mqtt = next((e for e in endpoints(s) if e["name"] == "mqtt"), None)
     return render(request, "portal/connect.html", p.context(
         space=s, endpoint=endpoint, port=port, user=chosen, address=address,
         send_address=send_address(s.type, kind, address),
-        receive_address=receive_address(s.type, kind, address),
+        receive_address=receive_address(s.type, kind, address), mqtt=mqtt,
+        mqtt_login=mqtt["username"].replace("<username>", chosen) if mqtt else "",
+        mqtt_topic=_mqtt_topic(s, address),
         login=f"{chosen}@{s.vhost}", url=connection_url(s, chosen),
         users=MessagingUser.objects.filter(space=s).values_list("username", flat=True)))
 

@@ -113,6 +113,9 @@ if ! command -v promtool >/dev/null 2>&1; then
   if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
 fi
 
+# --- mosquitto_pub/sub: the MQTT gateway's tests use them as real MQTT clients (tests/mqtt) ------
+need_pkg mosquitto_sub mosquitto-clients
+
 # --- Java for Spark (usage jobs) and Chromium for the browser tests ------------------------------
 need_pkg java openjdk-17-jre-headless
 need_pkg chromium chromium

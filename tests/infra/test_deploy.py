@@ -217,3 +217,53 @@ def test_the_router_image_is_qdrouterd_everywhere(rendered, target):
     assert config["MAAS_ROUTER_IMAGE"] == m.InfraSettings().router_image
     assert settings.MAAS_ROUTER_IMAGE == m.InfraSettings().router_image
     assert "qdrouterd" in config["MAAS_ROUTER_IMAGE"]
+
+
+@pytest.mark.parametrize("target", ["overlays/dev", "overlays/production"])
+def test_the_mqtt_gateway_runs_stateless_replicas_behind_one_service(rendered, target):
+    docs = rendered[target]
+    deployment = by(docs, "Deployment", "maas-mqtt-gateway")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"][:3] == ["python", "-m", "workers.mqtt_gateway"]
+    assert container["envFrom"] == [{"configMapRef": {"name": "maas-config"}}]
+    assert pod["automountServiceAccountToken"] is False
+    # MQTTS from an optional Secret: without one the pod still starts (plain MQTT only)
+    tls = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert tls["secret"] == {"secretName": "maas-mqtt-gateway-tls", "optional": True}
+    service = by(docs, "Service", "maas-mqtt-gateway")
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [
+        ("mqtt", settings.MAAS_MQTT_GATEWAY_PORT), ("mqtts", settings.MAAS_MQTT_GATEWAY_TLS_PORT)]
+    assert service["spec"]["selector"].items() <= pod_labels(docs, "maas-mqtt-gateway").items()
+    policy = by(docs, "NetworkPolicy", "maas-mqtt-gateway")["spec"]
+    assert [p["port"] for p in policy["ingress"][0]["ports"]] == [
+        settings.MAAS_MQTT_GATEWAY_PORT, settings.MAAS_MQTT_GATEWAY_TLS_PORT]
+    assert by(docs, "PodDisruptionBudget", "maas-mqtt-gateway")["spec"]["minAvailable"] == 1
+    assert deployment["spec"]["replicas"] == (1 if target == "overlays/dev" else 2)
+
+
+@pytest.mark.django_db(transaction=True)  # the gateway's reads close their connection
+def test_the_mqtt_gateway_finds_a_space_s_own_router_on_kubernetes(settings, tenant):
+    from config_service import services
+    from tests.conftest import CTX
+    from workers.mqtt_gateway.store import router_of
+
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name="iot", type="standard",
+                                          plan="standard-medium")
+    local = ("127.0.0.1", 5673)
+    assert router_of(space.vhost, local) == local
+    settings.MAAS_INFRA_BACKEND = "kubernetes"
+    settings.MAAS_INFRA_NAMESPACE = "maas-spaces"
+    host, port = router_of(space.vhost, local)
+    assert host == f"router-{m.infra_id(str(space.uid))}.maas-spaces.svc"
+    assert port == m.ROUTER_AMQP_PORT
+    # the router Service the infra controller renders for the space has that name and port
+    infra = m.space_infra(space.uid, tenant.slug, "iot", space.plan, [])
+    cfg = m.InfraSettings(namespace="maas-spaces")
+    router_service = next(d for d in m.router_manifests(infra, cfg, "uid",
+                                                        m.Certificate("c", "k"))
+                          if d["kind"] == "Service" and "internal" not in d["metadata"]["name"])
+    assert m.service_host(router_service["metadata"]["name"], cfg) == host
+    assert port in [p["port"] for p in router_service["spec"]["ports"]]
+    assert router_of("acme.nowhere", local) == local
+

@@ -5,7 +5,8 @@ one for resync and usage work, a third for the router watch, Celery beat (outbox
 router watch, usage sampling), the embedded AMQP 1.0 router (AMQP 5673, AMQPS 5674, management
 5675) -- or, when `QDROUTERD` names a qdrouterd binary, that qdrouterd on the same ports and the
 vhost relay between it and RabbitMQ (127.0.0.1:5677) --, the auth service routers delegate SASL
-to (127.0.0.1:5676; with the router enabled) and the processes listed in MAAS_EXTRA_PROCESSES;
+to (127.0.0.1:5676; with the router enabled), the MQTT gateway of standard spaces (MQTT 1885,
+MQTTS 8885) and the processes listed in MAAS_EXTRA_PROCESSES;
 starts again, after a growing back-off, any of them that exits (maas.supervisor), and stops them
 all on Ctrl-C.
 """
@@ -60,6 +61,9 @@ def processes(bind: str) -> dict[str, list[str]]:
             "--host", settings.MAAS_AUTH_SERVICE_HOST,
             "--port", str(settings.MAAS_AUTH_SERVICE_PORT),
         ]
+    if settings.MAAS_ROUTER_ENABLED and settings.MAAS_MQTT_GATEWAY_ENABLED:
+        # MQTT for standard spaces: an AMQP client of whichever router runs (docs/mqtt.md).
+        procs["mqtt-gateway"] = [py, "-m", "workers.mqtt_gateway"]
     if settings.MAAS_ROUTER_ENABLED and qdrouterd.binary():
         # qdrouterd opens RabbitMQ connections with its connector's host as the AMQP hostname,
         # so they land in vhost `/`; the relay sets `vhost:<vhost>` from the login.

@@ -1,0 +1,176 @@
+"""The MQTT gateway end to end: paho clients -> gateway process -> the real embedded router ->
+RabbitMQ (topics) or the router itself (anycast, multicast) -> paho or proton clients."""
+import socket
+import subprocess
+import uuid
+
+import pytest
+from proton import Message
+
+from config_service import services
+from maas.core.amqp import open_receiver, open_sender
+from tenants.services import create_tenant
+from tests.conftest import CTX, make_user
+from tests.mqtt.conftest import PASSWORD, Client, add, user
+from tests.router.conftest import pump
+from tests.workers.conftest import sync
+from tests.workers.test_standard_space_e2e import connect, wait_for_bindings
+from workers.mqtt_gateway import codec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+BOTH_ROUTERS = True  # the gateway is an AMQP client of whichever router the space has
+
+
+@pytest.fixture
+def other_tenant(redis_server):
+    return create_tenant(ctx=CTX, slug=f"other-{uuid.uuid4().hex[:6]}",
+                         owner=make_user(f"o{uuid.uuid4().hex[:6]}"))
+
+
+def test_qos0_and_qos1_go_from_mqtt_to_mqtt_on_a_multicast_address(gateway, space):
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    sub, pub = Client(gateway, space), Client(gateway, space)
+    assert sub.connected() == 0 and pub.connected() == 0
+    assert sub.subscribe("events", qos=1) == [1]
+    pub.publish("events", b"zero", qos=0)
+    pub.publish("events", b"one", qos=1)
+    got = sub.received(2)
+    assert [(m.topic, m.payload) for m in got] == [("events", b"zero"), ("events", b"one")]
+    sub.close()
+    pub.close()
+
+
+def test_qos1_goes_both_ways_between_mqtt_and_amqp_on_an_anycast_address(router, gateway, space):
+    add(space, "rpc", "anycast", "standard-small-anycast")
+    user(space)
+    sync(space)
+    conn = connect(router, space)
+    receiver = open_receiver(conn, "rpc", credit=10)
+    pub = Client(gateway, space)
+    info = pub.client.publish("rpc", b"to-amqp", qos=1)
+    msg = receiver.receive(5)
+    assert not info.is_published()  # PUBACK only once the AMQP receiver accepted it
+    receiver.accept()
+    pump(conn)
+    info.wait_for_publish(5)
+    assert bytes(msg.body) == b"to-amqp" and info.is_published()
+    sub = Client(gateway, space)
+    assert sub.subscribe("rpc", qos=1) == [1]
+    receiver.close()
+    sender = open_sender(conn, "rpc")
+    sender.send(Message(body="from-amqp"))  # accepted once the MQTT client PUBACKed
+    got = sub.received(1)
+    assert (got[0].topic, got[0].payload, got[0].qos) == ("rpc", b"from-amqp", 1)
+    conn.close()
+    sub.close()
+    pub.close()
+
+
+def test_topic_subtopics_map_both_ways_and_wildcards_select_them(router, gateway, space):
+    add(space, "sensors", "topic", "standard-small-topic")
+    user(space)
+    sync(space)
+    sub = Client(gateway, space)
+    assert sub.subscribe("sensors/+/temp", qos=1) == [1]
+    everything = Client(gateway, space)
+    assert everything.subscribe("#", qos=0) == [0]
+    wait_for_bindings(space, "sensors", 1)  # the `sensors/*.temp` receiver (`#` is the fanout)
+    pub = Client(gateway, space)
+    pub.publish("sensors/room1/temp", b"21", qos=1)
+    pub.publish("sensors/room1/humidity", b"40", qos=0)
+    pub.publish("sensors/room2/temp", b"19", qos=0)
+    conn = connect(router, space)
+    # an AMQP publisher names the subtopic in the subject (docs/mqtt.md)
+    open_sender(conn, "sensors").send(Message(body=b"18", subject="room3.temp"))
+    got = sub.received(3)
+    assert sorted((m.topic, m.payload) for m in got) == [
+        ("sensors/room1/temp", b"21"), ("sensors/room2/temp", b"19"),
+        ("sensors/room3/temp", b"18")]
+    assert sorted(m.topic for m in everything.received(4)) == [
+        "sensors/room1/humidity", "sensors/room1/temp", "sensors/room2/temp",
+        "sensors/room3/temp"]
+    # MQTT to AMQP: a receiver of the subtopic gets the MQTT publish
+    amqp = open_receiver(conn, "sensors/room9.temp", credit=10)
+    wait_for_bindings(space, "sensors", 2)
+    pub.publish("sensors/room9/temp", b"25", qos=1)
+    assert bytes(amqp.receive(5).body) == b"25"
+    amqp.accept()
+    conn.close()
+    for c in (sub, everything, pub):
+        c.close()
+
+
+def test_a_wrong_password_gets_connack_4_and_another_tenants_user_cannot_reach_the_space(
+        gateway, space, other_tenant):
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    # paho reports MQTT 3.1.1's CONNACK 4 (bad user name or password) as MQTT 5's 134
+    wrong = Client(gateway, space, password="not-the-password")
+    assert wrong.connected() == 134
+    assert wrong.disconnected.wait(5)
+    # the login names the space: a user of no space of this name is refused by the auth service
+    other = Client(gateway, space, username="stranger")
+    assert other.connected() == 134
+    # another tenant's user, with its own right password, cannot name this space
+    outsider_space = services.create_address_space(
+        ctx=CTX, tenant=other_tenant, name="elsewhere", type="standard", plan="standard-medium")
+    add(outsider_space, "events", "multicast", "standard-small-multicast")
+    user(outsider_space, "intruder")
+    sync(outsider_space)
+    assert Client(gateway, outsider_space, username="intruder").connected() == 0  # at home
+    login = f"intruder@{space.vhost}"
+    run = subprocess.run(["mosquitto_sub", "-p", str(gateway.port), "-u", login, "-P", PASSWORD,
+                          "-t", "events", "-C", "1", "-W", "5"], capture_output=True, text=True)
+    assert run.returncode != 0 and "not authorised" in run.stderr.lower() + run.stdout.lower() \
+        or "bad user name or password" in (run.stderr + run.stdout).lower(), run
+
+
+def test_a_user_without_rights_gets_suback_0x80_and_is_disconnected_on_publish(gateway, space):
+    add(space, "events", "multicast", "standard-small-multicast")
+    add(space, "secret", "multicast", "standard-small-multicast")
+    user(space, "limited", rules=[{"addresses": ["events"], "operations": ["recv"]}])
+    sync(space)
+    c = Client(gateway, space, username="limited")
+    assert c.connected() == 0
+    assert c.subscribe("events", qos=1) == [1]
+    assert c.subscribe("secret", qos=1) == [0x80]
+    assert c.subscribe("nowhere/#", qos=0) == [0x80]  # no such address in the space
+    c.client.publish("events", b"not allowed", qos=1)
+    assert c.disconnected.wait(5)  # MQTT 3.1.1 refuses a PUBLISH only by closing
+    c.client.loop_stop()
+
+
+def test_qos0_goes_both_ways_and_a_publisher_nobody_takes_from_is_held_back(
+        router, gateway, space):
+    add(space, "rpc", "anycast", "standard-small-anycast")
+    user(space)
+    sync(space)
+    conn = connect(router, space)
+    receiver = open_receiver(conn, "rpc", credit=10)
+    pub = Client(gateway, space)
+    pub.publish("rpc", b"qos0 to amqp", qos=0)
+    assert bytes(receiver.receive(5).body) == b"qos0 to amqp"
+    receiver.close()
+    sub = Client(gateway, space)
+    assert sub.subscribe("rpc", qos=0) == [0]
+    open_sender(conn, "rpc").send(Message(body="qos0 from amqp"))
+    got = sub.received(1)
+    assert (got[0].topic, got[0].payload, got[0].qos) == ("rpc", b"qos0 from amqp", 0)
+    sub.close()
+    # nobody receives: the router gives no credit, and the gateway stops reading the publisher
+    # (its socket buffers fill) instead of queueing without bound; 20 MB never all get in
+    raw = socket.create_connection(("127.0.0.1", gateway.port), timeout=5)
+    raw.sendall(codec.connect("flood", f"app@{space.vhost}", PASSWORD.encode()))
+    assert raw.recv(4) == codec.connack(codec.ACCEPTED)
+    packet = codec.publish("rpc", b"x" * 1000)
+    raw.settimeout(5)
+    with pytest.raises(TimeoutError):
+        raw.sendall(packet * 20000)
+    late = open_receiver(conn, "rpc", credit=100)
+    assert bytes(late.receive(10).body) == b"x" * 1000  # what waited goes out to a receiver
+    raw.close()
+    pub.close()
+    conn.close()

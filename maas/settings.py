@@ -292,6 +292,9 @@ MAAS_MQTT_GATEWAY_ENABLED = env_bool("MAAS_MQTT_GATEWAY_ENABLED", True)
 MAAS_MQTT_GATEWAY_HOST = env("MAAS_MQTT_GATEWAY_HOST", "127.0.0.1")
 MAAS_MQTT_GATEWAY_PORT = env_int("MAAS_MQTT_GATEWAY_PORT", 1885)
 MAAS_MQTT_GATEWAY_TLS_PORT = env_int("MAAS_MQTT_GATEWAY_TLS_PORT", 8885)
+# Its Prometheus figures (deploy/monitoring scrapes them); loopback by default, 0 = none.
+MAAS_MQTT_GATEWAY_METRICS_HOST = env("MAAS_MQTT_GATEWAY_METRICS_HOST", "127.0.0.1")
+MAAS_MQTT_GATEWAY_METRICS_PORT = env_int("MAAS_MQTT_GATEWAY_METRICS_PORT", 8092)
 MAAS_MQTT_GATEWAY_ROUTER_HOST = env("MAAS_MQTT_GATEWAY_ROUTER_HOST", "127.0.0.1")
 # The address plan of the subscription addresses that keep persistent sessions' QoS 1 messages.
 MAAS_MQTT_SESSION_PLAN = env("MAAS_MQTT_SESSION_PLAN", "standard-small-subscription")

@@ -35,7 +35,7 @@ class GatewayProcess:
     restarted on the same ports."""
 
     def __init__(self, router_port: int, tls_cert: str | None = None, tls_key: str | None = None):
-        self.port, self.tls_port = free_port(), free_port()
+        self.port, self.tls_port, self.metrics_port = free_port(), free_port(), free_port()
         self.router_port = router_port
         self.tls = (tls_cert, tls_key)
         self.proc = None
@@ -45,7 +45,8 @@ class GatewayProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT), MAAS_MQTT_GATEWAY_LOG_LEVEL=os.environ.get("GW_LOG", "WARNING"),
                    DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}")
         cmd = [sys.executable, "-m", "workers.mqtt_gateway", "--port", str(self.port),
-               "--tls-port", str(self.tls_port), "--router", f"127.0.0.1:{self.router_port}"]
+               "--tls-port", str(self.tls_port), "--router", f"127.0.0.1:{self.router_port}",
+               "--metrics-port", str(self.metrics_port)]
         if self.tls[0]:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)

@@ -174,3 +174,39 @@ def test_qos0_goes_both_ways_and_a_publisher_nobody_takes_from_is_held_back(
     raw.close()
     pub.close()
     conn.close()
+
+
+def gateway_figures(gateway) -> dict:
+    """The gateway's /metrics as {sample name with labels: value}."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{gateway.metrics_port}/metrics",
+                                  timeout=5).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("maas_mqtt_gateway_")}
+
+
+def test_the_gateway_counts_logins_connections_and_messages_for_prometheus(gateway, space):
+    add(space, "ticks", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    before = gateway_figures(gateway)
+    refused = Client(gateway, space, password="wrong")
+    assert refused.connected() == 134  # paho's MQTT 5 code for CONNACK 4
+    sub, pub = Client(gateway, space), Client(gateway, space)
+    assert sub.connected() == 0 and pub.connected() == 0
+    assert sub.subscribe("ticks", qos=1) == [1]
+    pub.publish("ticks", b"tick", qos=1)
+    assert [m.payload for m in sub.received(1)] == [b"tick"]
+    during = gateway_figures(gateway)
+    sub.close()
+    pub.close()
+
+    def delta(name):
+        return during.get(name, 0) - before.get(name, 0)
+
+    assert delta('maas_mqtt_gateway_connects_total{result="accepted"}') == 2
+    assert delta('maas_mqtt_gateway_connects_total{result="bad_login"}') == 1
+    assert delta("maas_mqtt_gateway_connections") == 2
+    assert delta('maas_mqtt_gateway_messages_total{direction="in"}') == 1
+    assert delta('maas_mqtt_gateway_messages_total{direction="out"}') == 1

@@ -23,15 +23,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--router", default=f"{settings.MAAS_MQTT_GATEWAY_ROUTER_HOST}:"
                                        f"{settings.MAAS_ROUTER_AMQP_PORT}",
                    help="HOST:PORT of the router's AMQP listener")
+    p.add_argument("--metrics-host", default=settings.MAAS_MQTT_GATEWAY_METRICS_HOST)
+    p.add_argument("--metrics-port", type=int, default=settings.MAAS_MQTT_GATEWAY_METRICS_PORT,
+                   help="Prometheus /metrics; 0: none")
     p.add_argument("--log-level", default=os.environ.get("MAAS_MQTT_GATEWAY_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
 
 async def serve(args) -> int:
+    from . import metrics
     from .server import Gateway
 
     host, _, port = args.router.rpartition(":")
     gateway = Gateway(host, int(port))
+    metrics.serve(args.metrics_host, args.metrics_port)
     await gateway.listen(args.host, args.port)
     if args.tls_port and os.path.exists(args.tls_cert or "") and os.path.exists(args.tls_key or ""):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

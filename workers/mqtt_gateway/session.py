@@ -17,7 +17,7 @@ from collections import deque
 
 from proton import Delivery
 
-from . import codec, mapping, store
+from . import codec, mapping, metrics, store
 from .amqp import AmqpConnection, LinkRefused, encode
 
 logger = logging.getLogger("workers.mqtt_gateway")
@@ -98,6 +98,8 @@ class MqttSession(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.gw.sessions.discard(self)
+        if self.connected:
+            metrics.CONNECTIONS.dec()
         if self._timer is not None:
             self._timer.cancel()
         if self.gw.clients.get((self.vhost, self.client_id)) is self:
@@ -109,6 +111,10 @@ class MqttSession(asyncio.Protocol):
         elif self.amqp is not None:
             self.gw.spawn(self._close_amqp())
         logger.info("mqtt.disconnected", extra={"vhost": self.vhost, "client_id": self.client_id})
+
+    def _refuse(self, code: int) -> None:
+        metrics.connack(code)
+        self._write(codec.connack(code))
 
     def _write(self, data: bytes) -> None:
         if not self.sock.is_closing():
@@ -201,17 +207,17 @@ class MqttSession(asyncio.Protocol):
 
     async def _on_connect(self, c: codec.Connect) -> None:
         if (c.protocol, c.level) not in (("MQTT", 4), ("MQIsdp", 3)):
-            self._write(codec.connack(codec.BAD_PROTOCOL))
+            self._refuse(codec.BAD_PROTOCOL)
             self._close("refused", reason="protocol level", level=c.level)
             return
         if not c.client_id and not c.clean_session:
-            self._write(codec.connack(codec.ID_REJECTED))
+            self._refuse(codec.ID_REJECTED)
             self._close("refused", reason="empty client id with clean session 0")
             return
         user, at, vhost = (c.username or "").rpartition("@")
         if not at or not user or "." not in vhost or c.password is None:
             # The login names the space (`user@<tenant>.<space>`), as on the router.
-            self._write(codec.connack(codec.BAD_LOGIN))
+            self._refuse(codec.BAD_LOGIN)
             self._close("refused", reason="login is not user@tenant.space")
             return
         self.vhost, self.login = vhost, c.username
@@ -222,7 +228,7 @@ class MqttSession(asyncio.Protocol):
             password = ""
         code = await self._open_amqp(password)
         if code != codec.ACCEPTED:
-            self._write(codec.connack(code))
+            self._refuse(code)
             self._close("refused", reason="router", code=code)
             return
         await self.gw.book.get(vhost)
@@ -240,6 +246,8 @@ class MqttSession(asyncio.Protocol):
                                       c.will_retain)
         self.keep_alive = c.keep_alive
         self.connected = True
+        metrics.connack(codec.ACCEPTED)
+        metrics.CONNECTIONS.inc()
         self._write(codec.connack(codec.ACCEPTED, session_present=stored is not None))
         self._timer.cancel()
         self._timer = None
@@ -301,6 +309,7 @@ class MqttSession(asyncio.Protocol):
         self._forward(p, *target)
 
     def _forward(self, p: codec.Publish, address: str, subject: str | None) -> None:
+        metrics.MESSAGES.labels("in").inc()
         link = self.senders.get(address)
         if link is None:
             link = self.senders[address] = self.amqp.sender(address)
@@ -466,6 +475,7 @@ class MqttSession(asyncio.Protocol):
         self._deliver(sub, topic, _payload(msg.body), qos, link, dlv)
 
     def _deliver(self, sub, topic, payload, qos, link, dlv, retain=False) -> None:
+        metrics.MESSAGES.labels("out").inc()
         if qos:
             self.next_id = self.next_id % 65535 + 1
             while self.next_id in self.inflight:

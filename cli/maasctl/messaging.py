@@ -39,9 +39,7 @@ def endpoint(space: dict, protocol: str, user: str) -> Endpoint:
                 return Endpoint(e.get("serviceHost"), int(port["port"]),
                                 template.replace("<username>", user), e.get("virtualHost"),
                                 (space.get("spec") or {}).get("type", ""))
-    raise CliError(f'address space "{name}" has no {protocol} endpoint'
-                   + (" (MQTT is served on brokered address spaces)" if protocol == "mqtt"
-                      else ""))
+    raise CliError(f'address space "{name}" has no {protocol} endpoint')
 
 
 def address_type(client: Client, tenant: str, space: str, address: str) -> tuple[str, str]:

@@ -63,8 +63,9 @@ def counters(api, vhost: str, memory: EpochMemory | None = None):
     return read_broker(api, memory).vhosts[vhost]
 
 
-def settle(api, vhost: str, done, timeout: float = 4 * STATS_INTERVAL):
-    """The first reading of the vhost for which `done(reading)` holds, and how long it took."""
+def settle(api, vhost: str, done, timeout: float = 12 * STATS_INTERVAL):
+    """The first reading of the vhost for which `done(reading)` holds, and how long it took.
+    Usually 2-5 s; a busy broker was seen still at 0 after 20 s (docs/storage.md, "Exact")."""
     start = time.monotonic()
     while True:
         reading = counters(api, vhost)

@@ -8,6 +8,10 @@ def send_address(space_type: str, address_type: str, address: str) -> str:
     are checked on; `/amq/queue/<name>` works only for users who may send everywhere."""
     if space_type == "standard":
         return address
+    if "/" in address and address_type != "topic":
+        # RabbitMQ 3.10 reads `/exchange/a/b` as exchange `a`, key `b`: a queue whose name
+        # holds `/` is reached only through the default exchange (send pattern `*`).
+        return f"/amq/queue/{address}"
     return f"/exchange/{address}"
 
 

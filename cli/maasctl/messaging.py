@@ -63,7 +63,9 @@ def wire_address(space_type: str, kind: str, owner: str, address: str, receiving
         if receiving:
             return f"/exchange/{owner}/{key or '#'}"
         return f"/exchange/{owner}/{key}" if key else f"/exchange/{owner}"
-    return f"/amq/queue/{address}" if receiving else f"/exchange/{address}"
+    if receiving or "/" in address:  # `/exchange/a/b` would be exchange `a`, key `b`
+        return f"/amq/queue/{address}"
+    return f"/exchange/{address}"
 
 
 def _text(body) -> str:

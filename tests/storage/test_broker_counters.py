@@ -6,7 +6,7 @@ import time
 import uuid
 
 import pytest
-from proton import Message
+from proton import Message, Timeout
 
 from tests.storage.clients import (
     AMQP_PORT,
@@ -83,26 +83,40 @@ def send(vhost: str, address: str, n: int, port: int = AMQP_PORT, keep_open: boo
     for _ in range(n):
         sender.send(Message(body=BODY))
     if keep_open:
+        try:  # the blocking connection sends the accepts only while it works: let it
+            conn.wait(lambda: False, timeout=1)
+        except Timeout:
+            pass
         return conn
     conn.close()
 
 
-def take(vhost: str, queue: str, m: int, prefetch: int) -> None:
+def take(vhost: str, queue: str, m: int, prefetch: int, keep_open: bool = False):
     """Accepts m messages through a receiver that keeps `prefetch` credit out (so the broker
-    delivers more than m; those go back to the queue when the connection closes)."""
+    delivers more than m, unacknowledged: still stored, and back in the queue when the
+    connection closes). The connection closes at once after, unless `keep_open` (then it is
+    returned, its receiver still attached)."""
     conn = amqp(vhost, login(vhost), PASSWORD)
     receiver = conn.create_receiver(f"/amq/queue/{queue}", credit=prefetch)
     for _ in range(m):
         receiver.receive(timeout=10)
         receiver.accept()
+    if keep_open:
+        try:  # the blocking connection sends the accepts only while it works: let it
+            conn.wait(lambda: False, timeout=1)
+        except Timeout:
+            pass
+        return conn
     conn.close()
 
 
 def test_queue_messages_in_and_out_are_exact_once_the_stats_settle(api, vhost):
     n, m = 37, 12
-    for _ in range(3):  # three connections, each closed right after its last message
-        send(vhost, "/amq/queue/orders", n)
-    take(vhost, "orders", m, prefetch=30)
+    # Three publishers and a consumer whose connections stay open until the figures settle:
+    # RabbitMQ 3.10 at times never shows the figures of a channel that closed within its
+    # first statistics interval (seen 3 times in about 10 runs; docs/storage.md "Exact").
+    clients = [send(vhost, "/amq/queue/orders", n, keep_open=True) for _ in range(3)]
+    clients.append(take(vhost, "orders", m, prefetch=30, keep_open=True))
     seen = []
 
     def exact(v):
@@ -114,9 +128,11 @@ def test_queue_messages_in_and_out_are_exact_once_the_stats_settle(api, vhost):
             3 * n, m, 3 * n - m, (3 * n - m) * STORED_SIZE)
 
     v, lag = settle(api, vhost, exact)
-    print(f"\ncounters settled {lag:.1f} s after the last client closed")
+    print(f"\ncounters settled {lag:.1f} s after the last message")
+    for client in clients:
+        client.close()
     q = v.queues["orders"]
-    assert q.deliveries > m  # the prefetched deliveries, returned at detach, are not "out"
+    assert q.deliveries > m  # the prefetched deliveries, not accepted, are not "out"
     assert (v.messages_in, v.messages_out) == (3 * n, m)  # the vhost's totals agree
     # A reading before the statistics settled is behind, never ahead.
     assert all(i <= 3 * n and o <= m for i, o in seen)
@@ -153,7 +169,8 @@ def test_a_topic_counts_what_was_published_and_the_copies_it_routed(api, vhost):
 
 def test_stored_gauges_agree_at_rest_and_read_zero_together_after_a_drain(api, vhost):
     send(vhost, "/amq/queue/orders", 300)
-    v, _ = settle(api, vhost, lambda v: v.queues["orders"].stored_messages == 300)
+    v, _ = settle(api, vhost, lambda v: v.queues["orders"].stored_messages == 300
+                  and v.queues["orders"].stored_bytes == 300 * STORED_SIZE)  # settle apart
     assert v.queues["orders"].stored_bytes == 300 * STORED_SIZE
     take(vhost, "orders", 300, prefetch=300)
 
@@ -201,8 +218,9 @@ def test_octets_moved_just_before_a_close_are_not_counted(api, vhost):
 
 def test_amqp_1_0_connections_report_no_octets_on_rabbitmq_3_10(api, vhost):
     proxy = CountingProxy(("127.0.0.1", AMQP_PORT))
-    send(vhost, "/amq/queue/orders", 20, port=proxy.port)
+    conn = send(vhost, "/amq/queue/orders", 20, port=proxy.port, keep_open=True)
     v, _ = settle(api, vhost, lambda v: v.queues["orders"].messages_in == 20)
+    conn.close()
     time.sleep(2 * STATS_INTERVAL)
     v = counters(api, vhost)
     assert proxy.counted()[0] > 20 * STORED_SIZE

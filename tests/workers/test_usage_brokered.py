@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from proton import Message
+from proton import Message, Timeout
 
 from config_service import services
 from spark.samples import write_samples
@@ -50,7 +50,10 @@ def spaces(tenant):
         base.run(s.uid, "storage")
 
 
-def traffic(space, sent: int, taken: int) -> None:
+def traffic(space, sent: int, taken: int):
+    """Sends and takes; the connection is returned open: RabbitMQ 3.10 at times loses the
+    figures of a channel that ends within its first statistics interval (docs/storage.md,
+    "Exact"), and this test is about what the sampler and the job make of the figures."""
     conn = connect(space.vhost, f"app@{space.vhost}", PASSWORD)
     sender = conn.create_sender("/amq/queue/orders")
     for i in range(sent):
@@ -59,7 +62,11 @@ def traffic(space, sent: int, taken: int) -> None:
     for _ in range(taken):
         receiver.receive(10)
         receiver.accept()
-    conn.close()
+    try:  # the blocking connection sends the last accept only while it works
+        conn.wait(lambda: False, timeout=1)
+    except Timeout:
+        pass
+    return conn
 
 
 def reading(rows, space) -> dict:
@@ -75,9 +82,8 @@ def test_brokered_messages_are_metered_exactly_and_per_tenant(spaces, store, spa
     first = sampler.collect(now)
     write_samples(first, store, now)
     assert reading(first, mine)["epoch"]  # a named counter instance
-    traffic(mine, 37, 12)
-    traffic(outsider, 5, 5)
-    deadline = time.monotonic() + 20  # RabbitMQ's statistics lag by up to two intervals
+    clients = [traffic(mine, 37, 12), traffic(outsider, 5, 5)]
+    deadline = time.monotonic() + 60  # RabbitMQ's statistics lag, usually by 2-5 s
     while True:
         now += datetime.timedelta(seconds=1)
         rows = sampler.collect(now)
@@ -87,6 +93,8 @@ def test_brokered_messages_are_metered_exactly_and_per_tenant(spaces, store, spa
         if settled or time.monotonic() > deadline:
             break
         time.sleep(1)
+    for client in clients:
+        client.close()
     write_samples(rows, store, now)
     assert (got["messages_in"], got["messages_out"]) == (37, 12)
     assert got["stored_messages"] == 25

@@ -64,6 +64,8 @@ def test_the_connect_page_shows_an_mqtt_example_for_a_topic(client, tenant, clie
     assert (f"mosquitto_sub -h {settings.MAAS_PUBLIC_HOST} -p {settings.MAAS_MQTT_GATEWAY_PORT}"
             f" -u 'dev@{tenant.slug}.iot'") in page
     assert "-t 'sensors/room1'" in page
+    assert page.count('data-testid="mqtt-example"') == 1  # in the page's body, not its title
+    assert "<title>Connect to iot" in page and "mosquitto" not in page.split("</title>")[0]
     client.force_login(outsider)
     assert client.get(f"/portal/t/{tenant.slug}/spaces/iot/connect/").status_code == 404
 

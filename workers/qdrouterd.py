@@ -59,12 +59,26 @@ class Listeners:
 # router. The agent and the router watch use `$management` on their own listener, not these.
 INTERNAL_PREFIXES = ("_local", "_topo", "_edge")
 NOWHERE = "maas-no-route"
+# A router that serves one space lets its users reply to the space's dynamic addresses,
+# `_topo/0/<router>/temp.<id>` (five tokens; an id has no `.` or `/`). Its incoming `_topo`
+# guard covers every other `_topo` address instead of the whole prefix: fewer or more tokens
+# (`$management`, `qdhello`, `qdrouter` of any router, and any `:/` trick, which adds tokens),
+# and the one other five-token address of a router, `qdrouter.ma`.
+TOPO_GUARD_PATTERNS = ("_topo", "_topo/*", "_topo/*/*", "_topo/*/*/*", "_topo/*/*/qdrouter/*",
+                       "_topo/*/*/*/*/*/#")
 
 
-def internal_address_guards() -> list:
-    return [["linkRoute", {"name": f"maas-guard{prefix}-{direction}", "prefix": prefix,
-                           "direction": direction, "containerId": NOWHERE}]
-            for prefix in INTERNAL_PREFIXES for direction in ("in", "out")]
+def internal_address_guards(one_space: bool = False) -> list:
+    """The guard link routes; `one_space`: the router serves one space (see above)."""
+    guards = [["linkRoute", {"name": f"maas-guard{prefix}-{direction}", "prefix": prefix,
+                             "direction": direction, "containerId": NOWHERE}]
+              for prefix in INTERNAL_PREFIXES for direction in ("in", "out")
+              if not (one_space and prefix == "_topo" and direction == "in")]
+    if one_space:
+        guards += [["linkRoute", {"name": f"maas-guard-topo-in-{i}", "pattern": pattern,
+                                  "direction": "in", "containerId": NOWHERE}]
+                   for i, pattern in enumerate(TOPO_GUARD_PATTERNS)]
+    return guards
 
 
 def router_config(router_id: str, where: Listeners) -> list:
@@ -106,7 +120,7 @@ def router_config(router_id: str, where: Listeners) -> list:
         ["listener", {"name": "management", "host": where.management_host,
                       "port": str(where.management_port), "role": "normal",
                       "policyVhost": MANAGEMENT_VHOST, **sasl}],
-        *internal_address_guards(),
+        *internal_address_guards(one_space=bool(where.tenant_vhost)),
     ]
     if where.amqps_port and where.tls_cert and where.tls_key:
         config += [

@@ -132,7 +132,7 @@ def embedded_engine():
     ledger.attach("t.s/a", 0, False)
     return SimpleNamespace(
         store=E.EntityStore(), counts=counts, fwd=SimpleNamespace(nodes={}), links={},
-        ledger=ledger,
+        ledger=ledger, listeners=[],
         loop=SimpleNamespace(conns=[]), started=time.monotonic(),
         broker=SimpleNamespace(connector_created=noop, connector_deleted=noop,
                                autolink_created=noop, autolink_deleted=noop))

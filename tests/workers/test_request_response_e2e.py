@@ -1,7 +1,9 @@
 """Request/response through the platform: on the embedded router the agent's vhost policy lets
 a requester use a dynamic reply-to and any user of the space with send rules reply to it, with a
-named or an anonymous sender; another space's user cannot reach the reply-to. On qdrouterd 1.19
-both reply forms are refused today, and the tests say so (docs/router.md, "Request/response")."""
+named or an anonymous sender; another space's user cannot reach the reply-to. On a qdrouterd 1.19
+shared by spaces both reply forms are refused, and the tests say so; on a qdrouterd serving one
+space named replies work (test_request_response_own_router.py; docs/router.md,
+"Request/response")."""
 import threading
 import uuid
 
@@ -71,7 +73,7 @@ def request(router, space, anonymous: bool) -> tuple:
 
 def test_a_named_sender_replies_to_the_dynamic_reply_to(router, rpc_space):
     if router.kind == "qdrouterd":
-        # Not yet on qdrouterd 1.19: its dynamic addresses are router-wide
+        # Not on a qdrouterd 1.19 shared by spaces: its dynamic addresses are router-wide
         # (`amqp:/_topo/0/<router>/temp.<id>`), outside every space's targets, and granting
         # that prefix would let one space reply into another's (docs/router.md).
         conn = connect(router, rpc_space, "client")

@@ -39,8 +39,20 @@ def entity_types(mgmt: Management) -> list[str]:
     return [etype for etype in rc.ENTITY_TYPES if etype in schema]
 
 
-def features(mgmt: Management) -> rc.RouterFeatures:
-    return rc.RouterFeatures.of(mgmt.schema())
+def features(mgmt: Management, vhost: str | None = None) -> rc.RouterFeatures:
+    found = rc.RouterFeatures.of(mgmt.schema())
+    if vhost is not None and not found.exact_message_targets:
+        found = found._replace(serves_one_space=serves_only(mgmt, vhost))
+    return found
+
+
+def serves_only(mgmt: Management, vhost: str) -> bool:
+    """True if every tenant listener of this qdrouterd (`multiTenant`) takes `vhost` as its
+    policy vhost: the router serves that space alone (workers/qdrouterd.py, `tenant_vhost`).
+    A few rows, read once per reconcile of a space on qdrouterd."""
+    tenant = [row for row in mgmt.query(rc.LISTENER, ["name", "multiTenant", "policyVhost"])
+              if row.get("multiTenant")]
+    return bool(tenant) and all(row.get("policyVhost") == vhost for row in tenant)
 
 
 def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
@@ -182,7 +194,7 @@ class RouterAgent(Agent):
         mgmt = self._connect(where)
         refused: dict = {}
         try:
-            addresses, desired, by_address = self._desired(space, where, features(mgmt))
+            addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
             actual = self._apply(mgmt, desired, prefix, refused)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):

@@ -18,6 +18,7 @@ ADDRESS = "org.apache.qpid.dispatch.router.config.address"
 AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
 LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
 CONNECTOR = "org.apache.qpid.dispatch.connector"
+LISTENER = "org.apache.qpid.dispatch.listener"
 VHOST = "org.apache.qpid.dispatch.vhost"
 ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 # The container of the usage holds: it never connects, so their autoLinks never attach.
@@ -32,6 +33,8 @@ FANOUT_PREFIX = TOPIC_FANOUT_PREFIX  # the storage controller's fanout exchange 
 
 
 USAGE_HOLD = "usage-hold:"
+# qdrouterd's dynamic addresses (`amqp:/_topo/0/<router>/temp.<id>`) as policy targets.
+DYNAMIC_TARGETS = ("_topo/0/*", "amqp:/_topo/0/*")
 
 
 def owner_prefix(vhost: str) -> str:
@@ -67,6 +70,11 @@ class RouterFeatures(NamedTuple):
     # qdrouterd 1.19 checks it as written but routes it after dropping a `scheme:/` head, so a
     # target `news/*` would reach `news/x:/_local/$management`: no anonymous senders there.
     exact_message_targets: bool = True
+    # The router serves this space alone (qdrouterd with the space's vhost as its tenant
+    # listeners' policyVhost, the Kubernetes layout): its dynamic addresses, router-wide
+    # `_topo/0/<router>/temp.<id>`, are all this space's, so users with send rules may reply to
+    # them. Its configuration guards every other `_topo` address (workers/qdrouterd.py).
+    serves_one_space: bool = False
 
     @classmethod
     def of(cls, schema: dict) -> "RouterFeatures":
@@ -121,6 +129,11 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
                 recv += patterns
         # `user@vhost`: the identity the auth service vouches for (qdrouterd matches the
         # authenticated id exactly); qdrouterd refuses every host unless remoteHosts says so.
+        if send and features.serves_one_space:
+            # Replies to the router's dynamic addresses, as the requester got them (with the
+            # `amqp:/` head) or without it; on a router shared by spaces these would reach
+            # another space's reply-to, so only a router of this space gets them.
+            send += list(DYNAMIC_TARGETS)
         groups[f"user-{user.username}"] = {
             "users": f"{user.username}@{vhost}", "remoteHosts": "*",
             "targets": "" if throttled else _policy_list(send), "sources": _policy_list(recv),

@@ -72,3 +72,36 @@ def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
         },
     )
     return event
+
+
+def append_many(stream: EventStream, events: list[tuple[str, dict]], *, actor: str,
+                request_id: str = "") -> list[ConfigEvent]:
+    """Appends several events to a locked stream at once, as `append` would one by one: the
+    same sequences, projections and outbox rows, in a few statements (bulk inserts) instead of
+    some per event. The fan-out is woken once."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("append_many() must run inside the service function's transaction")
+    if not events:
+        return []
+    now = timezone.now()
+    created = []
+    for type_name, payload in events:
+        event_type = validate(type_name, payload)
+        stream.last_sequence += 1
+        created.append(ConfigEvent(
+            stream=stream, tenant_id=stream.tenant_id, sequence=stream.last_sequence,
+            type=type_name, schema_version=event_type.version, payload=payload, actor=actor,
+            request_id=request_id, created_at=now))
+    stream.save(update_fields=["last_sequence"])
+    created = ConfigEvent.objects.bulk_create(created)  # PostgreSQL returns each position
+    projections.apply_many(created)
+    if stream.kind == EventStream.ADDRESS_SPACE:
+        Outbox.objects.bulk_create([Outbox(event=e, stream_uid=stream.uid, sequence=e.sequence)
+                                    for e in created])
+        transaction.on_commit(lambda: fanout.notify_space(stream.uid), robust=True)
+    for event in created:
+        logger.info("config_event.appended", extra={
+            "tenant_id": stream.tenant_id, "stream": str(stream.uid), "event_type": event.type,
+            "position": event.position, "sequence": event.sequence, "request_id": request_id})
+    return created
+

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q, Sum
 
 from maas.core.context import SYSTEM, Context
-from maas.core.errors import Conflict, Invalid, NotFound, QuotaExceeded
+from maas.core.errors import Conflict, Invalid, NotFound, QuotaExceeded, ServiceError
 from tenants.models import AddressPlan, AddressSpacePlan, Tenant, TenantQuota
 
 from . import fanout, log, plan_specs, scheduling, validation
@@ -249,12 +249,22 @@ def _try_place(space, address_type, wire_address, plan_status, topic, exclude=No
     return True, "", placement
 
 
-def _references(space: AddressSpace, address_type: str, topic, deadletter, expiry) -> dict:
+def _references(space: AddressSpace, address_type: str, topic, deadletter, expiry,
+                batch: dict | None = None) -> dict:
+    """The topic, deadletter and expiry an address names, checked to exist in its space (or
+    among `batch`: {wire address: (type, ...)} of the items created before it in a list)."""
+    batch = batch or {}
+
+    def exists(value, kind):
+        if value in batch:
+            return batch[value][0] == kind
+        return Address.objects.filter(space=space, address=value, type=kind).exists()
+
     refs = {"topic": "", "deadletter": "", "expiry": ""}
     if address_type == "subscription":
         if not topic:
             raise Invalid("a subscription needs spec.topic", "spec.topic")
-        if not Address.objects.filter(space=space, address=topic, type="topic").exists():
+        if not exists(topic, "topic"):
             raise Invalid(f"spec.topic {topic!r} is not a topic address in {space.name}",
                           "spec.topic")
         refs["topic"] = topic
@@ -265,7 +275,7 @@ def _references(space: AddressSpace, address_type: str, topic, deadletter, expir
             continue
         if address_type not in ("queue", "topic"):
             raise Invalid(f"only queues and topics have spec.{field}", f"spec.{field}")
-        if not Address.objects.filter(space=space, address=value, type="deadletter").exists():
+        if not exists(value, "deadletter"):
             raise Invalid(f"spec.{field} {value!r} is not a deadletter address in {space.name}",
                           f"spec.{field}")
         refs[field] = value
@@ -342,6 +352,110 @@ def create_address(*, ctx: Context, space: AddressSpace, name=None, address=None
     if scheduled and address_type == "topic":
         _schedule_pending(stream, space, ctx)  # subscriptions waiting for this topic
     return Address.objects.get(space=space, name=name)
+
+
+@transaction.atomic
+def create_addresses(*, ctx: Context, space: AddressSpace, items: list[dict]) -> list[Address]:
+    """Every item (create_address's keyword arguments) in one transaction, or none; an item's
+    refusal names it (`items[<i>].<field>`). The checks are create_address's, item after item,
+    each seeing the items before it (a subscription may follow its topic), but with one lock,
+    one read of the plans, quota and usage for the batch, and the events appended together.
+    Pending addresses that a scheduled topic unblocks are retried once, after the batch."""
+    stream, space = _locked_space(space)
+    _refuse_if_terminating(space)
+    quota = _quota(space.tenant)
+    plans: dict = {}
+    batch: dict = {}  # wire address -> (type, scheduled, placement) of the items before
+    names: set = set()
+    events: list = []
+    usage = _usage(space)
+    others = _tenant_credits(space.tenant, space) if quota.max_credits is not None else 0.0
+    count = (Address.objects.filter(space__tenant=space.tenant).count()
+             if quota.max_addresses is not None else 0)
+    schedule_pending = False
+    for i, item in enumerate(items):
+        try:
+            wire = validation.address(item.get("address"))
+            name = validation.resource_name(item.get("name"), space.name, "Address", wire)
+            address_type = validation.address_type(item.get("type"), space.type)
+            topic = item.get("topic")
+            if address_type == "subscription":
+                validation.subscription_queue(wire, topic)
+            if address_type == "topic":
+                validation.topic_exchanges(wire)
+            key = (item.get("plan"), address_type)
+            if key not in plans:
+                plans[key] = _address_plan(item.get("plan"), address_type, space)
+            plan_obj = plans[key]
+            refs = _references(space, address_type, topic, item.get("deadletter"),
+                               item.get("expiry"), batch)
+            extra = _address_spec(address_type, item.get("spec") or {})
+            if wire in batch:
+                raise Conflict(f"Address {wire!r} is in the list twice", "spec.address")
+            if name in names:
+                raise Conflict(f"Address {name!r} is in the list twice", "metadata.name")
+            if quota.max_addresses is not None and count + i >= quota.max_addresses:
+                raise QuotaExceeded(f"Tenant quota of {quota.max_addresses} addresses reached.",
+                                    "spec.address")
+            plan_status = address_plan_status(plan_obj)
+            scheduled, reason, placement = True, "", []
+            topic_placement = None
+            if address_type == "subscription":
+                known = batch.get(topic)
+                if known is None:
+                    row = Address.objects.filter(space=space, address=topic).first()
+                    known = (row.type, row.scheduled, row.placement) if row else None
+                if known is None or not known[1]:
+                    scheduled, reason = False, f"Topic {topic} is not scheduled yet"
+                else:
+                    topic_placement = known[2]
+            if scheduled:
+                placement = scheduling.place(space.type, address_type, wire, plan_status, usage,
+                                             topic_placement)
+                trial = copy.deepcopy(usage)
+                trial.add(address_type, plan_status, placement)
+                if _fits_with(space, trial, quota, others):
+                    usage = trial
+                else:
+                    scheduled, reason, placement = False, scheduling.QUOTA_EXCEEDED, []
+        except ServiceError as error:
+            raise error.of_item(i) from None
+        batch[wire] = (address_type, scheduled, placement)
+        names.add(name)
+        schedule_pending |= scheduled and address_type == "topic"
+        events.append(("address.created", {
+            "name": name, "address": wire, "type": address_type, "plan": plan_obj.name,
+            "plan_status": plan_status, **refs, "spec": extra, "scheduled": scheduled,
+            "pending_reason": reason, "placement": placement,
+        }))
+    wanted = [payload["name"] for _, payload in events]
+    taken = list(Address.objects.filter(Q(address__in=list(batch)) | Q(name__in=wanted),
+                                        space=space).values_list("name", "address"))
+    if taken:
+        at = {payload["address"]: i for i, (_, payload) in enumerate(events)}
+        at.update({payload["name"]: i for i, (_, payload) in enumerate(events)})
+        existing, wire = taken[0]
+        if wire in at:
+            raise Conflict(f"items[{at[wire]}]: Address {wire!r} already exists with resource "
+                           f"name {existing!r}", f"items[{at[wire]}].spec.address")
+        raise Conflict(f"items[{at[existing]}]: Address {existing!r} already exists",
+                       f"items[{at[existing]}].metadata.name")
+    log.append_many(stream, events, actor=ctx.actor, request_id=ctx.request_id)
+    if schedule_pending:
+        _schedule_pending(stream, space, ctx)  # subscriptions waiting for these topics
+    by_name = {a.name: a for a in Address.objects.filter(space=space, name__in=wanted)}
+    return [by_name[name] for name in wanted]
+
+
+def _fits_with(space: AddressSpace, usage: scheduling.Usage, quota: TenantQuota,
+               others: float) -> bool:
+    """_fits with the tenant's other spaces' credits read once for a batch."""
+    if not scheduling.fits(usage, space.plan_status.get("resourceLimits", {})):
+        return False
+    if quota.max_credits is None:
+        return True
+    needed = usage.needed()
+    return needed["router"] + needed["broker"] + others <= quota.max_credits + 1e-9
 
 
 @transaction.atomic

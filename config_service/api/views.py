@@ -53,21 +53,25 @@ def _same_name(metadata: dict, name: str) -> None:
         raise Invalid("metadata.name does not match the URL", "metadata.name")
 
 
-def _created(body, kind: str, api_version: str, create, render):
+def _created(body, kind: str, api_version: str, create, render, create_many=None):
     """201 with the object of a POSTed manifest, or with every item of a POSTed `<kind>List`,
     created in one transaction: one bad item is refused naming it (`items[i].<field>`) and
-    nothing is created."""
+    nothing is created. `create_many`, if given, takes the whole list (a batch service
+    function that names the bad item itself)."""
     items = resources.list_items(body, kind)
     if items is None:
         return Response(render([create(body)])[0], status=status.HTTP_201_CREATED)
+    if create_many is not None:
+        created = create_many(items)
+        return Response(resources.created_list(f"{kind}List", api_version, render(created)),
+                        status=status.HTTP_201_CREATED)
     created = []
     with transaction.atomic():
         for i, item in enumerate(items):
             try:
                 created.append(create(item))
             except ServiceError as error:
-                field = f"items[{i}].{error.field}" if error.field else f"items[{i}]"
-                raise type(error)(f"items[{i}]: {error.message}", field) from None
+                raise error.of_item(i) from None
     return Response(resources.created_list(f"{kind}List", api_version, render(created)),
                     status=status.HTTP_201_CREATED)
 
@@ -189,19 +193,31 @@ class AddressList(SpaceMixin, APIView):
         s = self.space(request, tenant, space, Action.MANAGE_ADDRESSES)
         ctx = _ctx(request)
 
-        def create(body):
+        def arguments(body):
             metadata, spec = resources.read(body, "Address")
-            return services.create_address(
-                ctx=ctx, space=s, name=metadata.get("name"), address=spec.get("address"),
-                type=spec.get("type"), plan=spec.get("plan"), topic=spec.get("topic"),
-                deadletter=spec.get("deadletter"), expiry=spec.get("expiry"), spec=spec,
-            )
+            return {"name": metadata.get("name"), "address": spec.get("address"),
+                    "type": spec.get("type"), "plan": spec.get("plan"),
+                    "topic": spec.get("topic"), "deadletter": spec.get("deadletter"),
+                    "expiry": spec.get("expiry"), "spec": spec}
+
+        def create(body):
+            return services.create_address(ctx=ctx, space=s, **arguments(body))
+
+        def create_many(items):
+            listed = []
+            for i, body in enumerate(items):
+                try:
+                    listed.append(arguments(body))
+                except ServiceError as error:
+                    raise error.of_item(i) from None
+            return services.create_addresses(ctx=ctx, space=s, items=listed)
 
         def render(addresses):
             states = agent_states([s.uid]).get(s.uid, {})
             return [resources.address(s, a, states) for a in addresses]
 
-        return _created(request.data, "Address", resources.ENMASSE, create, render)
+        return _created(request.data, "Address", resources.ENMASSE, create, render,
+                        create_many)
 
 
 class AddressDetail(SpaceMixin, APIView):

@@ -10,6 +10,11 @@ class ServiceError(Exception):
         self.message = message
         self.field = field
 
+    def of_item(self, index: int) -> "ServiceError":
+        """The same error, naming item `index` of a posted list (`items[<i>].<field>`)."""
+        field = f"items[{index}].{self.field}" if self.field else f"items[{index}]"
+        return type(self)(f"items[{index}]: {self.message}", field)
+
 
 class Invalid(ServiceError):
     """Bad input: names the field; nothing was changed."""

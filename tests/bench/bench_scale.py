@@ -389,18 +389,16 @@ def resync(session, base_url, probes, args):
 _BIG_SPACE = """
 from config_service import services
 from config_service.models import AddressSpace
-from django.db import transaction
 from maas.core.context import Context
 from tenants.models import Tenant
 ctx = Context(actor="bench:scale")
 tenant = Tenant.objects.get(slug="{slug}")
 space = services.create_address_space(ctx=ctx, tenant=tenant, name="big", type="standard",
                                       plan="standard-unlimited")
-for start in range(0, {n}, 1000):
-    with transaction.atomic():
-        for i in range(start, min(start + 1000, {n})):
-            services.create_address(ctx=ctx, space=space, address=f"a{{i}}", type="anycast",
-                                    plan="standard-small-anycast")
+for start in range(0, {n}, 1000):  # AddressList-sized batches
+    services.create_addresses(ctx=ctx, space=space, items=[
+        {{"address": f"a{{i}}", "type": "anycast", "plan": "standard-small-anycast"}}
+        for i in range(start, min(start + 1000, {n}))])
 """
 
 

@@ -7,6 +7,7 @@ from tests.qdrouterd import SKIP_REASON, AuthService, QdrouterdProcess, VhostRel
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess
 from workers import qdrouterd
 from workers.agents import base
+from workers.agents.router import close_pooled
 
 
 def pytest_generate_tests(metafunc):
@@ -40,6 +41,7 @@ def router(router_kind):
         proc.kind, proc.relay = "embedded", None
         proc.start()
         yield proc
+        close_pooled()  # the agent's kept management connections go with their router
         proc.stop()
         auth.stop()
         return
@@ -50,6 +52,7 @@ def router(router_kind):
     proc.relay = relay
     proc.start()
     yield proc
+    close_pooled()
     proc.stop()
     relay.stop()
     auth.stop()

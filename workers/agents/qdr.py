@@ -42,6 +42,8 @@ class Management:
         except (ConnectionException, Timeout, LinkDetached, OSError) as exc:
             raise RouterUnreachable(f"router management at {url}: {exc}") from exc
         self.reply_to = self.receiver.remote_source.address
+        self.url, self.user = url, user
+        self.pooled = False  # kept between reconciles (workers/agents/router.py)
         self._ids = itertools.count(1)
         self.timeout = timeout
         self._schema: dict[str, frozenset] | None = None

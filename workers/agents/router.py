@@ -8,22 +8,35 @@ once, through this agent, by the router watch (router_watch.py). Only entities n
 `maas:<vhost>:...` are ever touched.
 """
 import logging
+import os
+import threading
 import time
 
 from django.conf import settings
 
-from config_service.models import Address, AddressSpace, MessagingUser
+from config_service.models import Address, AddressSpace, AgentState, MessagingUser
+from config_service.status import ROUTER_ONLY_TYPES
 from tenants.models import AddressSpacePlan, TenantQuota
 
 from .. import credentials, endpoints
 from ..naming import broker_username
 from . import router_config as rc
-from .base import Agent, Report, TransientError
+from .base import Agent, Report, TransientError, pending_events
 from .qdr import QUERY_PAGE, Management, ManagementError, RouterUnreachable
 
 logger = logging.getLogger(__name__)
 
 AUTOLINK_WAIT_SECONDS = 3.0
+# A management connection is kept for the next reconcile of this thread for so long: opening
+# one (SASL relayed to the auth service) costs about as much as the reconcile of a small change.
+# Below the 16 s after which qdrouterd drops a connection that sent nothing.
+POOL_IDLE_SECONDS = 10.0
+# Idle connections of this process by management URL: [(Management, released at)]. A
+# reconcile takes one out and gives it back, so each is used by one thread at a time (the
+# parallel agents run in threads that live for one task).
+_pool: dict[str, list] = {}
+_pool_lock = threading.Lock()
+_pool_pid = os.getpid()  # a forked worker does not use its parent's sockets
 
 
 def management_client(router: endpoints.RouterEndpoint | None = None) -> Management:
@@ -42,14 +55,18 @@ def entity_types(mgmt: Management) -> list[str]:
 def features(mgmt: Management, vhost: str | None = None) -> rc.RouterFeatures:
     found = rc.RouterFeatures.of(mgmt.schema())
     if vhost is not None and not found.exact_message_targets:
-        found = found._replace(serves_one_space=serves_only(mgmt, vhost))
+        # Listeners are static configuration: read once per connection and space.
+        known = mgmt.__dict__.setdefault("serves_only", {})
+        if vhost not in known:
+            known[vhost] = serves_only(mgmt, vhost)
+        found = found._replace(serves_one_space=known[vhost])
     return found
 
 
 def serves_only(mgmt: Management, vhost: str) -> bool:
     """True if every tenant listener of this qdrouterd (`multiTenant`) takes `vhost` as its
     policy vhost: the router serves that space alone (workers/qdrouterd.py, `tenant_vhost`).
-    A few rows, read once per reconcile of a space on qdrouterd."""
+    A few rows, read once per connection and space on qdrouterd."""
     tenant = [row for row in mgmt.query(rc.LISTENER, ["name", "multiTenant", "policyVhost"])
               if row.get("multiTenant")]
     return bool(tenant) and all(row.get("policyVhost") == vhost for row in tenant)
@@ -159,14 +176,30 @@ class RouterAgent(Agent):
         self.management, self.snapshot = management, snapshot
 
     def _connect(self, where: endpoints.SpaceEndpoints) -> Management:
+        if self.management:
+            return self.management
+        kept = _take_pooled(where.router)
+        if kept is not None:
+            return kept
         try:
-            return self.management or management_client(where.router)
+            return management_client(where.router)
         except RouterUnreachable as exc:
             raise TransientError(str(exc)) from exc
 
-    def _release(self, mgmt: Management) -> None:
-        if mgmt is not self.management:
+    def _release(self, mgmt: Management, broken: bool = False) -> None:
+        if mgmt is self.management:
+            return
+        if broken:
             mgmt.close()
+        else:
+            _give_back(mgmt)
+
+    @staticmethod
+    def _fresh(where: endpoints.SpaceEndpoints) -> Management:
+        try:
+            return management_client(where.router)
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
 
     def _desired(self, space: AddressSpace, where: endpoints.SpaceEndpoints | None = None,
                  features: rc.RouterFeatures = rc.EMBEDDED):
@@ -189,11 +222,29 @@ class RouterAgent(Agent):
                                                plan_policy=plan_policy, features=features)
 
     def reconcile(self, space: AddressSpace) -> Report:
-        prefix = rc.owner_prefix(space.vhost)
         where = endpoints.of(space)  # once: on Kubernetes it reads the space's infra
+        return self._on_connection(where, lambda mgmt: self._reconcile(space, where, mgmt))
+
+    def _on_connection(self, where: endpoints.SpaceEndpoints, work):
+        """work(connection), on a kept connection if there is one; if that fails as
+        unreachable (the router restarted, or closed it while idle), once more on a new one.
+        A reconcile or teardown is a diff: repeating it is safe. `work` releases it."""
         mgmt = self._connect(where)
+        if mgmt is not self.management and mgmt.pooled:
+            try:
+                return work(mgmt)
+            except TransientError:
+                mgmt = self._fresh(where)
+        return work(mgmt)
+
+    def _reconcile(self, space: AddressSpace, where, mgmt: Management) -> Report:
+        prefix = rc.owner_prefix(space.vhost)
         refused: dict = {}
+        broken = False
         try:
+            report = self._incremental(space, where, mgmt)
+            if report is not None:
+                return report
             addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
             actual = self._apply(mgmt, desired, prefix, refused)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
@@ -206,9 +257,10 @@ class RouterAgent(Agent):
         except ManagementError as exc:  # a QUERY or the schema: nothing could be compared
             return Report(space_error=f"Router refused the configuration: {exc}")
         except RouterUnreachable as exc:
+            broken = True
             raise TransientError(str(exc)) from exc
         finally:
-            self._release(mgmt)
+            self._release(mgmt, broken)
         return self._verify(desired, by_address, actual, refused)
 
     def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
@@ -218,6 +270,36 @@ class RouterAgent(Agent):
             return apply(mgmt, desired, prefix, dict(self.snapshot.get(prefix, {})))
         except ManagementError:  # changed since the snapshot (a reconcile ran): read it anew
             return apply(mgmt, desired, prefix, refused=refused)
+
+    def _incremental(self, space: AddressSpace, where, mgmt: Management) -> Report | None:
+        """Only the new entities, without reading the router, when every event the agent has
+        not applied creates an anycast or multicast address and its last reconcile left the
+        space clean (no error, not invalidated by a router restart): the CREATE answers confirm
+        them. None: a full reconcile is needed (it is also what every resync and drift check
+        runs). So a small change costs what it changes, not what its space holds."""
+        if self.snapshot is not None:
+            return None
+        events = pending_events(space.uid, self.kind)
+        if not events or any(t != "address.created" or p.get("type") not in ROUTER_ONLY_TYPES
+                             for t, p in events):
+            return None
+        state = (AgentState.objects.filter(space_uid=space.uid, kind=self.kind)
+                 .values("applied_sequence", "address_errors", "space_error", "invalidated")
+                 .first())
+        if (not state or not state["applied_sequence"] or state["address_errors"]
+                or state["space_error"] or state["invalidated"]):
+            return None
+        names = [p["name"] for _, p in events]
+        addresses = list(Address.objects.filter(space=space, name__in=names, scheduled=True))
+        login = rc.BrokerLogin("", 0, "", "")  # anycast and multicast reach no broker
+        desired, by_address = rc.desired_entities(space, addresses, [], login,
+                                                  features=features(mgmt, space.vhost))
+        desired = {k: v for k, v in desired.items() if k[0] not in (rc.VHOST, rc.CONNECTOR)}
+        refused: dict = {}
+        actual = apply(mgmt, desired, rc.owner_prefix(space.vhost), actual={}, refused=refused)
+        if refused:
+            return None  # a name taken (the router holds more than the agent knew): full diff
+        return self._verify(desired, by_address, actual)
 
     @staticmethod
     def _inactive(actual: dict) -> set:
@@ -248,16 +330,62 @@ class RouterAgent(Agent):
         return Report(address_errors=errors, space_error=space_error)
 
     def teardown(self, space: AddressSpace) -> None:
-        mgmt = self._connect(endpoints.of(space))
+        self._on_connection(endpoints.of(space), lambda mgmt: self._teardown(space, mgmt))
+
+    def _teardown(self, space: AddressSpace, mgmt: Management) -> None:
+        broken = False
         try:
             apply(mgmt, {}, rc.owner_prefix(space.vhost))
         except RouterUnreachable as exc:
+            broken = True
             raise TransientError(str(exc)) from exc
         finally:
-            self._release(mgmt)
+            self._release(mgmt, broken)
+
+
+def _take_pooled(router: endpoints.RouterEndpoint) -> Management | None:
+    """A kept connection to `router` that has not idled too long, or None."""
+    global _pool_pid
+    found, stale = None, []
+    with _pool_lock:
+        if _pool_pid != os.getpid():
+            _pool.clear()
+            _pool_pid = os.getpid()
+        idle = _pool.get(router.management_url, [])
+        while idle and found is None:
+            mgmt, released = idle.pop()
+            fresh = time.monotonic() - released <= POOL_IDLE_SECONDS
+            if fresh and mgmt.user == router.admin_user:
+                found = mgmt
+            else:
+                stale.append(mgmt)
+    for mgmt in stale:  # outside the lock: closing waits for the router's answer
+        mgmt.close()
+    return found
+
+
+def _give_back(mgmt: Management) -> None:
+    mgmt.pooled = True
+    with _pool_lock:
+        _pool.setdefault(mgmt.url, []).append((mgmt, time.monotonic()))
 
 
 def _refusal(key: tuple, exc: ManagementError) -> str:
     """What a tenant reads in the status when the router refused one of its entities."""
     etype = key[0].rsplit(".", 1)[-1]
     return f"Router refused {etype} {key[1]}: {exc.status} {exc.description}"
+
+
+def pooled_count() -> int:
+    """Idle management connections this process keeps (tests, diagnostics)."""
+    with _pool_lock:
+        return sum(len(idle) for idle in _pool.values())
+
+
+def close_pooled() -> None:
+    """Closes every kept connection (a router about to go away, tests)."""
+    with _pool_lock:
+        kept = [mgmt for idle in _pool.values() for mgmt, _ in idle]
+        _pool.clear()
+    for mgmt in kept:
+        mgmt.close()

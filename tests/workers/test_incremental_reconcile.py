@@ -1,0 +1,92 @@
+"""A new anycast or multicast address in a clean space is applied without reading the router
+(its entities are created and the answers confirm them); anything else, or any doubt, takes
+the full diff, which every resync and drift check runs anyway."""
+import uuid
+
+import pytest
+
+from config_service import services
+from config_service.models import AddressSpace, AgentState
+from tests.conftest import CTX
+from tests.router.conftest import ADMIN_PASSWORD
+from tests.workers.conftest import sync
+from tests.workers.test_standard_space_e2e import add, phases
+from workers.agents import router_config as rc
+from workers.agents.base import run
+from workers.agents.qdr import Management
+from workers.agents.router import RouterAgent, features
+
+BOTH_ROUTERS = True
+
+
+@pytest.fixture
+def mgmt(router):
+    client = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def space(tenant):
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name=f"in{uuid.uuid4().hex[:5]}",
+                                      type="standard", plan="standard-medium")
+    for i in range(5):
+        add(s, f"a{i}", "anycast", "standard-small-anycast")
+    sync(s)
+    yield s
+    if AddressSpace.objects.filter(uid=s.uid, terminating=False).exists():
+        services.delete_address_space(ctx=CTX, space=s)
+        sync(s)
+
+
+def reconcile_reading(mgmt, space) -> int:
+    """Entities the router agent read to reconcile the space (on a connection that has read
+    qdrouterd's listeners already: that happens once per connection)."""
+    features(mgmt, space.vhost)
+    before = mgmt.rows_read
+    run(space.uid, "router", RouterAgent(management=mgmt))
+    return mgmt.rows_read - before
+
+
+def owned(mgmt, space) -> set:
+    prefix = rc.owner_prefix(space.vhost)
+    return {row["name"] for row in mgmt.query(rc.ADDRESS, ["name"], name_prefix=prefix)}
+
+
+def test_new_anycast_and_multicast_addresses_are_applied_without_reading(mgmt, space):
+    add(space, "new-any", "anycast", "standard-small-anycast")
+    add(space, "new-multi", "multicast", "standard-small-multicast")
+
+    assert reconcile_reading(mgmt, space) == 0
+
+    assert phases(space)["new-any"] == phases(space)["new-multi"] == "Active"
+    prefix = rc.owner_prefix(space.vhost)
+    assert {f"{prefix}address:new-any", f"{prefix}address:new-multi"} <= owned(mgmt, space)
+
+
+def test_a_queue_a_deletion_or_a_router_restart_takes_the_full_diff(mgmt, space, router):
+    add(space, "q", "queue", "standard-small-queue")
+    sync(space)  # the storage controller first: the queue's autoLinks need its broker queue
+    assert phases(space)["q"] == "Active"
+    services.delete_address(ctx=CTX, space=space, name=f"{space.name}.a0")
+    assert reconcile_reading(mgmt, space) > 0
+    AgentState.objects.filter(space_uid=space.uid, kind="router").update(
+        invalidated="router restarted empty")  # what the router watch records
+    add(space, "after-restart", "anycast", "standard-small-anycast")
+    assert reconcile_reading(mgmt, space) > 0
+    assert phases(space)["after-restart"] == "Active"
+
+
+def test_an_entity_the_router_already_holds_falls_back_to_the_full_diff(mgmt, space):
+    """Drift the agent could not know of: its CREATE is refused (name taken), so it reads
+    the router and repairs what differs."""
+    prefix = rc.owner_prefix(space.vhost)
+    mgmt.create(rc.ADDRESS, f"{prefix}address:taken",
+                {"prefix": f"{space.vhost}/wrong", "distribution": "multicast"})
+    add(space, "taken", "anycast", "standard-small-anycast")
+
+    assert reconcile_reading(mgmt, space) > 0
+
+    assert phases(space)["taken"] == "Active"
+    row = mgmt.read(rc.ADDRESS, f"{prefix}address:taken")
+    assert (row["prefix"], row["distribution"]) == (f"{space.vhost}/taken", "balanced")

@@ -132,11 +132,15 @@ def counts():
 
 
 def wait_all_active(timeout: float) -> float:
-    began = time.monotonic()
+    """Seconds until every address is Active (nan after `timeout`); progress once a minute."""
+    began = last = time.monotonic()
     while time.monotonic() - began < timeout:
         active, total = counts()
         if active == total:
             return time.monotonic() - began
+        if time.monotonic() - last >= 60:
+            last = time.monotonic()
+            print(f"  {last - began:.0f} s: {active} of {total} Active ({load()})", flush=True)
         time.sleep(5)
     print(f"  not all Active after {timeout:.0f} s: {counts()}")
     return float("nan")
@@ -276,6 +280,8 @@ def main():
     parser.add_argument("--start", action="store_true")
     parser.add_argument("--log")
     parser.add_argument("--no-resync", action="store_true")
+    parser.add_argument("--converge-timeout", type=float, default=3600,
+                        help="seconds to wait for every filled address to be Active")
     args = parser.parse_args()
 
     if args.start:
@@ -301,7 +307,7 @@ def main():
                         str(args.brokered), "--jobs", str(args.jobs)], cwd=ROOT, check=True,
                        env=dict(os.environ, MAAS_LOG_LEVEL="WARNING"), stdout=subprocess.DEVNULL)
         filled = time.monotonic() - began
-        converged = wait_all_active(3600)
+        converged = wait_all_active(args.converge_timeout)
         total = Address.objects.count()
         print(f"fill: {total} addresses in {AddressSpace.objects.count()} spaces; created in "
               f"{filled:.0f} s, all Active {converged:.0f} s later ({load()})")

@@ -1,16 +1,18 @@
-"""A new anycast or multicast address in a clean space is applied without reading the router
-(its entities are created and the answers confirm them); anything else, or any doubt, takes
-the full diff, which every resync and drift check runs anyway."""
+"""A new anycast or multicast address in a clean space is applied reading one entity of the
+router, the space's vhost policy (its entities are created and the answers confirm them);
+anything else, or any doubt, takes the full diff, which every resync and drift check runs
+anyway."""
 import uuid
 
 import pytest
 
 from config_service import services
 from config_service.models import AddressSpace, AgentState
+from tenants.models import TenantQuota
 from tests.conftest import CTX
 from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
-from tests.workers.test_standard_space_e2e import add, phases
+from tests.workers.test_standard_space_e2e import add, phases, user
 from workers.agents import router_config as rc
 from workers.agents.base import run
 from workers.agents.qdr import Management
@@ -57,7 +59,7 @@ def test_new_anycast_and_multicast_addresses_are_applied_without_reading(mgmt, s
     add(space, "new-any", "anycast", "standard-small-anycast")
     add(space, "new-multi", "multicast", "standard-small-multicast")
 
-    assert reconcile_reading(mgmt, space) == 0
+    assert reconcile_reading(mgmt, space) == 1  # the vhost policy, READ by name
 
     assert phases(space)["new-any"] == phases(space)["new-multi"] == "Active"
     prefix = rc.owner_prefix(space.vhost)
@@ -75,6 +77,21 @@ def test_a_queue_a_deletion_or_a_router_restart_takes_the_full_diff(mgmt, space,
     add(space, "after-restart", "anycast", "standard-small-anycast")
     assert reconcile_reading(mgmt, space) > 0
     assert phases(space)["after-restart"] == "Active"
+
+
+def test_a_throttle_while_creates_are_pending_still_reaches_the_policy(mgmt, space):
+    """A tenant throttled (a wake-up, no event of the space) while a create is pending: the
+    short path sees the vhost policy differ and takes the full diff, which applies both."""
+    user(space, "app", [{"addresses": ["*"], "operations": ["send", "recv"]}])
+    sync(space)
+    add(space, "pending", "anycast", "standard-small-anycast")
+    TenantQuota.objects.filter(tenant=space.tenant).update(throttled=True)
+
+    assert reconcile_reading(mgmt, space) > 1
+
+    vhost = mgmt.read(rc.VHOST, f"{rc.owner_prefix(space.vhost)}vhost")
+    assert {g["maxSenders"] for g in vhost["groups"].values()} == {0}
+    assert phases(space)["pending"] == "Active"
 
 
 def test_an_entity_the_router_already_holds_falls_back_to_the_full_diff(mgmt, space):

@@ -115,7 +115,9 @@ class Management:
     def read(self, entity_type: str, name: str) -> dict | None:
         """The entity's attributes, or None if the router has no entity of that name."""
         try:
-            return self.request("READ", None, type=entity_type, name=name)
+            row = self.request("READ", None, type=entity_type, name=name)
+            self.rows_read += 1
+            return row
         except ManagementError as exc:
             if exc.status == 404:
                 return None

@@ -27,9 +27,9 @@ from .qdr import QUERY_PAGE, Management, ManagementError, RouterUnreachable
 logger = logging.getLogger(__name__)
 
 AUTOLINK_WAIT_SECONDS = 3.0
-# A management connection is kept for the next reconcile of this thread for so long: opening
-# one (SASL relayed to the auth service) costs about as much as the reconcile of a small change.
-# Below the 16 s after which qdrouterd drops a connection that sent nothing.
+# An idle management connection is kept for the next reconcile of this process for so long:
+# opening one (SASL relayed to the auth service) costs about as much as the reconcile of a small
+# change. Below the 16 s after which qdrouterd drops a connection that sent nothing.
 POOL_IDLE_SECONDS = 10.0
 # Idle connections of this process by management URL: [(Management, released at)]. A
 # reconcile takes one out and gives it back, so each is used by one thread at a time (the
@@ -202,8 +202,11 @@ class RouterAgent(Agent):
             raise TransientError(str(exc)) from exc
 
     def _desired(self, space: AddressSpace, where: endpoints.SpaceEndpoints | None = None,
-                 features: rc.RouterFeatures = rc.EMBEDDED):
-        addresses = list(Address.objects.filter(space=space, scheduled=True))
+                 features: rc.RouterFeatures = rc.EMBEDDED, addresses: list | None = None):
+        """(addresses, desired entities, their keys by address) of the space; `addresses`:
+        only these (the short path), with the space's own entities as always."""
+        if addresses is None:
+            addresses = list(Address.objects.filter(space=space, scheduled=True))
         users = list(MessagingUser.objects.filter(space=space))
         user, password = credentials.router_broker(space.vhost)
         broker = (where or endpoints.of(space)).broker
@@ -272,11 +275,12 @@ class RouterAgent(Agent):
             return apply(mgmt, desired, prefix, refused=refused)
 
     def _incremental(self, space: AddressSpace, where, mgmt: Management) -> Report | None:
-        """Only the new entities, without reading the router, when every event the agent has
-        not applied creates an anycast or multicast address and its last reconcile left the
-        space clean (no error, not invalidated by a router restart): the CREATE answers confirm
-        them. None: a full reconcile is needed (it is also what every resync and drift check
-        runs). So a small change costs what it changes, not what its space holds."""
+        """Only the new entities, when every event the agent has not applied creates an
+        anycast or multicast address and its last reconcile left the space clean (no error,
+        not invalidated by a router restart): the space's vhost policy is READ and compared,
+        the new entities CREATEd, and their answers confirm them. None: a full reconcile is
+        needed (it is also what every resync and drift check runs). So a small change costs
+        what it changes, not what its space holds."""
         if self.snapshot is not None:
             return None
         events = pending_events(space.uid, self.kind)
@@ -290,11 +294,15 @@ class RouterAgent(Agent):
                 or state["space_error"] or state["invalidated"]):
             return None
         names = [p["name"] for _, p in events]
-        addresses = list(Address.objects.filter(space=space, name__in=names, scheduled=True))
-        login = rc.BrokerLogin("", 0, "", "")  # anycast and multicast reach no broker
-        desired, by_address = rc.desired_entities(space, addresses, [], login,
-                                                  features=features(mgmt, space.vhost))
-        desired = {k: v for k, v in desired.items() if k[0] not in (rc.VHOST, rc.CONNECTOR)}
+        new = list(Address.objects.filter(space=space, name__in=names, scheduled=True))
+        _, desired, by_address = self._desired(space, where, features(mgmt, space.vhost), new)
+        # The space's policy must be as desired already: a throttle, a user or a plan may have
+        # changed it without an event this path would see (a wake-up with creates pending).
+        for key in [k for k in desired if k[0] in (rc.VHOST, rc.CONNECTOR)]:
+            row = mgmt.read(*key)
+            if row is None or rc.differs(desired[key], row):
+                return None
+            del desired[key]
         refused: dict = {}
         actual = apply(mgmt, desired, rc.owner_prefix(space.vhost), actual={}, refused=refused)
         if refused:

@@ -2,8 +2,9 @@
 
 Goes through the service functions, as the API does (validation, plans, quotas, events, outbox,
 fan-out after commit): one `create_addresses` batch per address space, as an AddressList POST,
-so each space's agents are woken once for its batch. The shape is issue 16's: per tenant STANDARD standard spaces of 100 addresses
-(40 anycast, 20 multicast, 20 queue, 20 topic) and BROKERED brokered spaces of 100 queues.
+so each space's agents are woken once for its batch. The shape is issue 16's: per tenant
+STANDARD standard spaces of 100 addresses (40 anycast, 20 multicast, 20 queue, 20 topic) and
+BROKERED brokered spaces of 100 queues.
 Idempotent: tenants, spaces and addresses that exist are kept, so a run can be resumed, and
 `--jobs N` splits the tenants over N processes.
 

@@ -218,16 +218,19 @@ def _tenant_credits(tenant: Tenant, exclude_space: AddressSpace) -> float:
     return total
 
 
-def _fits(space: AddressSpace, usage: scheduling.Usage, quota: TenantQuota | None = None) -> bool:
+def _fits(space: AddressSpace, usage: scheduling.Usage, quota: TenantQuota | None = None,
+          others: float | None = None) -> bool:
+    """Whether `usage` fits the space's plan and the tenant's credits; `others`: the credits
+    of the tenant's other spaces, if already read (a batch reads them once)."""
     if not scheduling.fits(usage, space.plan_status.get("resourceLimits", {})):
         return False
     quota = quota or _quota(space.tenant)
     if quota.max_credits is None:
         return True
+    if others is None:
+        others = _tenant_credits(space.tenant, space)
     needed = usage.needed()
-    return needed["router"] + needed["broker"] + _tenant_credits(space.tenant, space) <= (
-        quota.max_credits + 1e-9
-    )
+    return needed["router"] + needed["broker"] + others <= quota.max_credits + 1e-9
 
 
 def _try_place(space, address_type, wire_address, plan_status, topic, exclude=None,
@@ -414,7 +417,7 @@ def create_addresses(*, ctx: Context, space: AddressSpace, items: list[dict]) ->
                                              topic_placement)
                 trial = copy.deepcopy(usage)
                 trial.add(address_type, plan_status, placement)
-                if _fits_with(space, trial, quota, others):
+                if _fits(space, trial, quota, others):
                     usage = trial
                 else:
                     scheduled, reason, placement = False, scheduling.QUOTA_EXCEEDED, []
@@ -445,17 +448,6 @@ def create_addresses(*, ctx: Context, space: AddressSpace, items: list[dict]) ->
         _schedule_pending(stream, space, ctx)  # subscriptions waiting for these topics
     by_name = {a.name: a for a in Address.objects.filter(space=space, name__in=wanted)}
     return [by_name[name] for name in wanted]
-
-
-def _fits_with(space: AddressSpace, usage: scheduling.Usage, quota: TenantQuota,
-               others: float) -> bool:
-    """_fits with the tenant's other spaces' credits read once for a batch."""
-    if not scheduling.fits(usage, space.plan_status.get("resourceLimits", {})):
-        return False
-    if quota.max_credits is None:
-        return True
-    needed = usage.needed()
-    return needed["router"] + needed["broker"] + others <= quota.max_credits + 1e-9
 
 
 @transaction.atomic

@@ -82,6 +82,11 @@ def send(vhost: str, address: str, n: int, port: int = AMQP_PORT, keep_open: boo
     sender = conn.create_sender(address)
     for _ in range(n):
         sender.send(Message(body=BODY))
+    return kept_or_closed(conn, keep_open)
+
+
+def kept_or_closed(conn, keep_open: bool):
+    """The connection, kept open after its last outcomes went out, or closed (None)."""
     if keep_open:
         try:  # the blocking connection sends the accepts only while it works: let it
             conn.wait(lambda: False, timeout=1)
@@ -89,6 +94,7 @@ def send(vhost: str, address: str, n: int, port: int = AMQP_PORT, keep_open: boo
             pass
         return conn
     conn.close()
+    return None
 
 
 def take(vhost: str, queue: str, m: int, prefetch: int, keep_open: bool = False):
@@ -101,13 +107,7 @@ def take(vhost: str, queue: str, m: int, prefetch: int, keep_open: bool = False)
     for _ in range(m):
         receiver.receive(timeout=10)
         receiver.accept()
-    if keep_open:
-        try:  # the blocking connection sends the accepts only while it works: let it
-            conn.wait(lambda: False, timeout=1)
-        except Timeout:
-            pass
-        return conn
-    conn.close()
+    return kept_or_closed(conn, keep_open)
 
 
 def test_queue_messages_in_and_out_are_exact_once_the_stats_settle(api, vhost):

@@ -7,6 +7,7 @@ from tests.qdrouterd import SKIP_REASON, AuthService, QdrouterdProcess, VhostRel
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess
 from workers import qdrouterd
 from workers.agents import base
+from workers.agents.qdr import Management
 from workers.agents.router import close_pooled
 
 
@@ -66,6 +67,14 @@ def router_settings(settings, router):
     settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
     if router.relay is not None:
         settings.MAAS_VHOST_RELAY_PORT = router.relay.port
+
+
+@pytest.fixture
+def mgmt(router):
+    """A management connection to the module's router, as the router admin."""
+    client = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
+    yield client
+    client.close()
 
 
 def sync(space):

@@ -10,22 +10,13 @@ from config_service import services
 from config_service.models import AddressSpace, AgentState
 from tenants.models import TenantQuota
 from tests.conftest import CTX
-from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases, user
 from workers.agents import router_config as rc
 from workers.agents.base import run
-from workers.agents.qdr import Management
 from workers.agents.router import RouterAgent, features
 
 BOTH_ROUTERS = True
-
-
-@pytest.fixture
-def mgmt(router):
-    client = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -7,24 +7,15 @@ import pytest
 from config_service import services
 from config_service.models import AddressSpace
 from tests.conftest import CTX
-from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases
 from workers.agents import qdr
 from workers.agents import router as router_agent
 from workers.agents import router_config as rc
 from workers.agents.base import run
-from workers.agents.qdr import Management
 
 BOTH_ROUTERS = True
 FOREIGN = 300  # other spaces' entities on the router
-
-
-@pytest.fixture
-def mgmt(router):
-    client = Management(f"amqp://127.0.0.1:{router.mgmt_port}", "admin", ADMIN_PASSWORD)
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -55,11 +55,9 @@ def entity_types(mgmt: Management) -> list[str]:
 def features(mgmt: Management, vhost: str | None = None) -> rc.RouterFeatures:
     found = rc.RouterFeatures.of(mgmt.schema())
     if vhost is not None and not found.exact_message_targets:
-        # Listeners are static configuration: read once per connection and space.
-        known = mgmt.__dict__.setdefault("serves_only", {})
-        if vhost not in known:
-            known[vhost] = serves_only(mgmt, vhost)
-        found = found._replace(serves_one_space=known[vhost])
+        if vhost not in mgmt.serves_only:  # listeners are static: once per connection
+            mgmt.serves_only[vhost] = serves_only(mgmt, vhost)
+        found = found._replace(serves_one_space=mgmt.serves_only[vhost])
     return found
 
 

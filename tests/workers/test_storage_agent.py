@@ -136,3 +136,28 @@ def test_deleting_the_space_tears_down_the_vhost_and_removes_the_space(tenant):
     assert not AddressSpace.objects.filter(uid=s.uid).exists()
     assert ConfigEvent.objects.filter(stream_id=s.uid).last().type == "address_space.removed"
     assert AgentState.objects.get(space_uid=s.uid).torn_down
+
+
+def test_a_change_reads_only_its_space_and_a_resync_also_looks_for_stale_users(
+    space, monkeypatch
+):
+    """The broker-wide read of users without permissions (RabbitMQ works it out from all its
+    users) is for drift; a change does not pay for it. Every call still goes to RabbitMQ."""
+    paths = []
+    real = rabbitmq.RabbitMQApi.request
+
+    def recording(self, method, path, *args, **kwargs):
+        paths.append(path)
+        return real(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(rabbitmq.RabbitMQApi, "request", recording)
+    queue(space, "orders")
+    base.run(space.uid, "storage")  # the space's first reconcile: its new vhost and queue
+    queue(space, "invoices")
+    base.run(space.uid, "storage")  # a change
+    assert "/users/without-permissions" not in paths
+    assert all(space.vhost in path or path.startswith("/users/") or path == "/overview"
+               for path in paths), paths
+
+    base.run(space.uid, "storage")  # no new event: a resync
+    assert paths.count("/users/without-permissions") == 1

@@ -8,6 +8,7 @@ import logging
 import os
 
 from django.conf import settings
+from django.core.cache import cache
 
 from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
 from config_service.status import ROUTER_ONLY_TYPES
@@ -128,17 +129,38 @@ def _api(space: AddressSpace) -> rabbitmq.RabbitMQApi:
     return management_api(endpoints.of(space).broker)
 
 
+TOPIC_KIND_TTL = 3600  # seconds every worker reuses a broker's topic exchange type
+
+
+def topic_kind(api: rabbitmq.RabbitMQApi) -> str:
+    """The broker's topic exchange type, asked once an hour for all worker processes: the
+    question is RabbitMQ's `/api/overview`, which works out the whole broker (7 s at 600
+    vhosts, measured) and timed out on a busy one, failing every apply that asked it."""
+    key = "maas:storage:topic-kind:" + hashlib.sha256(api.base_url.encode()).hexdigest()[:16]
+    kind = cache.get(key)
+    if kind is None:
+        kind = rabbitmq.topic_type(api)
+        cache.set(key, kind, TOPIC_KIND_TTL)
+    return kind
+
+
 class StorageController(Agent):
     kind = "storage"
 
     def reconcile(self, space: AddressSpace) -> Report:
-        unchanged = nothing_to_store(space)
+        events = pending_events(space.uid, self.kind)
+        state = AgentState.objects.filter(space_uid=space.uid, kind=self.kind).first()
+        unchanged = nothing_to_store(events, state)
         if unchanged is not None:
             return unchanged
+        # A resync (no new event) or an invalidated state looks for drift the events cannot
+        # tell of: stale users without permissions, found by a read of all the broker's users.
+        thorough = events == [] or (state is not None and state.invalidated)
         addresses = stored_addresses(space)
         try:
             api = _api(space)
-            result = rabbitmq.BrokerReconciler(api).apply(desired_state(space, addresses))
+            result = rabbitmq.BrokerReconciler(api, topic_kind(api)).apply(
+                desired_state(space, addresses), thorough=thorough)
         except rabbitmq.BrokerError as exc:
             if exc.transient:
                 raise TransientError(str(exc)) from exc
@@ -192,15 +214,14 @@ class StorageController(Agent):
         credentials.forget(credentials.router_broker_name(space.vhost))
 
 
-def nothing_to_store(space: AddressSpace) -> Report | None:
+def nothing_to_store(events: list | None, state: AgentState | None) -> Report | None:
     """The last report again, without asking the broker, when every event this agent has not
-    applied creates an anycast or multicast address (nothing of the broker changes; the router
-    agent runs meanwhile); None otherwise. A resync has no new event: it checks the broker."""
-    events = pending_events(space.uid, StorageController.kind)
+    applied (`events`, from `pending_events`) creates an anycast or multicast address (nothing
+    of the broker changes; the router agent runs meanwhile); None otherwise. A resync has no
+    new event: it checks the broker."""
     if not events or any(t != "address.created" or p.get("type") not in ROUTER_ONLY_TYPES
                          for t, p in events):
         return None
-    state = AgentState.objects.filter(space_uid=space.uid, kind=StorageController.kind).first()
     if state is None or state.applied_at is None or state.invalidated:
         return None
     return Report(address_errors=state.address_errors, space_error=state.space_error)

@@ -38,7 +38,7 @@ from .rabbitmq_objects import (
     queue_type,
     user_permissions,
 )
-from .rabbitmq_reconciler import VHOST_DESCRIPTION, ApplyResult, BrokerReconciler
+from .rabbitmq_reconciler import VHOST_DESCRIPTION, ApplyResult, BrokerReconciler, topic_type
 
 __all__ = [
     "AMQ_DEFAULT", "DLX_EXCHANGE", "EXPIRY_REASONS", "FANOUT_PREFIX", "HASHING_ALGORITHM", "INTERNAL_PREFIX",
@@ -48,5 +48,5 @@ __all__ = [
     "ApplyResult", "BrokerError", "BrokerReconciler", "RabbitMQApi",
     "broker_username", "dead_letter_routes", "desired_objects", "fanout_exchange", "hash_password",
     "pattern_matches", "pattern_regex", "policy_definition", "policy_name", "queue_arguments",
-    "queue_type", "user_permissions", "verify_password",
+    "queue_type", "topic_type", "user_permissions", "verify_password",
 ]

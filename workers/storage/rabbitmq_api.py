@@ -183,6 +183,14 @@ class RabbitMQApi:
     def delete_policy(self, vhost: str, name: str) -> None:
         self.request("DELETE", f"/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
 
+    # definitions
+    def import_definitions(self, vhost: str, definitions: dict) -> None:
+        """Creates the `queues`, `exchanges`, `bindings` and `policies` of `definitions` in the
+        vhost in one call (RabbitMQ imports policies first, then queues, exchanges, bindings).
+        Objects already there as given are left alone. Not atomic: a refused import may leave
+        the objects it imported before the refused one (each is a create that can be redone)."""
+        self.request("POST", f"/definitions/{_q(vhost)}", definitions)
+
     # users (global) and their rights in a vhost
     def list_users(self, columns=USER_COLUMNS) -> list[dict]:
         """Every user of the broker: for tests and tools, never for one space's reconcile."""

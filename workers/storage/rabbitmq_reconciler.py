@@ -4,6 +4,8 @@ Level-triggered and idempotent: every `apply` observes what the vhost has (a few
 once, each of the vhost or of its users, never of the whole broker), converges it on the
 desired objects (`rabbitmq_objects`) by creating, changing or deleting only what MaaS owns,
 then verifies each address and user; `ApplyResult` says what it did and what is in place.
+Creates of exchanges, policies, queues and bindings go in one definitions import when there
+are several (`rabbitmq_batch`).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from functools import partial
 from ..naming import USER_SEPARATOR
 from .desired import BrokerUser, VhostState
 from .rabbitmq_api import HASHING_ALGORITHM, BrokerError, RabbitMQApi
+from .rabbitmq_batch import BATCH_MIN, CreateBatch
 from .rabbitmq_objects import (
     DLX_EXCHANGE,
     FALLBACK_TOPIC_TYPE,
@@ -49,7 +52,13 @@ def topic_type(api: RabbitMQApi) -> str:
     cached = _topic_types.get(api.base_url)
     if cached and cached[0] > now:
         return cached[1]
-    kind = TOPIC_TYPE if TOPIC_TYPE in api.exchange_types() else FALLBACK_TOPIC_TYPE
+    try:
+        types = api.exchange_types()
+    except BrokerError:
+        if cached is None:
+            raise
+        return cached[1]  # the broker is busy: its plugins did not change meanwhile
+    kind = TOPIC_TYPE if TOPIC_TYPE in types else FALLBACK_TOPIC_TYPE
     if kind == FALLBACK_TOPIC_TYPE:
         log.warning("storage.rabbitmq.no_maas_topic_type", extra={"broker": api.base_url})
     _topic_types[api.base_url] = (now + TOPIC_TYPE_TTL, kind)
@@ -131,30 +140,35 @@ class ApplyResult:
 class BrokerReconciler:
     """Level-triggered and idempotent: each apply converges the vhost on the desired state."""
 
-    def __init__(self, api: RabbitMQApi) -> None:
+    def __init__(self, api: RabbitMQApi, topic_kind: str | None = None) -> None:
         self.api = api
+        self.topic_kind = topic_kind  # the broker's topic exchange type, if the caller knows
+        self._batch: CreateBatch | None = None  # while converging: creates held back
 
     # public
 
-    def apply(self, state: VhostState, verify: bool = True) -> ApplyResult:
-        """Converge the vhost; raises BrokerError only when the vhost cannot be read."""
+    def apply(self, state: VhostState, verify: bool = True,
+              thorough: bool = True) -> ApplyResult:
+        """Converge the vhost; raises BrokerError only when the vhost cannot be read.
+        `thorough` also looks for stale users of the vhost that hold no permissions (a read
+        of the broker's users: a resync's job, not every change's; see `_users`)."""
         result = ApplyResult(vhost=state.vhost)
-        desired = desired_objects(state, topic_type(self.api))
+        desired = desired_objects(state, self.topic_kind or topic_type(self.api))
         result.errors.update(desired.errors)
         result.user_errors.update(desired.user_errors)
-        actual = self._observe(state.vhost, desired)
+        actual = self._observe(state.vhost, desired, thorough)
         if actual.vhost is None:
             tags = (OWNER_TAG, f"{INCARNATION_TAG_PREFIX}{_now_ms()}")
             self._do(result, "created", "vhost:" + state.vhost, None, self.api.put_vhost,
                      state.vhost, VHOST_DESCRIPTION, tags)
             if result.vhost_errors:
                 return result
-            actual = self._observe(state.vhost, desired)
+            actual = self._observe(state.vhost, desired, thorough)
         self._grant_self(state.vhost, actual, result)
         self._converge(state, desired, actual, result)
         if verify:
             # What we listed is the proof for what we did not touch; list again what changed.
-            after = self._reobserve(state.vhost, desired, actual, result)
+            after = self._reobserve(state.vhost, desired, actual, result, thorough)
             self._verify(state, desired, after, result)
         log.info("storage.rabbitmq.applied", extra={
             "vhost": state.vhost, "n_created": len(result.created),
@@ -194,14 +208,14 @@ class BrokerReconciler:
 
     # observing
 
-    def _observe(self, vhost: str, desired: DesiredObjects) -> _Actual:
+    def _observe(self, vhost: str, desired: DesiredObjects, thorough: bool = True) -> _Actual:
         """A handful of reads of the vhost and one GET per desired user, at the same time
         (the broker answers them in parallel: the time of the slowest, not of all); raises
         BrokerError if the broker cannot be read. Nothing that grows with the other spaces of
-        the broker is read (see `_users`)."""
+        the broker is read, except the users without permissions when `thorough` (`_users`)."""
         info = self.api.get_vhost(vhost)
         calls = {_USER + name: partial(self.api.get_user, name) for name in desired.users}
-        calls["unpermitted"] = self.api.list_users_without_permissions
+        calls["unpermitted"] = self.api.list_users_without_permissions if thorough else list
         if info is not None:
             calls.update({
                 "queues": lambda: {q["name"]: q for q in self.api.list_queues(vhost)},
@@ -224,7 +238,7 @@ class BrokerReconciler:
         return _Actual(vhost=info, users=users, permissions=permissions, **read)
 
     def _reobserve(self, vhost: str, desired: DesiredObjects, actual: _Actual,
-                   result: ApplyResult) -> _Actual:
+                   result: ApplyResult, thorough: bool = True) -> _Actual:
         """`actual` with the kinds of object this apply created, changed or deleted listed
         again (one GET each): a steady apply lists nothing more, a new plain queue 1 GET.
         Only desired objects are verified, so deletions need no second look; a desired
@@ -234,7 +248,7 @@ class BrokerReconciler:
         if not touched:
             return actual
         if "vhost" in touched:
-            return self._observe(vhost, desired)
+            return self._observe(vhost, desired, thorough)
         again = replace(actual)
         if "queue" in touched:
             again.queues = {q["name"]: q for q in self.api.list_queues(vhost)}
@@ -263,8 +277,9 @@ class BrokerReconciler:
         (they are global: that list grows with every space): the desired ones (`named`, one
         GET each), those named for the vhost that hold permissions on it (one GET each of
         those not desired: stale ones, or someone else's), and those named for it among the users
-        that hold no permissions anywhere (on a healthy broker: few or none). That last read
-        finds a stale user of the vhost without permissions: created, then the agent stopped
+        that hold no permissions anywhere (on a healthy broker: few or none; RabbitMQ works
+        that list out from all its users: 400 ms at 600 vhosts, so only a thorough apply, a
+        resync, reads it). That last read finds a stale user of the vhost without permissions: created, then the agent stopped
         before granting it and the user was deleted before the next apply; a permission PUT
         that failed; a teardown whose user delete failed but whose vhost delete did not; a
         vhost deleted by hand. MaaS grants a user on its own vhost only, so no user of the
@@ -307,10 +322,15 @@ class BrokerReconciler:
         """Create and update first (policies before queues, so a queue never runs without
         its limits), then delete stale objects (bindings before what they connect)."""
         v = state.vhost
-        self._converge_exchanges(v, desired, actual, result)
-        self._converge_policies(v, desired, actual, result)
-        self._converge_queues(v, desired, actual, result)
-        self._converge_bindings(v, desired, actual, result)
+        self._batch = batch = CreateBatch()
+        try:
+            self._converge_exchanges(v, desired, actual, result)
+            self._converge_policies(v, desired, actual, result)
+            self._converge_queues(v, desired, actual, result)
+            self._converge_bindings(v, desired, actual, result)
+        finally:
+            self._batch = None
+        self._create(v, batch, result)
         self._converge_users(v, desired, actual, result)
         self._delete_stale(v, desired, actual, result)
         self._converge_limits(state, actual, result)
@@ -466,6 +486,34 @@ class BrokerReconciler:
             if name not in desired.users:
                 self._do(result, "deleted", "user:" + name, None, self.api.delete_user, name)
 
+    def _create(self, v: str, batch: CreateBatch, result: ApplyResult) -> None:
+        """Makes the creates held back while converging: one definitions import (RabbitMQ
+        imports policies before queues, exchanges before bindings), or one call each when
+        they are few. An import refused as invalid is made again one call each, so that each
+        refusal is told against its own address; one that failed for a transient reason (a
+        busy broker) marks them all failed, and the apply is retried."""
+        for item in batch.items:  # `_do` counted them as created while converging
+            result.created.remove(item.label)
+        if len(batch.items) >= BATCH_MIN:
+            try:
+                self.api.import_definitions(v, batch.definitions())
+            except BrokerError as exc:
+                log.warning("storage.rabbitmq.import_failed", extra={
+                    "vhost": v, "n_objects": len(batch.items), "error": exc.message,
+                    "transient": exc.transient})
+                if exc.transient:
+                    result.transient = True
+                    for item in batch.items:
+                        self._error(result, item.address, exc.message)
+                    return
+            else:
+                result.created.extend(item.label for item in batch.items)
+                log.info("storage.rabbitmq.imported",
+                         extra={"vhost": v, "n_objects": len(batch.items)})
+                return
+        for item in batch.items:
+            self._do(result, "created", item.label, item.address, *item.call)
+
     def _converge_limits(self, state: VhostState, actual: _Actual, result) -> None:
         current = actual.limits.get("max-connections")
         if state.max_connections is not None and current != state.max_connections:
@@ -533,7 +581,13 @@ class BrokerReconciler:
 
     def _do(self, result: ApplyResult, verb: str, label: str, address: str | None, fn, *args,
             user: str | None = None) -> bool:
-        """Run one mutation; record it, or record its error against the address or user."""
+        """Run one mutation; record it, or record its error against the address or user.
+        While converging, a create an import can make is held back (`_create` makes it) and
+        counted as created meanwhile (later steps ask what this apply created)."""
+        if verb == "created" and self._batch is not None and self._batch.takes(fn):
+            self._batch.add(label, address, fn, *args)
+            result.created.append(label)
+            return True
         try:
             fn(*args)
         except BrokerError as exc:

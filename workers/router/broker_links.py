@@ -3,8 +3,17 @@
 autoLinks attach a router link to a broker address and hang it on an address node (how
 waypoint queues reach RabbitMQ); linkRoutes pair a client link with a freshly attached broker
 link and pass credit, deliveries and dispositions straight through (topics, subscriptions).
-Each broker-side link gets its own session because RabbitMQ reports errors by ending the
-session, which must not take unrelated links down. Connectors reconnect with backoff.
+Connectors reconnect with backoff.
+
+Sessions: RabbitMQ reports a link's error by ending its session, and RabbitMQ 3.10 makes an
+internal connection (with a channel and their statistics) for every AMQP 1.0 session: a
+session per link was 40 such connections per standard space, 32,000 at 100,000 addresses,
+which kept both of the broker's cores busy. So a connector's autoLinks share one session, as
+qdrouterd's do. When that session ends with an error, the autoLinks the broker had already
+answered attach again on a new shared session; those it had not (the refused one is among
+them) are quarantined: each attaches on a session of its own from then on, so a queue that
+stays missing cannot end the others' session again. A linkRoute's broker link (a client's,
+short-lived) keeps a session of its own.
 """
 
 import logging
@@ -38,6 +47,8 @@ class BrokerLinks:
         self.conns: dict = {}  # connector name -> Conn (current attempt or open)
         self.backoff: dict[str, float] = {}
         self.autolinks: dict[str, LinkState] = {}  # autoLink name -> its link
+        self.shared: dict[str, tuple] = {}  # connector name -> (Conn, its autoLinks' session)
+        self.quarantined: set[str] = set()  # autoLinks that attach on a session of their own
         self._seq = 0
 
     # -- connectors --------------------------------------------------------------------------
@@ -45,6 +56,7 @@ class BrokerLinks:
         self._connect(ent["name"])
 
     def connector_deleted(self, ent: dict) -> None:
+        self.shared.pop(ent["name"], None)
         conn = self.conns.pop(ent["name"], None)
         if conn is not None:
             self.engine.loop.close(conn)
@@ -118,16 +130,36 @@ class BrokerLinks:
         L.pn_session_open(ssn)
         return ssn
 
+    def _autolink_session(self, conn, name: str):
+        """The session for autoLink `name`: its own if quarantined, else the connector's
+        shared one (opened on first use, and again once the broker ended it)."""
+        if name in self.quarantined:
+            return self._new_session(conn)
+        have = self.shared.get(conn.connector)
+        if have is not None and have[0] is conn and not (
+                L.pn_session_state(have[1]) & (L.PN_LOCAL_CLOSED | L.PN_REMOTE_CLOSED)):
+            return have[1]
+        ssn = self._new_session(conn)
+        self.shared[conn.connector] = (conn, ssn)
+        return ssn
+
+    def _is_shared(self, ls: LinkState) -> bool:
+        have = self.shared.get(getattr(ls.conn, "connector", None))
+        return have is not None and have[1] == ls.session
+
     # -- autoLinks ---------------------------------------------------------------------------
     def autolink_created(self, ent: dict) -> None:
         self._attach_autolink(ent)
 
     def autolink_deleted(self, ent: dict) -> None:
         ls = self.autolinks.pop(ent["name"], None)
+        self.quarantined.discard(ent["name"])
         if ls is not None:
             ls.autolink = None
+            shared = self._is_shared(ls)
             self.engine.close_link(ls)
-            L.pn_session_close(ls.session)
+            if not shared:
+                L.pn_session_close(ls.session)
 
     def _attach_autolink(self, ent: dict) -> None:
         name = ent["name"]
@@ -141,7 +173,7 @@ class BrokerLinks:
         multicast = bool(cfg and cfg["distribution"] == "multicast")
         waypoint = bool(cfg and cfg["waypoint"])
         external = ent.get("externalAddress") or address
-        ssn = self._new_session(conn)
+        ssn = self._autolink_session(conn, name)
         self._seq += 1
         link_name = f"autoLink-{name}-{self._seq}"
         fwd = self.engine.fwd
@@ -175,12 +207,18 @@ class BrokerLinks:
         name = ls.autolink
         if self.autolinks.get(name) is ls:
             del self.autolinks[name]
-        if not L.pn_session_state(ls.session) & L.PN_LOCAL_CLOSED:
-            L.pn_session_close(ls.session)
+        shared = self._is_shared(ls)
+        if not shared and not L.pn_session_state(ls.session) & L.PN_LOCAL_CLOSED:
+            L.pn_session_close(ls.session)  # its own session (the shared one ends with its conn)
         try:
             ent = self.engine.store.find(E.AUTO_LINK, name)
         except E.EntityError:
             return
+        if shared and reason is not None and ent.get("operStatus") != "active":
+            # Lost with an error before the broker answered its attach: it may be the link
+            # whose refusal ended the shared session. From now on it attaches alone.
+            self.quarantined.add(name)
+            logger.info("autolink.quarantined", extra={"autolink": name})
         ent["operStatus"] = "inactive"
         ent["lastError"] = reason[1] if reason else None
         logger.info("autolink.lost", extra={"autolink": name, "reason": ent["lastError"]})

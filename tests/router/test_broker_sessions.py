@@ -12,12 +12,15 @@ import pytest
 import requests
 from proton import Message
 
+from workers.router.broker_links import is_culprit, names_object, refused_object
+
 from .conftest import (
     ADDRESS,
     AUTO_LINK,
     CONNECTOR,
     RABBIT_API,
     RABBIT_AUTH,
+    Rabbit,
     add_tenant,
     pump_until,
 )
@@ -34,13 +37,18 @@ def autolinks(mgmt, vhost: str, queue: str) -> None:
                     externalAddress=f"/amq/queue/{queue}")
 
 
+def connector(mgmt, vhost: str, rabbit_vhost: str) -> None:
+    mgmt.create(CONNECTOR, f"{vhost}-broker", host="127.0.0.1", port="5672",
+                role="route-container", saslUsername="guest", saslPassword="guest",
+                virtualHost=f"vhost:{rabbit_vhost}")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def setup(router, mgmt, rabbit):
     for queue in QUEUES:
         rabbit.queue(queue)
     add_tenant(mgmt, "t5", {"sam": "sam-pw"}, {"all": GROUP})
-    mgmt.create(CONNECTOR, "t5-broker", host="127.0.0.1", port="5672", role="route-container",
-                saslUsername="guest", saslPassword="guest", virtualHost=f"vhost:{rabbit.vhost}")
+    connector(mgmt, "t5", rabbit.vhost)
     for queue in QUEUES:
         autolinks(mgmt, "t5", queue)
     pump_until(lambda: statuses(mgmt) and all(s == "active" for s in statuses(mgmt).values()),
@@ -100,3 +108,70 @@ def test_a_refused_autolink_attaches_alone_and_the_others_stay_attached(router, 
     for direction in ("in", "out"):
         mgmt.delete(AUTO_LINK, f"t5-missing-{direction}")
     mgmt.delete(ADDRESS, "t5-missing")
+
+
+def test_a_refusal_during_the_first_attach_quarantines_only_the_link_it_names(mgmt):
+    """All autoLinks attach at once when their connector connects; the refused one (first in
+    line) ends the shared session while the others still wait for their answer. Only the
+    link to the queue RabbitMQ's error names is quarantined: the others attach again on one
+    shared session, not on a session each."""
+    fresh = Rabbit()
+    fresh.setup()
+    try:
+        for queue in QUEUES:
+            fresh.queue(queue)
+        add_tenant(mgmt, "t6", {"sue": "sue-pw"}, {"all": GROUP})
+        for queue in ("missing", *QUEUES):  # made before the connector: attached together
+            autolinks(mgmt, "t6", queue)
+        connector(mgmt, "t6", fresh.vhost)
+        healthy = [f"t6-{q}-{d}" for q in QUEUES for d in ("in", "out")]
+        pump_until(lambda: all(statuses(mgmt)[name] == "active" for name in healthy),
+                   mgmt.conn, timeout=15)
+        # One shared session, and the refused link's own, short-lived ones (quarantining
+        # every link that was waiting for its answer would leave one per healthy link too).
+        assert most_sessions(fresh.vhost) <= 3
+        assert statuses(mgmt)["t6-missing-in"] != "active"
+    finally:
+        for queue in ("missing", *QUEUES):
+            for direction in ("in", "out"):
+                mgmt.delete(AUTO_LINK, f"t6-{queue}-{direction}")
+            mgmt.delete(ADDRESS, f"t6-{queue}")
+        mgmt.delete(CONNECTOR, "t6-broker")
+        fresh.teardown()
+
+
+def most_sessions(vhost: str) -> int:
+    """The most sessions seen over three seconds, once the list shows the vhost's sessions
+    (it lags by a statistics interval, so one more interval is let pass first)."""
+    deadline = time.monotonic() + 20
+    while broker_sessions(vhost) == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(6)
+    seen = []
+    for _ in range(6):
+        seen.append(broker_sessions(vhost))
+        time.sleep(0.5)
+    return max(seen)
+
+
+def test_the_refused_object_is_read_from_rabbitmqs_error():
+    reason = ("amqp:not-found", "NOT_FOUND - no queue 'q.1' in vhost 'maas-t'")
+    assert refused_object(reason) == "q.1"
+    assert refused_object(("amqp:not-found", "NOT_FOUND - no exchange 'x' in vhost '/'")) == "x"
+    assert refused_object(("amqp:internal-error", "something else")) is None
+    assert refused_object(None) is None
+    assert names_object("/amq/queue/q.1", "q.1")
+    assert names_object("/queue/q.1", "q.1") and names_object("q.1", "q.1")
+    assert names_object("/exchange/q.1/key", "q.1")
+    assert not names_object("/amq/queue/q.10", "q.1")
+    assert not names_object("/amq/queue/q.1", "queue")
+
+
+def test_a_link_refused_twice_unanswered_is_quarantined_whatever_the_error_said():
+    named = ("amqp:not-found", "NOT_FOUND - no queue 'a' in vhost 'v'")
+    assert is_culprit(named, "/amq/queue/a", strikes=1)
+    assert not is_culprit(named, "/amq/queue/b", strikes=1)  # a neighbour: shares again
+    assert is_culprit(named, "/amq/queue/b", strikes=2)
+    unnamed = ("amqp:internal-error", "boom")
+    assert not is_culprit(unnamed, "/amq/queue/a", strikes=1)
+    assert is_culprit(unnamed, "/amq/queue/a", strikes=2)

@@ -10,13 +10,17 @@ internal connection (with a channel and their statistics) for every AMQP 1.0 ses
 session per link was 40 such connections per standard space, 32,000 at 100,000 addresses,
 which kept both of the broker's cores busy. So a connector's autoLinks share one session, as
 qdrouterd's do. When that session ends with an error, the autoLinks the broker had already
-answered attach again on a new shared session; those it had not (the refused one is among
-them) are quarantined: each attaches on a session of its own from then on, so a queue that
-stays missing cannot end the others' session again. A linkRoute's broker link (a client's,
-short-lived) keeps a session of its own.
+answered attach again on a new shared session, and so do those it had not, but for the
+one the broker's error names (`no queue 'x' in vhost 'y'`): that one is quarantined, it
+attaches on a session of its own from then on, so a queue that stays missing cannot end the
+others' session again. A link refused twice in a row before its attach was answered is
+quarantined too, whatever the error said (an error that names nothing, or a name we do not
+recognise, must not end the shared session every second). A linkRoute's broker link (a
+client's, short-lived) keeps a session of its own.
 """
 
 import logging
+import re
 
 from cproton import (
     pn_connection_set_hostname,
@@ -39,6 +43,31 @@ logger = logging.getLogger(__name__)
 _BACKOFF_START = 0.2
 _BACKOFF_MAX = 5.0
 _REATTACH_DELAY = 1.0
+# RabbitMQ's description when it refuses a link to an object that is not there
+_REFUSED = re.compile(r"no (?:queue|exchange) '([^']*)'")
+
+
+def refused_object(reason) -> str | None:
+    """The queue or exchange a broker's link refusal names, if it names one."""
+    found = _REFUSED.search(reason[1] or "") if reason else None
+    return found.group(1) if found else None
+
+
+def names_object(external: str, name: str) -> bool:
+    """Whether an external address (`/amq/queue/x`, `/queue/x`, `/exchange/x[/key]`, `x`)
+    is about the broker object `name`."""
+    parts = external.strip("/").split("/")
+    if parts[:2] == ["amq", "queue"] or parts[:1] in (["queue"], ["exchange"]):
+        parts = parts[2:] if parts[0] == "amq" else parts[1:]
+    return bool(parts) and parts[0] == name
+
+
+def is_culprit(reason, external: str, strikes: int) -> bool:
+    """Whether an autoLink lost unanswered with the shared session is the one the broker
+    refused: the error names its object, or it has been lost so `strikes` times in a row
+    (a refusal that names nothing we recognise must not end the shared session forever)."""
+    culprit = refused_object(reason)
+    return strikes > 1 or (culprit is not None and names_object(external, culprit))
 
 
 class BrokerLinks:
@@ -49,6 +78,7 @@ class BrokerLinks:
         self.autolinks: dict[str, LinkState] = {}  # autoLink name -> its link
         self.shared: dict[str, tuple] = {}  # connector name -> (Conn, its autoLinks' session)
         self.quarantined: set[str] = set()  # autoLinks that attach on a session of their own
+        self.refusals: dict[str, int] = {}  # autoLink -> times lost unanswered in a row
         self._seq = 0
 
     # -- connectors --------------------------------------------------------------------------
@@ -154,6 +184,7 @@ class BrokerLinks:
     def autolink_deleted(self, ent: dict) -> None:
         ls = self.autolinks.pop(ent["name"], None)
         self.quarantined.discard(ent["name"])
+        self.refusals.pop(ent["name"], None)
         if ls is not None:
             ls.autolink = None
             shared = self._is_shared(ls)
@@ -215,10 +246,13 @@ class BrokerLinks:
         except E.EntityError:
             return
         if shared and reason is not None and ent.get("operStatus") != "active":
-            # Lost with an error before the broker answered its attach: it may be the link
-            # whose refusal ended the shared session. From now on it attaches alone.
-            self.quarantined.add(name)
-            logger.info("autolink.quarantined", extra={"autolink": name})
+            # Lost with an error before the broker answered its attach: it is the link whose
+            # refusal ended the shared session if the error names its queue, or if this has
+            # happened to it before. From now on it attaches alone.
+            strikes = self.refusals[name] = self.refusals.get(name, 0) + 1
+            if is_culprit(reason, ent.get("externalAddress") or ent["address"], strikes):
+                self.quarantined.add(name)
+                logger.info("autolink.quarantined", extra={"autolink": name})
         ent["operStatus"] = "inactive"
         ent["lastError"] = reason[1] if reason else None
         logger.info("autolink.lost", extra={"autolink": name, "reason": ent["lastError"]})
@@ -234,6 +268,7 @@ class BrokerLinks:
 
     def on_link_opened(self, ls: LinkState) -> None:
         if ls.autolink is not None:
+            self.refusals.pop(ls.autolink, None)
             try:
                 self.engine.store.find(E.AUTO_LINK, ls.autolink)["operStatus"] = "active"
             except E.EntityError:

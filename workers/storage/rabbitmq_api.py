@@ -1,7 +1,8 @@
 """The RabbitMQ management HTTP API client: `RabbitMQApi`, `BrokerError` and request helpers.
 
 One keep-alive session per client; every call is idempotent, so a request that raced a closed
-keep-alive socket is retried once. Errors say whether they are transient (worth retrying).
+keep-alive socket is retried once; one that timed out waiting for its answer is not (see
+`_RetryClosedSocket`). Errors say whether they are transient (worth retrying).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from urllib.parse import quote
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
@@ -30,6 +32,20 @@ class BrokerError(Exception):
         self.transient = transient
 
 
+class _RetryClosedSocket(Retry):
+    """Retries a request whose keep-alive socket the broker had closed, never one that timed
+    out waiting for its answer: the broker is still working on that one, and RabbitMQ goes
+    on with it after we stop waiting (a vhost start, a definitions import). Sending it again
+    queued the same work a second time behind the first: at 500 vhosts, when a vhost start
+    took longer than the timeout, that doubled what the broker had to catch up on."""
+
+    def increment(self, method=None, url=None, response=None, error=None, _pool=None,
+                  _stacktrace=None):
+        if isinstance(error, ReadTimeoutError):
+            raise error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 def _q(segment: str) -> str:
     return quote(segment, safe="")
 
@@ -45,7 +61,7 @@ class RabbitMQApi:
         self.session.auth = (user, password)
         # RabbitMQ closes idle keep-alive connections; a request that raced such a close finds
         # the socket gone before any answer. Every call here is idempotent: retry that once.
-        retry = Retry(total=1, connect=1, read=1, status=0, redirect=0, allowed_methods=None,
+        retry = _RetryClosedSocket(total=1, connect=1, read=1, status=0, redirect=0, allowed_methods=None,
                       raise_on_status=False)
         self.session.mount("http://", HTTPAdapter(max_retries=retry))
         self.session.mount("https://", HTTPAdapter(max_retries=retry))

@@ -36,8 +36,8 @@ class _RetryClosedSocket(Retry):
     """Retries a request whose keep-alive socket the broker had closed, never one that timed
     out waiting for its answer: the broker is still working on that one, and RabbitMQ goes
     on with it after we stop waiting (a vhost start, a definitions import). Sending it again
-    queued the same work a second time behind the first: at 500 vhosts, when a vhost start
-    took longer than the timeout, that doubled what the broker had to catch up on."""
+    only queued the same call behind the first: at 500 vhosts a vhost start took longer than
+    the timeout, and an import sent twice is made twice."""
 
     def increment(self, method=None, url=None, response=None, error=None, _pool=None,
                   _stacktrace=None):
@@ -61,8 +61,8 @@ class RabbitMQApi:
         self.session.auth = (user, password)
         # RabbitMQ closes idle keep-alive connections; a request that raced such a close finds
         # the socket gone before any answer. Every call here is idempotent: retry that once.
-        retry = _RetryClosedSocket(total=1, connect=1, read=1, status=0, redirect=0, allowed_methods=None,
-                      raise_on_status=False)
+        retry = _RetryClosedSocket(total=1, connect=1, read=1, status=0, redirect=0,
+                                   allowed_methods=None, raise_on_status=False)
         self.session.mount("http://", HTTPAdapter(max_retries=retry))
         self.session.mount("https://", HTTPAdapter(max_retries=retry))
 

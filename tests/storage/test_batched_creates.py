@@ -3,7 +3,6 @@ cost one call, not one each, and end up exactly as the one-call-each path makes 
 import the broker refuses is made again object by object, so one bad object fails only its
 own address.
 """
-import os
 import uuid
 
 import pytest
@@ -18,9 +17,8 @@ from workers.storage.rabbitmq import (
 )
 from workers.storage.rabbitmq_objects import INCARNATION_ARG
 
-API_URL = os.environ.get("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")
-API_USER = os.environ.get("RABBITMQ_API_USER", "guest")
-API_PASSWORD = os.environ.get("RABBITMQ_API_PASSWORD", "guest")
+from .clients import API_PASSWORD, API_URL, API_USER
+
 HASH = hash_password("s3cret-pw")
 
 

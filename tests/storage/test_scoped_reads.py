@@ -6,7 +6,6 @@ each read returned (the real client: every call still goes to RabbitMQ) shows th
 reconcile reads the same rows with or without them, never one of theirs, and still removes
 its own stale users, with or without permissions, leaving the other spaces' users alone.
 """
-import os
 import uuid
 from urllib.parse import quote, unquote
 
@@ -21,9 +20,8 @@ from workers.storage.rabbitmq import (
     hash_password,
 )
 
-API_URL = os.environ.get("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")
-API_USER = os.environ.get("RABBITMQ_API_USER", "guest")
-API_PASSWORD = os.environ.get("RABBITMQ_API_PASSWORD", "guest")
+from .clients import API_PASSWORD, API_URL, API_USER
+
 HASH = hash_password("s3cret-pw")
 UNPERMITTED = "/users/without-permissions"  # the one read not named by the vhost
 

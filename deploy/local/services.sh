@@ -58,12 +58,39 @@ conf=/etc/rabbitmq/rabbitmq.conf
 if [ -w /etc/rabbitmq ] && ! grep -q '^mqtt.listeners.tcp' "$conf" 2>/dev/null; then
   printf 'mqtt.listeners.tcp.default = 127.0.0.1:%s\n' "$RABBITMQ_MQTT_PORT" >> "$conf"
 fi
+# Open files: RabbitMQ keeps two open per started vhost (its message stores) besides a socket
+# per connection, so Debian's default of 1024 stops it starting vhosts at about 400 spaces
+# (docs/scale.md). rabbitmq-env.conf, which every start sources as the rabbitmq user (after
+# su's pam_limits has set the default back), raises it to MAAS_RABBITMQ_NOFILE or the hard
+# limit; a running broker with fewer is restarted once (its definitions and messages are on disk).
+RABBITMQ_NOFILE="${MAAS_RABBITMQ_NOFILE:-65536}"
+env_conf=/etc/rabbitmq/rabbitmq-env.conf
+if [ -w /etc/rabbitmq ] && ! grep -q 'MaaS: open files' "$env_conf" 2>/dev/null; then
+  printf 'ulimit -S -n %s 2>/dev/null || ulimit -S -n "$(ulimit -H -n)"  # MaaS: open files (deploy/local/services.sh)\n' \
+    "$RABBITMQ_NOFILE" >> "$env_conf"
+fi
 if ! listening 5672; then
   log "starting RabbitMQ"
   rabbitmq-server -detached
   wait_port 5672 120
 fi
 rabbitmqctl -q await_startup >/dev/null 2>&1 || true
+beam_pid=$(rabbitmqctl -q eval 'os:getpid().' 2>/dev/null | tr -d '"' || true)
+read -r soft hard < <(awk '/^Max open files/ {print $4, $5}' "/proc/$beam_pid/limits" 2>/dev/null || true) || true
+want=$RABBITMQ_NOFILE
+[ "${hard:-unlimited}" != unlimited ] && [ "$hard" -lt "$want" ] && want=$hard
+if [ -n "${soft:-}" ] && [ "$soft" != unlimited ] && [ "$soft" -lt "$want" ]; then
+  if [ "$(id -u)" = 0 ] && grep -q 'MaaS: open files' "$env_conf" 2>/dev/null; then
+    log "restarting RabbitMQ to raise its open files from $soft to $want"
+    rabbitmqctl -q stop >/dev/null
+    for _ in $(seq 1 60); do kill -0 "$beam_pid" 2>/dev/null || break; sleep 1; done
+    rabbitmq-server -detached
+    wait_port 5672 120
+    rabbitmqctl -q await_startup >/dev/null 2>&1 || true
+  else
+    log "RabbitMQ may open $soft files: raise it (ulimit -n $RABBITMQ_NOFILE) for many spaces"
+  fi
+fi
 if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT" || ! listening 15692; then
   # The running broker read rabbitmq.conf before the line above existed: give the MQTT plugin
   # its port in the node's environment. Loading the app first keeps enabling it from putting

@@ -54,3 +54,32 @@ class HttpFaultProxy:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+# RabbitMQ records a vhost, then starts it, one at a time (at a few hundred vhosts a start
+# waited minutes). Holding the starts gives a vhost that is recorded but not running, on cue: a
+# process of the test's own on the node suspends the one that starts vhosts, and resumes it when
+# told, or after 30 s whatever happens to the test.
+_HOLDER = "maas_test_vhost_starts_held"
+_HOLD = f"""
+P = whereis(rabbit_vhost_sup_sup),
+S = spawn(fun() -> receive go -> ok end, erlang:suspend_process(P),
+                   receive resume -> ok after 30000 -> ok end, erlang:resume_process(P) end),
+register({_HOLDER}, S), S ! go, ok.
+"""
+_RELEASE = f"case whereis({_HOLDER}) of undefined -> ok; S -> S ! resume, ok end."
+
+
+def hold_vhost_starts() -> None:
+    _rabbitmqctl_eval(_HOLD)
+
+
+def release_vhost_starts() -> None:
+    _rabbitmqctl_eval(_RELEASE)
+
+
+def _rabbitmqctl_eval(expression: str) -> None:
+    import subprocess
+
+    subprocess.run(["rabbitmqctl", "-q", "eval", expression], check=True, timeout=60,
+                   capture_output=True)

@@ -85,6 +85,22 @@ class _Actual:
         return self.vhost is not None and OWNER_TAG in _tags(self.vhost)
 
 
+def require_running(vhost: str, info: dict | None) -> None:
+    """Raises a transient BrokerError unless the vhost runs on every node of the broker.
+
+    RabbitMQ records a vhost, then starts it, one vhost at a time: at a few hundred vhosts a
+    start waited minutes, past the PUT's timeout. Meanwhile a definitions import into it
+    answers success and declares no queue, and the router's links to it are refused, again
+    every second: applying then reported the space's queues as errors and let its router agent
+    go on (1,000 spaces: 70 broker connections a second, docs/scale.md). So the apply stops
+    and is retried with backoff, and the router agent, which runs after it, waits with it."""
+    states = (info or {}).get("cluster_state") or {}
+    down = sorted(f"{node}: {state}" for node, state in states.items() if state != "running")
+    if down:
+        raise BrokerError(f"vhost {vhost} is not running yet ({', '.join(down)})",
+                          transient=True)
+
+
 def _tags(obj: dict) -> list[str]:
     tags = obj.get("tags") or []
     if isinstance(tags, str):
@@ -164,6 +180,7 @@ class BrokerReconciler:
             if result.vhost_errors:
                 return result
             actual = self._observe(state.vhost, desired, thorough)
+        require_running(state.vhost, actual.vhost)
         self._grant_self(state.vhost, actual, result)
         self._converge(state, desired, actual, result)
         if verify:

@@ -1,0 +1,66 @@
+"""A vhost RabbitMQ has recorded but not started yet stops the apply until it runs (real broker).
+
+RabbitMQ records a vhost, then starts it, one vhost at a time: at a few hundred vhosts a start
+waited minutes, past the PUT's timeout, and a definitions import into the recorded vhost
+answered success and declared no queue. The test holds RabbitMQ's vhost starts for a few
+seconds (tests/faults.py), which is that broker's state on cue.
+"""
+import uuid
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.faults import hold_vhost_starts, release_vhost_starts
+from workers.storage.desired import BrokerQueue, VhostState
+from workers.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
+
+from .clients import API_PASSWORD, API_URL, API_USER
+
+
+@pytest.fixture
+def vhost():
+    api = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=30)
+    name = "maas-test-" + uuid.uuid4().hex[:10]
+    yield name
+    release_vhost_starts()
+    wait_for(lambda: running(api, name) is not False, timeout=60, what="the vhost started")
+    BrokerReconciler(api).teardown(name)
+    api.delete_vhost(name)
+    api.close()
+
+
+def running(api: RabbitMQApi, vhost: str) -> bool | None:
+    """None: no such vhost; else whether it runs on every node."""
+    info = api.get_vhost(vhost)
+    if info is None:
+        return None
+    return all(state == "running" for state in info["cluster_state"].values())
+
+
+def test_a_vhost_recorded_but_not_started_is_retried_and_nothing_is_declared_in_it(vhost):
+    state = VhostState(vhost=vhost, queues=[BrokerQueue(f"q{i}", "queue") for i in range(5)])
+    # A short timeout: the PUT waits for the held start, as it waited for a busy broker.
+    impatient = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=3)
+    reads = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=30)
+    reconciler = BrokerReconciler(impatient)
+    hold_vhost_starts()
+    try:
+        first = reconciler.apply(state)
+        assert first.transient and first.vhost_errors and "timed out" in first.vhost_errors[0]
+        assert running(reads, vhost) is False  # recorded by the PUT, not started
+
+        with pytest.raises(BrokerError) as again:
+            reconciler.apply(state)
+        assert again.value.transient
+        assert f"vhost {vhost} is not running yet" in again.value.message
+        assert reads.list_queues(vhost) == []
+        assert reads.request("GET", f"/definitions/{vhost}")["queues"] == []
+    finally:
+        release_vhost_starts()
+    wait_for(lambda: running(reads, vhost), timeout=60, what="the vhost started")
+
+    result = BrokerReconciler(reads).apply(state)
+    assert result.ok and not result.transient
+    assert sorted(q["name"] for q in reads.list_queues(vhost)) == [f"q{i}" for i in range(5)]
+    impatient.close()
+    reads.close()

@@ -258,6 +258,7 @@ class TcpProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.connections = 0  # accepted so far
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -270,13 +271,20 @@ class TcpProxy:
             upstream = socket.create_connection(self.target)
             with self.lock:
                 self.pairs.append((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                self.connections += 1
+            for a, b, sent in ((client, upstream, self.sent), (upstream, client, None)):
+                threading.Thread(target=self._pipe, args=(a, b, sent), daemon=True).start()
+
+    def sent(self, data: bytes, stream: dict) -> None:
+        """What the client sent, as it passes (`stream`: this connection's own state)."""
 
     @staticmethod
-    def _pipe(src, dst):
+    def _pipe(src, dst, seen=None):
+        stream: dict = {}
         try:
             while data := src.recv(65536):
+                if seen is not None:
+                    seen(data, stream)
                 dst.sendall(data)
         except OSError:
             pass

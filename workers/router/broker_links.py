@@ -3,7 +3,11 @@
 autoLinks attach a router link to a broker address and hang it on an address node (how
 waypoint queues reach RabbitMQ); linkRoutes pair a client link with a freshly attached broker
 link and pass credit, deliveries and dispositions straight through (topics, subscriptions).
-Connectors reconnect with backoff.
+Connectors reconnect with backoff, reset only by a connection that stayed up: RabbitMQ opens
+the connection to a vhost that is not running and ends it at once, and resetting on every open
+made that a reconnect every 0.4 s per space. A refused autoLink attaches again with backoff
+too (a queue that stays missing was a broker connection a second: 70 a second at 1,000
+spaces, each with a channel and statistics, docs/scale.md).
 
 Sessions: RabbitMQ reports a link's error by ending its session, and RabbitMQ 3.10 makes an
 internal connection (with a channel and their statistics) for every AMQP 1.0 session: a
@@ -21,6 +25,7 @@ client's, short-lived) keeps a session of its own.
 
 import logging
 import re
+import time
 
 from cproton import (
     pn_connection_set_hostname,
@@ -42,7 +47,9 @@ logger = logging.getLogger(__name__)
 
 _BACKOFF_START = 0.2
 _BACKOFF_MAX = 5.0
-_REATTACH_DELAY = 1.0
+_STABLE_AFTER = 10.0  # a connection up this long resets its connector's backoff
+_REATTACH_START = 1.0  # a refused autoLink tries again after this, doubled each time
+_REATTACH_MAX = 10.0
 # RabbitMQ's description when it refuses a link to an object that is not there
 _REFUSED = re.compile(r"no (?:queue|exchange) '([^']*)'")
 
@@ -79,6 +86,7 @@ class BrokerLinks:
         self.shared: dict[str, tuple] = {}  # connector name -> (Conn, its autoLinks' session)
         self.quarantined: set[str] = set()  # autoLinks that attach on a session of their own
         self.refusals: dict[str, int] = {}  # autoLink -> times lost unanswered in a row
+        self.reattach: dict[str, float] = {}  # autoLink -> its next delay (until it opens)
         self._seq = 0
 
     # -- connectors --------------------------------------------------------------------------
@@ -120,7 +128,7 @@ class BrokerLinks:
 
     def on_connected(self, conn) -> None:
         name = conn.connector
-        self.backoff.pop(name, None)
+        conn.connected_at = time.monotonic()
         try:
             ent = self.engine.store.find(E.CONNECTOR, name)
         except E.EntityError:
@@ -141,6 +149,9 @@ class BrokerLinks:
         except E.EntityError:
             return
         ent["connectionStatus"] = "FAILED"
+        up_since = getattr(conn, "connected_at", None)
+        if up_since is not None and time.monotonic() - up_since >= _STABLE_AFTER:
+            self.backoff.pop(name, None)
         delay = self.backoff.get(name, _BACKOFF_START)
         self.backoff[name] = min(delay * 2, _BACKOFF_MAX)
         logger.info("connector.disconnected", extra={"connector": name, "retry_in": delay})
@@ -185,6 +196,7 @@ class BrokerLinks:
         ls = self.autolinks.pop(ent["name"], None)
         self.quarantined.discard(ent["name"])
         self.refusals.pop(ent["name"], None)
+        self.reattach.pop(ent["name"], None)
         if ls is not None:
             ls.autolink = None
             shared = self._is_shared(ls)
@@ -257,7 +269,9 @@ class BrokerLinks:
         ent["lastError"] = reason[1] if reason else None
         logger.info("autolink.lost", extra={"autolink": name, "reason": ent["lastError"]})
         if not ls.conn.closed:
-            self.engine.loop.call_later(_REATTACH_DELAY, self._reattach, name)
+            delay = self.reattach.get(name, _REATTACH_START)
+            self.reattach[name] = min(delay * 2, _REATTACH_MAX)
+            self.engine.loop.call_later(delay, self._reattach, name)
 
     def _reattach(self, name: str) -> None:
         try:
@@ -269,6 +283,7 @@ class BrokerLinks:
     def on_link_opened(self, ls: LinkState) -> None:
         if ls.autolink is not None:
             self.refusals.pop(ls.autolink, None)
+            self.reattach.pop(ls.autolink, None)
             try:
                 self.engine.store.find(E.AUTO_LINK, ls.autolink)["operStatus"] = "active"
             except E.EntityError:

@@ -1,0 +1,58 @@
+"""The broker's topic exchange type is asked once an hour for every worker, and a broker too
+busy to answer when the hour is up leaves the last answer in use (real RabbitMQ, real Redis).
+
+RabbitMQ's `/api/overview`, where the answer comes from, took 26 s at 500 busy vhosts; with
+an answer that expired from the cache after the hour, every worker without one of its own
+failed its applies until the broker answered again (a 100,000-address run stopped there).
+"""
+import time
+
+import pytest
+
+from tests.faults import HttpFaultProxy
+from workers.storage import controller, rabbitmq
+from workers.storage import rabbitmq_reconciler as reconciler
+
+from .clients import API_PASSWORD, API_URL, API_USER
+
+
+@pytest.fixture
+def broker(redis_server):
+    """The broker's API behind a relay that can fail its GETs (a URL of this test's own, so
+    its cached answer is too); this process knows no answer of its own yet, as a new worker."""
+    proxy = HttpFaultProxy(API_URL)
+    api = rabbitmq.RabbitMQApi(proxy.url, API_USER, API_PASSWORD, timeout=10)
+    reconciler._topic_types.clear()
+    yield proxy, api
+    reconciler._topic_types.clear()
+    api.close()
+    proxy.close()
+
+
+def test_the_last_answer_stands_when_the_broker_does_not_answer_after_the_hour(
+        broker, monkeypatch):
+    proxy, api = broker
+    monkeypatch.setattr(controller, "TOPIC_KIND_TTL", 1)  # "the hour": one second here
+    assert controller.topic_kind(api) == "x-maas-topic"  # services.sh enables the plugin
+    assert proxy.seen == ["GET /overview?columns=exchange_types"]
+
+    assert controller.topic_kind(api) == "x-maas-topic"  # within the hour: not asked again
+    assert len(proxy.seen) == 1
+
+    time.sleep(1.2)  # the hour is up
+    reconciler._topic_types.clear()  # a worker started since
+    proxy.fail_methods = {"GET"}  # the broker is busy
+    assert controller.topic_kind(api) == "x-maas-topic"
+    assert proxy.failed == ["GET /overview?columns=exchange_types"]
+
+    proxy.fail_methods = set()  # it answers again: asked, and kept for another hour
+    assert controller.topic_kind(api) == "x-maas-topic"
+    assert len(proxy.seen) == 3
+
+
+def test_with_no_answer_yet_a_busy_broker_fails_the_apply_as_transient(broker):
+    proxy, api = broker
+    proxy.fail_methods = {"GET"}
+    with pytest.raises(rabbitmq.BrokerError) as error:
+        controller.topic_kind(api)
+    assert error.value.transient

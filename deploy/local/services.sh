@@ -59,7 +59,7 @@ if [ -w /etc/rabbitmq ] && ! grep -q '^mqtt.listeners.tcp' "$conf" 2>/dev/null; 
   printf 'mqtt.listeners.tcp.default = 127.0.0.1:%s\n' "$RABBITMQ_MQTT_PORT" >> "$conf"
 fi
 # Open files: RabbitMQ keeps two open per started vhost (its message stores) besides a socket
-# per connection, so Debian's default of 1024 stops it starting vhosts at about 400 spaces
+# per connection, so Debian's default of 1024 runs out at a few hundred spaces
 # (docs/scale.md). rabbitmq-env.conf, which every start sources as the rabbitmq user (after
 # su's pam_limits has set the default back), raises it to MAAS_RABBITMQ_NOFILE or the hard
 # limit; a running broker with fewer is restarted once (its definitions and messages are on disk).
@@ -82,9 +82,13 @@ want=$RABBITMQ_NOFILE
 if [ -n "${soft:-}" ] && [ "$soft" != unlimited ] && [ "$soft" -lt "$want" ]; then
   if [ "$(id -u)" = 0 ] && grep -q 'MaaS: open files' "$env_conf" 2>/dev/null; then
     log "restarting RabbitMQ to raise its open files from $soft to $want"
-    rabbitmqctl -q stop >/dev/null
-    for _ in $(seq 1 60); do kill -0 "$beam_pid" 2>/dev/null || break; sleep 1; done
-    rabbitmq-server -detached
+    if [ -d /run/systemd/system ] && systemctl is-active -q rabbitmq-server 2>/dev/null; then
+      systemctl restart rabbitmq-server  # its unit's LimitNOFILE is the hard limit
+    else
+      rabbitmqctl -q stop >/dev/null
+      for _ in $(seq 1 60); do kill -0 "$beam_pid" 2>/dev/null || break; sleep 1; done
+      rabbitmq-server -detached
+    fi
     wait_port 5672 120
     rabbitmqctl -q await_startup >/dev/null 2>&1 || true
   else

@@ -56,3 +56,17 @@ def test_with_no_answer_yet_a_busy_broker_fails_the_apply_as_transient(broker):
     with pytest.raises(rabbitmq.BrokerError) as error:
         controller.topic_kind(api)
     assert error.value.transient
+
+
+def test_a_bare_answer_kept_by_an_earlier_release_is_asked_again_or_used(broker):
+    from django.core.cache import cache
+
+    proxy, api = broker
+    key = "maas:storage:topic-kind:" + controller.hashlib.sha256(
+        api.base_url.encode()).hexdigest()[:16]
+    cache.set(key, "topic", 60)  # the earlier form: the kind alone, with an expiry
+    proxy.fail_methods = {"GET"}
+    assert controller.topic_kind(api) == "topic"  # the broker is busy: the last answer
+    proxy.fail_methods = set()
+    assert controller.topic_kind(api) == "x-maas-topic"  # asked, and kept in the new form
+    assert cache.get(key)[0] == "x-maas-topic"

@@ -142,6 +142,8 @@ def topic_kind(api: rabbitmq.RabbitMQApi) -> str:
     had every fresh worker fail its applies from the hour on."""
     key = "maas:storage:topic-kind:" + hashlib.sha256(api.base_url.encode()).hexdigest()[:16]
     known = cache.get(key)  # (kind, asked at)
+    if isinstance(known, str):
+        known = (known, 0.0)  # kept by an earlier release, bare: ask again, or use it
     if known is not None and time.time() - known[1] < TOPIC_KIND_TTL:
         return known[0]
     try:

@@ -62,8 +62,7 @@ def test_a_bare_answer_kept_by_an_earlier_release_is_asked_again_or_used(broker)
     from django.core.cache import cache
 
     proxy, api = broker
-    key = "maas:storage:topic-kind:" + controller.hashlib.sha256(
-        api.base_url.encode()).hexdigest()[:16]
+    key = controller.topic_kind_key(api)
     cache.set(key, "topic", 60)  # the earlier form: the kind alone, with an expiry
     proxy.fail_methods = {"GET"}
     assert controller.topic_kind(api) == "topic"  # the broker is busy: the last answer

@@ -18,15 +18,20 @@ from .clients import API_PASSWORD, API_URL, API_USER
 
 
 @pytest.fixture
-def vhost():
+def reads():
     api = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=30)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def vhost(reads):
     name = "maas-test-" + uuid.uuid4().hex[:10]
     yield name
     release_vhost_starts()
-    wait_for(lambda: running(api, name) is not False, timeout=60, what="the vhost started")
-    BrokerReconciler(api).teardown(name)
-    api.delete_vhost(name)
-    api.close()
+    wait_for(lambda: running(reads, name) is not False, timeout=60, what="the vhost started")
+    BrokerReconciler(reads).teardown(name)
+    reads.delete_vhost(name)
 
 
 def running(api: RabbitMQApi, vhost: str) -> bool | None:
@@ -37,11 +42,10 @@ def running(api: RabbitMQApi, vhost: str) -> bool | None:
     return all(state == "running" for state in info["cluster_state"].values())
 
 
-def test_a_vhost_recorded_but_not_started_is_retried_and_nothing_is_declared_in_it(vhost):
+def test_a_vhost_recorded_but_not_started_is_retried_and_nothing_is_declared_in_it(vhost, reads):
     state = VhostState(vhost=vhost, queues=[BrokerQueue(f"q{i}", "queue") for i in range(5)])
     # A short timeout: the PUT waits for the held start, as it waited for a busy broker.
     impatient = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=3)
-    reads = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=30)
     reconciler = BrokerReconciler(impatient)
     hold_vhost_starts()
     try:
@@ -57,10 +61,9 @@ def test_a_vhost_recorded_but_not_started_is_retried_and_nothing_is_declared_in_
         assert reads.request("GET", f"/definitions/{vhost}")["queues"] == []
     finally:
         release_vhost_starts()
+        impatient.close()
     wait_for(lambda: running(reads, vhost), timeout=60, what="the vhost started")
 
     result = BrokerReconciler(reads).apply(state)
     assert result.ok and not result.transient
     assert sorted(q["name"] for q in reads.list_queues(vhost)) == [f"q{i}" for i in range(5)]
-    impatient.close()
-    reads.close()

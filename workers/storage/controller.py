@@ -133,6 +133,11 @@ def _api(space: AddressSpace) -> rabbitmq.RabbitMQApi:
 TOPIC_KIND_TTL = 3600  # seconds every worker reuses a broker's topic exchange type
 
 
+def topic_kind_key(api: rabbitmq.RabbitMQApi) -> str:
+    """The cache key of a broker's topic exchange type."""
+    return "maas:storage:topic-kind:" + hashlib.sha256(api.base_url.encode()).hexdigest()[:16]
+
+
 def topic_kind(api: rabbitmq.RabbitMQApi) -> str:
     """The broker's topic exchange type, asked once an hour for all worker processes: the
     question is RabbitMQ's `/api/overview`, which works out the whole broker (7 s at 600
@@ -140,7 +145,7 @@ def topic_kind(api: rabbitmq.RabbitMQApi) -> str:
     that asked it. The answer is kept with no expiry: when the hour is up and the broker does
     not answer, the last answer stands (its plugins did not change meanwhile); an expiring key
     had every fresh worker fail its applies from the hour on."""
-    key = "maas:storage:topic-kind:" + hashlib.sha256(api.base_url.encode()).hexdigest()[:16]
+    key = topic_kind_key(api)
     known = cache.get(key)  # (kind, asked at)
     if isinstance(known, str):
         known = (known, 0.0)  # kept by an earlier release, bare: ask again, or use it

@@ -2,7 +2,8 @@
 
 RabbitMQ records a vhost, then starts it, one vhost at a time: at a few hundred vhosts a start
 waited minutes, past the PUT's timeout, and a definitions import into the recorded vhost
-answered success and declared no queue. The test holds RabbitMQ's vhost starts for a few
+answered success and declared no queue; and the PUT held an agent slot while it waited, so
+it waits only VHOST_PUT_WAIT, whatever the client's timeout. The test holds RabbitMQ's vhost starts for a few
 seconds (tests/faults.py), which is that broker's state on cue.
 """
 import uuid
@@ -13,6 +14,7 @@ from tests.conftest import wait_for
 from tests.faults import hold_vhost_starts, release_vhost_starts
 from workers.storage.desired import BrokerQueue, VhostState
 from workers.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
+from workers.storage.rabbitmq_api import VHOST_PUT_WAIT
 
 from .clients import API_PASSWORD, API_URL, API_USER
 
@@ -44,13 +46,15 @@ def running(api: RabbitMQApi, vhost: str) -> bool | None:
 
 def test_a_vhost_recorded_but_not_started_is_retried_and_nothing_is_declared_in_it(vhost, reads):
     state = VhostState(vhost=vhost, queues=[BrokerQueue(f"q{i}", "queue") for i in range(5)])
-    # A short timeout: the PUT waits for the held start, as it waited for a busy broker.
-    impatient = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=3)
-    reconciler = BrokerReconciler(impatient)
+    # A patient client: the vhost PUT alone waits only VHOST_PUT_WAIT for the held start (the
+    # hold ends by itself after 30 s: waiting for the client's 60 s would see the PUT succeed).
+    patient = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=60)
+    reconciler = BrokerReconciler(patient)
     hold_vhost_starts()
     try:
         first = reconciler.apply(state)
-        assert first.transient and first.vhost_errors and "timed out" in first.vhost_errors[0]
+        assert first.transient and first.vhost_errors, first
+        assert f"read timeout={VHOST_PUT_WAIT}" in first.vhost_errors[0]
         assert running(reads, vhost) is False  # recorded by the PUT, not started
 
         with pytest.raises(BrokerError) as again:
@@ -61,7 +65,7 @@ def test_a_vhost_recorded_but_not_started_is_retried_and_nothing_is_declared_in_
         assert reads.request("GET", f"/definitions/{vhost}")["queues"] == []
     finally:
         release_vhost_starts()
-        impatient.close()
+        patient.close()
     wait_for(lambda: running(reads, vhost), timeout=60, what="the vhost started")
 
     result = BrokerReconciler(reads).apply(state)

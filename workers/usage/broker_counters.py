@@ -1,9 +1,19 @@
-"""Reads one RabbitMQ broker's usage counters: per vhost, per queue and per exchange, in five
-GETs for the whole broker (run at once), whatever the number of vhosts. No Django.
+"""Reads one RabbitMQ broker's usage counters: per vhost, per queue and per exchange. No Django.
+
+Only the vhosts asked for, in calls that are each bounded: per vhost `GET /vhosts/<vhost>` and
+its queues and exchanges (`/queues/<vhost>`, `/exchanges/<vhost>`), PAGE_SIZE objects a page;
+for the whole broker only `/nodes` (before and after, to tell a restart during the reading) and
+the tracked connections (no statistics); READERS calls at once. RabbitMQ 3.10 adds statistics
+only to the page asked for (it sorts and pages on the names first:
+rabbit_mgmt_util:augment_resources) but lists every object of the path for each page, so a
+whole-broker listing adds every object's statistics in one call (in a scale run with 800 vhosts
+and 15,000 queues, `GET /queues` never answered within 60 s) and the whole broker in pages
+lists it all again for each page (measured in docs/storage.md "Brokered metering").
 
 API for the sampler::
 
-    reading = read_broker(api, memory)      # BrokerReading; raises BrokerError if unreadable
+    reading = read_broker(api, memory, vhosts)  # BrokerReading of those vhosts (default: all);
+                                                #   raises BrokerError if unreadable
     v = reading.vhosts.get(space.vhost)     # VhostCounters, or None (vhost not on the broker)
     v.queues["orders"]                      # ObjectCounters of a queue (queue, subscription
                                             #   "<topic>::<sub>", deadletter): by wire name
@@ -57,9 +67,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 from ..storage.rabbitmq_api import BrokerError, RabbitMQApi
 from ..storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX
@@ -72,6 +84,10 @@ VHOST_COLUMNS = ("name,tags,recv_oct,send_oct,message_stats.publish,message_stat
                  "message_stats.deliver_no_ack,message_stats.get_no_ack,"
                  "message_stats.deliver_get")
 NODE_COLUMNS = "name,uptime,os_pid,running"
+PAGE_SIZE = 500  # objects per call: RabbitMQ's most
+LISTING_PASSES = 3  # passes over a vhost's pages while its objects come and go
+OUT_OF_RANGE = "Page out of range"  # RabbitMQ's answer to a page past the end (400)
+READERS = 4  # calls at once: enough to keep a 2-core broker busy
 # A node's start is read as (now - uptime); RabbitMQ refreshes `uptime` once per stats interval
 # (5 s), so that estimate saws by up to 5 s plus the request's latency. Well inside this margin
 # it is the same node instance.
@@ -200,29 +216,117 @@ def _executor() -> ThreadPoolExecutor:
     """A small pool of this process (made after a fork, never inherited)."""
     global _pool
     if _pool is None or _pool[0] != os.getpid():
-        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=4,
+        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=READERS,
                                                  thread_name_prefix="broker-counters"))
     return _pool[1]
 
 
-def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None) -> BrokerReading:
-    """One reading of the whole broker (five GETs at once); raises BrokerError if any fails."""
+def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
+                vhosts: Iterable[str] | None = None, *,
+                page_size: int = PAGE_SIZE) -> BrokerReading:
+    """One reading of `vhosts` (default: every vhost of the broker; one not on it is left
+    out), per vhost and a page of at most `page_size` objects at a time; raises BrokerError if
+    any call fails or a node restarted during the reading."""
     memory = memory or _default_memory
-    calls = {
-        "queues": ("/queues", QUEUE_COLUMNS), "exchanges": ("/exchanges", EXCHANGE_COLUMNS),
-        "vhosts": ("/vhosts", VHOST_COLUMNS), "connections": ("/connections", "vhost"),
-    }
-    futures = {name: _executor().submit(api.request, "GET", path, None, {"columns": cols})
-               for name, (path, cols) in calls.items()}
-    before = time.time() * 1000
-    nodes = api.request("GET", "/nodes", params={"columns": NODE_COLUMNS}) or []
-    read_ms = (before + time.time() * 1000) / 2
-    rows = {name: f.result() or [] for name, f in futures.items()}
+    if vhosts is None:
+        vhosts = [r["name"] for r in api.request(
+            "GET", "/vhosts", params={"columns": "name", "disable_stats": "true"}) or []]
+    calls = {("connections", ""): (_connections, api)}
+    for vhost in sorted(set(vhosts)):
+        calls[("vhost", vhost)] = (_vhost_row, api, vhost)
+        calls[("queues", vhost)] = (_listing, api, "/queues/", vhost, QUEUE_COLUMNS, page_size)
+        calls[("exchanges", vhost)] = (_listing, api, "/exchanges/", vhost, EXCHANGE_COLUMNS,
+                                       page_size)
+    futures = {key: _executor().submit(*call) for key, call in calls.items()}
+    try:
+        before = time.time() * 1000
+        nodes = _nodes(api)
+        read_ms = (before + time.time() * 1000) / 2
+        answers = {key: f.result() for key, f in futures.items()}
+        if not same_instances(nodes, _nodes(api)):
+            raise BrokerError("a node restarted during the reading", transient=True)
+    finally:
+        for f in futures.values():
+            f.cancel()  # after a failure: the calls not started yet are not made
+    # A vhost that is gone (404) at any of its calls is not on the broker for this reading.
+    gone = {v for (kind, v), rows in answers.items() if rows is None}
+    rows: dict[str, list] = {"vhost": [], "queues": [], "exchanges": []}
+    for (kind, vhost), answer in answers.items():
+        if kind in rows and vhost not in gone:
+            rows[kind] += answer
     epoch, since = broker_epoch(api.base_url, nodes, read_ms, memory)
     return BrokerReading(
         read_at=datetime.fromtimestamp(read_ms / 1000, UTC), epoch=epoch, since=since,
-        vhosts=vhost_counters(rows["vhosts"], rows["queues"], rows["exchanges"],
-                              rows["connections"], epoch, since))
+        vhosts=vhost_counters(rows["vhost"], rows["queues"], rows["exchanges"],
+                              answers[("connections", "")], epoch, since))
+
+
+def _nodes(api: RabbitMQApi) -> list[dict]:
+    return api.request("GET", "/nodes", params={"columns": NODE_COLUMNS}) or []
+
+
+def _connections(api: RabbitMQApi) -> list[dict]:
+    # RabbitMQ's connection tracking (no statistics): listing the connections with statistics
+    # costs the whole broker's, and /vhosts/<vhost>/connections lists them all and filters.
+    return api.request("GET", "/connections",
+                       params={"columns": "vhost", "disable_stats": "true"}) or []
+
+
+def _vhost_row(api: RabbitMQApi, vhost: str) -> list[dict] | None:
+    row = api.request("GET", "/vhosts/" + quote(vhost, safe=""),
+                      params={"columns": VHOST_COLUMNS}, missing_ok=True)
+    return None if row is None else [row]
+
+
+def _listing(api: RabbitMQApi, kind: str, vhost: str, columns: str,
+             page_size: int) -> list[dict] | None:
+    """Every row of one vhost's queues or exchanges (`kind` "/queues/" or "/exchanges/"),
+    page by page; None if the vhost is gone. Pages are offsets into the listing sorted by name:
+    should objects come or go between two pages, a row may be read twice (kept once) or
+    skipped, so a pass over which the total changed is read again (up to LISTING_PASSES
+    times; then the rows of every pass)."""
+    seen: dict[str, dict] = {}
+    for _ in range(LISTING_PASSES):
+        rows, steady = _pass(api, kind + quote(vhost, safe=""), columns, page_size)
+        if rows is None:
+            return None
+        if steady:
+            return rows
+        seen.update((r["name"], r) for r in rows)
+    return list(seen.values())
+
+
+def _pass(api: RabbitMQApi, path: str, columns: str,
+          page_size: int) -> tuple[list[dict] | None, bool]:
+    """One pass over the pages of a listing: (rows, whether its total stayed the same)."""
+    rows: list[dict] = []
+    totals = set()
+    page, pages = 1, 1
+    while page <= pages:
+        params = {"columns": columns, "page": page, "page_size": page_size}
+        try:
+            answer = api.request("GET", path, params=params, missing_ok=True)
+        except BrokerError as exc:
+            if page > 1 and OUT_OF_RANGE in exc.message:  # objects went since page 1
+                return rows, False
+            raise
+        if answer is None:
+            return None, False
+        rows += answer["items"]
+        totals.add(answer["total_count"])
+        pages = answer["page_count"]
+        page += 1
+    return rows, len(totals) <= 1
+
+
+def same_instances(before: list[dict], after: list[dict]) -> bool:
+    """Whether two readings of /nodes show the same running node instances (a node that
+    restarted has another os pid, or a lower uptime)."""
+    def instances(nodes):
+        return {(n["name"], str(n.get("os_pid", ""))): int(n["uptime"]) for n in nodes
+                if n.get("running", True) and n.get("uptime") is not None}
+    first, then = instances(before), instances(after)
+    return first.keys() == then.keys() and all(then[k] >= first[k] for k in first)
 
 
 def broker_epoch(broker: str, nodes: list[dict], read_ms: float,

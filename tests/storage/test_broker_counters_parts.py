@@ -1,0 +1,215 @@
+"""`broker_counters.read_broker` reads in bounded parts against the real RabbitMQ (no Django):
+per vhost asked for, a page of objects at a time. With pages of 3 objects, a vhost of a dozen
+queues and exchanges reads the same objects and figures as one page does; the calls are only
+those of the vhosts asked for, one per page; objects that go between two pages hide no other.
+A client that records each call (the real client: every call still goes to RabbitMQ) counts
+them.
+"""
+import time
+import uuid
+from math import ceil
+
+import pytest
+
+from tests.storage.clients import API_PASSWORD, API_URL, API_USER
+from workers.storage.desired import BrokerQueue, BrokerTopic, VhostState
+from workers.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
+from workers.usage.broker_counters import EpochMemory, read_broker, same_instances
+
+PAGE = 3
+EXTRA_QUEUES = [f"q-{i:02d}" for i in range(8)]
+EXTRA_EXCHANGES = [f"x-{i:02d}" for i in range(5)]
+STATS_TIMEOUT = 60.0  # statistics show 0-10 s later; a busy broker was seen far slower
+
+
+class CallRecordingApi(RabbitMQApi):
+    """The real client, keeping the path and parameters of each call; `after(path, params)`,
+    if set, runs after each answer (to change the broker between two pages)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[str, dict]] = []
+        self.after = None
+
+    def request(self, method, path, body=None, params=None, missing_ok=False):
+        answer = super().request(method, path, body, params, missing_ok)
+        self.calls.append((path, dict(params or {})))
+        if self.after is not None:
+            self.after(path, params or {})
+        return answer
+
+
+@pytest.fixture(scope="module")
+def admin():
+    """A plain client for setting up and inspecting the broker (its calls are not recorded)."""
+    client = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=10)
+    client.request("GET", "/overview")  # the set-up starts RabbitMQ: unreachable is a failure
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def api():
+    client = CallRecordingApi(API_URL, API_USER, API_PASSWORD, timeout=10)
+    yield client
+    client.close()
+
+
+def make_vhost(admin) -> str:
+    """A MaaS space (a queue, a topic with a subscription) and more plain queues and
+    exchanges than three pages hold."""
+    name = "maas-test-meter-" + uuid.uuid4().hex[:8]
+    result = BrokerReconciler(admin).apply(VhostState(name, topics=[BrokerTopic("news")], queues=[
+        BrokerQueue("orders", "queue"), BrokerQueue("news::s1", "subscription", topic="news")]))
+    assert result.ok, result
+    admin.import_definitions(name, {
+        "queues": [{"name": q, "durable": True, "auto_delete": False, "arguments": {}}
+                   for q in EXTRA_QUEUES],
+        "exchanges": [{"name": x, "type": "topic", "durable": True, "auto_delete": False,
+                       "internal": False, "arguments": {}} for x in EXTRA_EXCHANGES]})
+    return name
+
+
+@pytest.fixture
+def vhost(admin):
+    name = make_vhost(admin)
+    yield name
+    BrokerReconciler(admin).teardown(name)
+
+
+@pytest.fixture
+def other(admin):
+    name = make_vhost(admin)
+    yield name
+    BrokerReconciler(admin).teardown(name)
+
+
+def names(admin, vhost: str) -> tuple[set, set]:
+    """The queues and exchanges really on the broker (the default exchange "" aside)."""
+    return ({r["name"] for r in admin.list_queues(vhost, ("name",))},
+            {r["name"] for r in admin.list_exchanges(vhost, ("name",))} - {""})
+
+
+def publish(admin, vhost: str, exchange: str, routing_key: str, n: int) -> None:
+    for _ in range(n):
+        admin.request("POST", f"/exchanges/{vhost}/{exchange}/publish", {
+            "properties": {}, "routing_key": routing_key, "payload": "m",
+            "payload_encoding": "string"})
+
+
+def settle(api, vhost: str, memory: EpochMemory, done, **kw):
+    start = time.monotonic()
+    while True:
+        reading = read_broker(api, memory, {vhost}, **kw)
+        if done(reading.vhosts[vhost]):
+            return reading.vhosts[vhost]
+        assert time.monotonic() - start < STATS_TIMEOUT, f"not settled: {reading}"
+        time.sleep(0.5)
+
+
+def test_small_pages_read_every_object_with_the_same_figures_as_one_page(admin, api, vhost):
+    # Queue q-NN gets NN + 1 messages (through the default exchange), x-NN NN + 1 publishes.
+    for i, q in enumerate(EXTRA_QUEUES):
+        publish(admin, vhost, "amq.default", q, i + 1)
+    for i, x in enumerate(EXTRA_EXCHANGES):
+        publish(admin, vhost, x, "nowhere", i + 1)
+    sent = {q: i + 1 for i, q in enumerate(EXTRA_QUEUES)}
+    published = {x: i + 1 for i, x in enumerate(EXTRA_EXCHANGES)}
+
+    def counted(v):
+        return ({q: v.queues[q].messages_in for q in sent if q in v.queues} == sent
+                and {q: v.queues[q].stored_messages for q in sent if q in v.queues} == sent
+                and {x: v.exchanges[x].messages_in for x in published
+                     if x in v.exchanges} == published)
+
+    memory = EpochMemory()
+    paged = settle(api, vhost, memory, counted, page_size=PAGE)
+    queues, exchanges = names(admin, vhost)
+    assert len(queues) > 3 * PAGE and len(exchanges) > 3 * PAGE  # several pages each
+    assert (set(paged.queues), set(paged.exchanges)) == (queues, exchanges)
+    assert paged.messages_in == sum(sent.values()) + sum(published.values())
+    whole = read_broker(api, memory, {vhost}).vhosts[vhost]  # one page of 500
+    assert (paged.queues, paged.exchanges) == (whole.queues, whole.exchanges)
+    assert paged == whole
+
+
+def test_the_calls_are_one_per_page_of_the_vhosts_asked_for_and_none_of_others(
+        admin, api, vhost, other):
+    queues, exchanges = names(admin, vhost)
+    reading = read_broker(api, EpochMemory(), {vhost}, page_size=PAGE)
+
+    assert set(reading.vhosts) == {vhost}
+    paths = [path for path, _ in api.calls]
+    assert not [p for p in paths if other in p]
+    assert sorted(paths) == sorted(
+        ["/nodes", "/nodes", "/connections", f"/vhosts/{vhost}"]
+        + [f"/queues/{vhost}"] * ceil(len(queues) / PAGE)
+        + [f"/exchanges/{vhost}"] * ceil((len(exchanges) + 1) / PAGE))  # + the default ""
+    listings = [params for path, params in api.calls if path.startswith(("/queues", "/exch"))]
+    assert all(params["page_size"] == PAGE for params in listings)
+    # The one call for the whole broker lists the tracked connections, without statistics.
+    assert [params for path, params in api.calls if path == "/connections"] == [
+        {"columns": "vhost", "disable_stats": "true"}]
+
+
+def test_a_vhost_that_is_not_on_the_broker_is_left_out(api, vhost):
+    missing = "maas-test-meter-missing-" + uuid.uuid4().hex[:8]
+    reading = read_broker(api, EpochMemory(), {vhost, missing}, page_size=PAGE)
+    assert set(reading.vhosts) == {vhost}
+
+
+def test_every_vhost_is_read_when_none_are_named(api, vhost, other):
+    reading = read_broker(api, EpochMemory())
+    assert {vhost, other} <= set(reading.vhosts)
+    assert set(reading.vhosts[other].queues) == set(reading.vhosts[vhost].queues)
+
+
+def delete_after_page(admin, vhost: str, page: int, doomed: list[str]):
+    """An `after` hook deleting `doomed` queues once page `page` of the vhost's queues was
+    answered (once)."""
+    def after(path, params):
+        if path == f"/queues/{vhost}" and params.get("page") == page and doomed:
+            while doomed:
+                admin.delete_queue(vhost, doomed.pop())
+    return after
+
+
+def test_a_queue_deleted_between_two_pages_hides_no_other(admin, api, vhost):
+    queues, _ = names(admin, vhost)
+    first_page = sorted(queues)[:PAGE]
+    # Deleting a queue of page 1 once it is read moves the first of page 2 onto page 1.
+    api.after = delete_after_page(admin, vhost, 1, [first_page[0]])
+
+    v = read_broker(api, EpochMemory(), {vhost}, page_size=PAGE).vhosts[vhost]
+
+    assert set(v.queues) == queues - {first_page[0]}
+
+
+def test_queues_deleted_before_the_last_page_leave_no_page_out_of_range(admin, api, vhost):
+    queues, _ = names(admin, vhost)
+    pages = ceil(len(queues) / PAGE)
+    doomed = sorted(queues)[:PAGE + 1]  # the listing is a page shorter, at least
+    api.after = delete_after_page(admin, vhost, pages - 1, list(doomed))
+
+    v = read_broker(api, EpochMemory(), {vhost}, page_size=PAGE).vhosts[vhost]
+
+    assert set(v.queues) == queues - set(doomed)
+
+
+def test_a_refused_call_fails_the_reading_rather_than_leaving_its_vhost_out(api, vhost):
+    # RabbitMQ refuses pages of more than 500 (400).
+    with pytest.raises(BrokerError):
+        read_broker(api, EpochMemory(), {vhost}, page_size=501)
+
+
+def node(pid: str, uptime: int, name: str = "rabbit@a") -> dict:
+    return {"name": name, "os_pid": pid, "uptime": uptime, "running": True}
+
+
+def test_a_node_that_restarted_during_the_reading_is_told():
+    before = [node("2969", 600_000)]
+    assert same_instances(before, [node("2969", 600_000)])  # uptime not refreshed yet
+    assert same_instances(before, [node("2969", 640_000)])
+    assert not same_instances(before, [node("3100", 5_000)])  # a new process
+    assert not same_instances(before, [node("2969", 5_000)])  # the same pid, a new start
+    assert not same_instances(before, before + [node("7", 1_000, "rabbit@b")])

@@ -199,10 +199,10 @@ class Counting:
         self.calls, self.slowest = 0, 0.0
         self.lock = threading.Lock()  # read_broker calls from its threads
 
-    def request(self, method, path, body=None, params=None, missing_ok=False):
+    def request(self, method, path, body=None, params=None, missing_ok=False, timeout=None):
         start = time.monotonic()
         try:
-            return self.api.request(method, path, body, params, missing_ok)
+            return self.api.request(method, path, body, params, missing_ok, timeout)
         finally:
             with self.lock:
                 self.calls += 1

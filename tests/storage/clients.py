@@ -1,11 +1,14 @@
 """Real clients of RabbitMQ for the metering and throttling tests (no Django): AMQP 1.0 over
 python-qpid-proton, bare MQTT 3.1.1 over a socket, and a TCP proxy that counts octets."""
 import os
+import re
 import socket
 import struct
 import threading
 
 from proton.utils import BlockingConnection
+
+from workers.storage.rabbitmq_objects import POLICY_PREFIX, TEMP_QUEUE_POLICY
 
 AMQP_HOST = os.environ.get("RABBITMQ_AMQP_HOST", "127.0.0.1")
 AMQP_PORT = int(os.environ.get("RABBITMQ_AMQP_PORT", "5672"))
@@ -129,3 +132,12 @@ class CountingProxy:
 
     def close(self) -> None:
         self._listener.close()
+
+
+def queue_policy(policies: list[dict], queue: str) -> dict | None:
+    """Of a vhost's policies (`GET /api/policies/<vhost>`), MaaS's that applies to the queue:
+    its queues share one policy per setting, whose pattern names them."""
+    ours = [p for p in policies if p["name"].startswith(POLICY_PREFIX)
+            and p["name"] != TEMP_QUEUE_POLICY and re.search(p["pattern"], queue)]
+    assert len(ours) <= 1, f"{queue} matches several MaaS policies: {ours}"
+    return ours[0] if ours else None

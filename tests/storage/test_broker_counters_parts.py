@@ -31,8 +31,8 @@ class CallRecordingApi(RabbitMQApi):
         self.calls: list[tuple[str, dict]] = []
         self.after = None
 
-    def request(self, method, path, body=None, params=None, missing_ok=False):
-        answer = super().request(method, path, body, params, missing_ok)
+    def request(self, method, path, body=None, params=None, missing_ok=False, timeout=None):
+        answer = super().request(method, path, body, params, missing_ok, timeout)
         self.calls.append((path, dict(params or {})))
         if self.after is not None:
             self.after(path, params or {})

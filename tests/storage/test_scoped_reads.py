@@ -33,8 +33,8 @@ class ReadCountingApi(RabbitMQApi):
         super().__init__(*args, **kwargs)
         self.reads: list[tuple[str, list[dict]]] = []
 
-    def request(self, method, path, body=None, params=None, missing_ok=False):
-        answer = super().request(method, path, body, params, missing_ok)
+    def request(self, method, path, body=None, params=None, missing_ok=False, timeout=None):
+        answer = super().request(method, path, body, params, missing_ok, timeout)
         if method == "GET":
             rows = answer if isinstance(answer, list) else [answer] if answer else []
             self.reads.append((path, rows))

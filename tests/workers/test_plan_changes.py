@@ -10,9 +10,9 @@ from config_service import services
 from config_service.models import AddressSpace
 from config_service.status import address_status, agent_states
 from tests.conftest import CTX
+from tests.storage.clients import queue_policy
 from tests.workers import rabbit
 from workers.agents import base
-from workers.storage.rabbitmq_objects import policy_name
 
 
 @pytest.fixture
@@ -33,9 +33,9 @@ def space(tenant):
 
 
 def policy(space, queue: str) -> dict:
-    answer = rabbit.api(f"/policies/{quote(space.vhost, safe='')}/"
-                        f"{quote(policy_name(queue), safe='')}")
-    return answer.json()["definition"] if answer.status_code == 200 else {}
+    answer = rabbit.api(f"/policies/{quote(space.vhost, safe='')}")
+    found = queue_policy(answer.json(), queue) if answer.status_code == 200 else None
+    return found["definition"] if found else {}
 
 
 def phase(space, name: str) -> tuple[str, list[str]]:

@@ -33,8 +33,9 @@ from .rabbitmq_objects import (
     pattern_matches,
     pattern_regex,
     policy_definition,
-    policy_name,
+    policy_of,
     queue_arguments,
+    queue_policies,
     queue_type,
     user_permissions,
 )
@@ -47,6 +48,6 @@ __all__ = [
     "VHOST_DESCRIPTION",
     "ApplyResult", "BrokerError", "BrokerReconciler", "RabbitMQApi",
     "broker_username", "dead_letter_routes", "desired_objects", "fanout_exchange", "hash_password",
-    "pattern_matches", "pattern_regex", "policy_definition", "policy_name", "queue_arguments",
+    "pattern_matches", "pattern_regex", "policy_definition", "policy_of", "queue_arguments", "queue_policies",
     "queue_type", "topic_type", "user_permissions", "verify_password",
 ]

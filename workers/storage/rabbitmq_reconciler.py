@@ -564,10 +564,13 @@ class BrokerReconciler:
                 _note(problems, name, problem)
         for name, spec in desired.policies.items():
             have = actual.policies.get(name)
+            served = desired.policy_queues.get(name) or [desired.owner["policy:" + name]]
             if have is None or any(have.get(k) != spec[k] for k in spec):
-                _note(problems, desired.owner["policy:" + name], f"policy {name!r} differs")
+                for queue in served:
+                    _note(problems, queue, f"policy {name!r} differs")
             elif not dlx_ok and "dead-letter-exchange" in spec["definition"]:
-                _note(problems, desired.owner["policy:" + name], "dead-letter exchange missing")
+                for queue in served:
+                    _note(problems, queue, "dead-letter exchange missing")
         have_bindings = {_binding_key(b) for b in actual.bindings}
         for binding, address in desired.bindings.items():
             if binding not in have_bindings:

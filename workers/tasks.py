@@ -205,7 +205,10 @@ def run_usage_job(self, day: str | None = None) -> str:
         # The worker lives on between hourly runs: its idle driver JVM held 2.3 GiB.
         from spark.session import release_session
 
-        release_session()
+        try:
+            release_session()
+        except Exception:  # the run's own outcome stands; the next run starts a new JVM
+            logger.warning("usage.spark_release_failed", exc_info=True)
 
 
 @shared_task(name="maas.workers.evaluate_quota", acks_late=True)

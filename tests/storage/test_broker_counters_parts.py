@@ -39,15 +39,6 @@ class CallRecordingApi(RabbitMQApi):
         return answer
 
 
-@pytest.fixture(scope="module")
-def admin():
-    """A plain client for setting up and inspecting the broker (its calls are not recorded)."""
-    client = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=10)
-    client.request("GET", "/overview")  # the set-up starts RabbitMQ: unreachable is a failure
-    yield client
-    client.close()
-
-
 @pytest.fixture
 def api():
     client = CallRecordingApi(API_URL, API_USER, API_PASSWORD, timeout=10)

@@ -11,12 +11,11 @@ import uuid
 import pytest
 
 from tests.conftest import wait_for
-from tests.storage.clients import API_PASSWORD, API_URL, API_USER, queue_policy
+from tests.storage.clients import queue_policy
 from workers.storage.desired import BrokerQueue, VhostState
 from workers.storage.rabbitmq import (
     POLICY_PREFIX,
     BrokerReconciler,
-    RabbitMQApi,
     desired_objects,
     policy_of,
     queue_policies,
@@ -57,59 +56,51 @@ def test_many_queues_of_one_setting_are_split_under_the_pattern_size():
     assert max(len(names_pattern(qs)) for _, qs in policies.values()) <= POLICY_PATTERN_BYTES
 
 
-@pytest.fixture(scope="module")
-def api():
-    client = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=10)
-    client.request("GET", "/overview")  # the set-up starts RabbitMQ: unreachable is a failure
-    yield client
-    client.close()
-
-
 @pytest.fixture
-def vhost(api):
+def vhost(admin):
     name = "maas-test-policies-" + uuid.uuid4().hex[:8]
     yield name
-    BrokerReconciler(api).teardown(name)
+    BrokerReconciler(admin).teardown(name)
 
 
-def effective(api, vhost: str, queue: str) -> tuple[str | None, dict | None]:
-    row = api.request("GET", f"/queues/{vhost}/{queue}")
+def effective(admin, vhost: str, queue: str) -> tuple[str | None, dict | None]:
+    row = admin.request("GET", f"/queues/{vhost}/{queue}")
     return row.get("policy"), row.get("effective_policy_definition")
 
 
-def test_the_broker_gives_each_queue_its_shared_policy(api, vhost):
+def test_the_broker_gives_each_queue_its_shared_policy(admin, vhost):
     queues = ([BrokerQueue(f"q{i}", "queue", ttl_ms=60_000) for i in range(12)]
               + [BrokerQueue(f"c{i}", "queue", max_length_bytes=1_000) for i in range(3)]
               + [BrokerQueue("plain", "deadletter")])
     state = VhostState(vhost, queues=queues)
-    result = BrokerReconciler(api).apply(state)
+    result = BrokerReconciler(admin).apply(state)
     assert result.ok, result
-    ours = [p for p in api.list_policies(vhost) if p["name"].startswith(POLICY_PREFIX)]
+    ours = [p for p in admin.list_policies(vhost) if p["name"].startswith(POLICY_PREFIX)]
     assert len(ours) == 2  # not 15
     desired = desired_objects(state)
     for queue, definition in [("q0", SHORT), ("q11", SHORT), ("c2", CAPPED)]:
         # RabbitMQ's own matching, as its queue reports it (statistics: up to 5 s late)
         wanted = (policy_of(desired, queue), definition)
-        wait_for(lambda q=queue, w=wanted: effective(api, vhost, q) == w, timeout=15,
+        wait_for(lambda q=queue, w=wanted: effective(admin, vhost, q) == w, timeout=15,
                  what=f"{queue}'s policy")
-    assert effective(api, vhost, "plain")[0] is None
+    assert effective(admin, vhost, "plain")[0] is None
 
 
-def test_policies_of_a_queue_each_are_replaced_by_the_shared_one(api, vhost):
+def test_policies_of_a_queue_each_are_replaced_by_the_shared_one(admin, vhost):
     """A broker set up by the previous release has a policy per queue: the next apply leaves
     only the shared one, and the queues keep their settings meanwhile."""
     state = VhostState(vhost, queues=[BrokerQueue(f"q{i}", "queue", ttl_ms=60_000)
                                       for i in range(4)])
-    reconciler = BrokerReconciler(api)
+    reconciler = BrokerReconciler(admin)
     assert reconciler.apply(state).ok
     shared = policy_of(desired_objects(state), "q0")
-    api.delete_policy(vhost, shared)
+    admin.delete_policy(vhost, shared)
     for i in range(4):  # as the previous release named and shaped them
-        api.put_policy(vhost, f"{POLICY_PREFIX}q{i}", f"^q{i}$", SHORT, 1000, "queues")
+        admin.put_policy(vhost, f"{POLICY_PREFIX}q{i}", f"^q{i}$", SHORT, 1000, "queues")
 
     result = reconciler.apply(state)
     assert result.ok and set(result.verified) == {f"q{i}" for i in range(4)}
-    names = {p["name"] for p in api.list_policies(vhost)}
+    names = {p["name"] for p in admin.list_policies(vhost)}
     assert names == {shared}
     assert sorted(result.deleted) == sorted(f"policy:{POLICY_PREFIX}q{i}" for i in range(4))
-    assert queue_policy(api.list_policies(vhost), "q3")["definition"] == SHORT
+    assert queue_policy(admin.list_policies(vhost), "q3")["definition"] == SHORT

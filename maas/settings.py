@@ -209,6 +209,7 @@ CELERY_TASK_QUEUES = {q: {} for q in (CELERY_TASK_DEFAULT_QUEUE, MAAS_RESYNC_QUE
                                       MAAS_USAGE_QUEUE, MAAS_WATCH_QUEUE)}
 CELERY_TASK_ROUTES = {"maas.workers.resync_all": {"queue": MAAS_RESYNC_QUEUE},
                       "maas.workers.watch_router": {"queue": MAAS_WATCH_QUEUE},
+                      "maas.workers.watch_broker": {"queue": MAAS_WATCH_QUEUE},
                       "maas.workers.sample_usage": {"queue": MAAS_USAGE_QUEUE},
                       "maas.workers.run_usage_job": {"queue": MAAS_USAGE_QUEUE}}
 # How often the router watch reads the router's uptime (a restarted router is empty: its spaces
@@ -218,11 +219,21 @@ CELERY_TASK_ROUTES = {"maas.workers.resync_all": {"queue": MAAS_RESYNC_QUEUE},
 # well (100 spaces of 10 addresses, 2 CPUs: 1 thread 10.1 s, 4 threads 6.5 s, 8 threads 5.7 s).
 MAAS_ROUTER_WATCH_INTERVAL = env_float("MAAS_ROUTER_WATCH_INTERVAL", 1.0)
 MAAS_ROUTER_RESTORE_CONCURRENCY = env_int("MAAS_ROUTER_RESTORE_CONCURRENCY", 4)
+# How often the broker watch (workers/storage/broker_watch.py) looks for its transient marker
+# exchange in this vhost of the shared broker: gone, the broker restarted and dropped MaaS's
+# transient exchanges, which the storage controller then makes again.
+MAAS_BROKER_WATCH_INTERVAL = env_float("MAAS_BROKER_WATCH_INTERVAL", 5.0)
+MAAS_BROKER_WATCH_VHOST = env("MAAS_BROKER_WATCH_VHOST", "/")
 CELERY_BEAT_SCHEDULE = {
     "router-watch": {
         "task": "maas.workers.watch_router",
         "schedule": MAAS_ROUTER_WATCH_INTERVAL,
         "options": {"expires": MAAS_ROUTER_WATCH_INTERVAL},  # stale ticks are dropped
+    },
+    "broker-watch": {
+        "task": "maas.workers.watch_broker",
+        "schedule": MAAS_BROKER_WATCH_INTERVAL,
+        "options": {"expires": MAAS_BROKER_WATCH_INTERVAL},
     },
     "outbox-relay": {
         "task": "maas.workers.relay_outbox",

@@ -138,9 +138,12 @@ def resync_candidates(now) -> tuple[list, list]:
     behind, quiet = [], []
     spaces = list(AddressSpace.objects.values_list("uid", "type", "last_sequence"))
     for uid, space_type, last_sequence in spaces:
-        states = [applied.get(uid, {}).get(k) for k in kinds.get(space_type, ())]
+        by_kind = {k: applied.get(uid, {}).get(k) for k in kinds.get(space_type, ())}
+        states = list(by_kind.values())
         if any(s is None or s[0] < last_sequence or s[1] is None for s in states):
             behind.append(uid)
+        elif any(s[2] for k, s in by_kind.items() if k != router_watch.KIND):
+            behind.append(uid)  # e.g. its broker restarted (storage.broker_watch)
         elif any(s[2] for s in states):
             if not watched:
                 behind.append(uid)  # its router restarted and no watch restores it
@@ -175,6 +178,16 @@ def watch_router() -> dict:
     if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
         return {}  # on Kubernetes each space's agent pod resyncs its own router
     return vars(router_watch.tick(settings.MAAS_ROUTER_MANAGEMENT_URL))
+
+
+@shared_task(name="maas.workers.watch_broker")
+def watch_broker() -> dict:
+    """Notices a shared broker that restarted (its transient exchanges gone) and queues the
+    repair of its spaces (workers/storage/broker_watch.py); in the router watch's queue, for
+    the same reasons."""
+    from .storage import broker_watch
+
+    return vars(broker_watch.tick())
 
 
 @shared_task(name="maas.workers.sample_usage")

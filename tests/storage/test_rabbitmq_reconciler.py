@@ -253,6 +253,10 @@ def test_creates_queue_topic_subscription_deadletter(api, reconciler, vhost):
     assert exchanges["news"]["type"] == "x-maas-topic"
     assert exchanges["$maas.all.news"]["type"] == "fanout"
     assert exchanges["$maas.all.news"]["internal"] is False
+    # Transient but for the dead-letter exchange (rabbitmq_objects: durability).
+    assert {n: x["durable"] for n, x in exchanges.items() if not n.startswith("amq.") and n} == {
+        "news": False, "$maas.all.news": False, "orders": False, "dlq": False,
+        "$maas.dlx": True}
     assert exchanges[DLX_EXCHANGE]["internal"] is True
     policy = queue_policy(api.list_policies(vhost), "orders")
     assert policy["definition"]["message-ttl"] == 60_000
@@ -725,3 +729,43 @@ def test_a_topic_made_with_rabbitmqs_topic_type_is_retyped_with_its_bindings(
     live.accept()
     conn.close()
     assert receive_all(vhost, reader.username, "news::keep") == ["no subject", "keyed"]
+
+
+def test_a_durable_exchange_of_an_earlier_release_is_made_transient_with_its_bindings(
+        api, reconciler, vhost):
+    """Before MaaS's exchanges were transient (rabbitmq_objects: durability), a topic's and a
+    queue's send exchange were durable: the next apply makes each again, transient, with every
+    binding put back, and leaves the queue's messages and the dead-letter exchange alone."""
+    reader = user(vhost, "reader", recv=("news*", "orders"))
+    writer = user(vhost, "writer", send=("news", "orders"))
+    state = VhostState(vhost=vhost, topics=[BrokerTopic("news")],
+                       queues=[BrokerQueue("news::keep", "subscription", topic="news"),
+                               BrokerQueue("orders", "queue")],
+                       users=[reader, writer], queue_exchanges=True)
+    assert reconciler.apply(state).verified == {"news", "news::keep", "orders"}
+    send(vhost, writer.username, "/exchange/orders", "kept")
+    # As the earlier release left them: the same exchanges and bindings, durable.
+    for name, kind in (("news", "x-maas-topic"), ("$maas.all.news", "fanout"),
+                       ("orders", "fanout")):
+        bound = [b for b in api.list_bindings(vhost) if b["source"] == name or (
+            b["destination"] == name and b["destination_type"] == "exchange")]
+        api.delete_exchange(vhost, name)
+        api.put_exchange(vhost, name, kind, {OWNER_ARG: True}, True, False)
+        for b in bound:
+            api.create_binding(vhost, b["source"], b["destination"], b["routing_key"],
+                               b["arguments"], b["destination_type"])
+    durable = {x["name"] for x in api.list_exchanges(vhost) if x["durable"]}
+    assert {"news", "$maas.all.news", "orders"} <= durable
+
+    result = reconciler.apply(state)
+    assert {"exchange:news", "exchange:$maas.all.news", "exchange:orders"} <= set(result.updated)
+    assert result.verified == {"news", "news::keep", "orders"}, result.errors
+    exchanges = by_name(api.list_exchanges(vhost))
+    assert [exchanges[n]["durable"] for n in ("news", "$maas.all.news", "orders", DLX_EXCHANGE)
+            ] == [False, False, False, True]
+    assert not reconciler.apply(state).changed  # settled
+
+    send(vhost, writer.username, "/exchange/news/a.b", "to the subscription")
+    send(vhost, writer.username, "/exchange/orders", "after")
+    assert receive_all(vhost, reader.username, "news::keep") == ["to the subscription"]
+    assert receive_all(vhost, reader.username, "orders") == ["kept", "after"]

@@ -16,8 +16,8 @@ How addresses map to RabbitMQ objects (see docs/storage.md):
   type of a live queue never changes: a classic queue whose address later needs a delivery
   limit keeps its messages and reports an address error; a quorum queue whose address no
   longer needs one simply stays quorum (it serves a classic address just as well).
-- topic: a durable `topic` exchange named as the address; a subscription `<topic>::<sub>` is
-  bound to it with key `#`. Each topic also has a durable `fanout` exchange
+- topic: a `topic` exchange named as the address; a subscription `<topic>::<sub>` is
+  bound to it with key `#`. Each topic also has a `fanout` exchange
   `$maas.all.<topic>`, bound exchange-to-exchange from the topic with key `#`: a receiver of
   `/exchange/$maas.all.<topic>` gets every message of the topic. qdrouterd's link routes can
   only prefix an address, so that is where the router sends receivers of the bare topic
@@ -27,6 +27,13 @@ How addresses map to RabbitMQ objects (see docs/storage.md):
   internal headers exchange per vhost (`$maas.dlx`); bindings on `x-first-death-queue` and
   `x-first-death-reason` (match `all-with-x`) send rejected and over-delivered messages to
   the deadletter queue and expired ones to the expiry queue.
+- durability: queues are durable, and so is `$maas.dlx` (a message dead-lettered while it was
+  missing would be dropped). Every other exchange of MaaS is *transient*: RabbitMQ 3.10 starts
+  a vhost with one Mnesia transaction per durable exchange of the whole broker, so durable
+  exchanges made each new space cost the size of the broker (docs/scale.md). A broker restart
+  drops them and their bindings, never a queue or a message; the broker watch
+  (workers/storage/broker_watch.py) notices the restart and the storage controller makes them
+  again. Meanwhile a send to a topic or to `/exchange/<queue>` is refused (`not-found`), not lost.
 
 Ownership: the vhost carries the tag `maas-owned`; queues, exchanges and MaaS's topic
 bindings (to subscription queues, to the fanout exchanges, and from `amq.topic` for MQTT) carry the argument `x-maas-owned: true`; policies and internal objects have names
@@ -78,6 +85,7 @@ TEMP_QUEUE_EXPIRY_MS = 5_000
 TOPIC_TYPE = "x-maas-topic"
 FALLBACK_TOPIC_TYPE = "topic"
 TOPIC_TYPES = (TOPIC_TYPE, FALLBACK_TOPIC_TYPE)
+TRANSIENT = False  # MaaS's exchanges but `$maas.dlx` (see the module docstring: durability)
 MQTT_EXCHANGE = "amq.topic"
 MQTT_EXCHANGE_REGEX = r"amq\.topic"
 MQTT_QUEUES = r"mqtt-subscription-.*"
@@ -337,13 +345,14 @@ def desired_objects(state: VhostState, topic_type: str = TOPIC_TYPE) -> DesiredO
     topics = {t.name: t for t in state.topics}
     queue_names = {q.name for q in state.queues}
     settings: dict[str, dict] = {}  # queue -> its policy definition
-    d.exchanges[DLX_EXCHANGE] = {"type": "headers", "internal": True}
+    d.exchanges[DLX_EXCHANGE] = {"type": "headers", "internal": True, "durable": True}
     for topic in state.topics:
-        d.exchanges[topic.name] = {"type": topic_type, "internal": False}
+        d.exchanges[topic.name] = {"type": topic_type, "internal": False,
+                                   "durable": TRANSIENT}
         d.owner["exchange:" + topic.name] = topic.name
         # Not internal: AMQP 1.0 receivers bind their temporary queues to it.
         fanout = fanout_exchange(topic.name)
-        d.exchanges[fanout] = {"type": "fanout", "internal": False}
+        d.exchanges[fanout] = {"type": "fanout", "internal": False, "durable": TRANSIENT}
         d.owner["exchange:" + fanout] = topic.name
         d.bindings[Binding.of(topic.name, fanout, "#", {OWNER_ARG: True}, "exchange")] = (
             topic.name
@@ -368,7 +377,8 @@ def desired_objects(state: VhostState, topic_type: str = TOPIC_TYPE) -> DesiredO
         d.owner["queue:" + queue.name] = queue.name
         if state.queue_exchanges and queue.kind in ("queue", "deadletter"):
             # `/exchange/<queue>`: write on it is the user's right to send to this queue only
-            d.exchanges[queue.name] = {"type": "fanout", "internal": False}
+            d.exchanges[queue.name] = {"type": "fanout", "internal": False,
+                                       "durable": TRANSIENT}
             d.owner["exchange:" + queue.name] = queue.name
             d.bindings[Binding.of(queue.name, queue.name, "", {OWNER_ARG: True})] = queue.name
         if queue.kind == "subscription":

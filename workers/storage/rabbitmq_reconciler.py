@@ -359,28 +359,29 @@ class BrokerReconciler:
             if have is not None:
                 if not _owned(have):
                     self._error(result, address, f"exchange {name!r} exists, not owned by MaaS")
-                elif have["type"] != spec["type"]:
+                elif _exchange_differs(have, spec):
                     self._remake_exchange(v, name, spec, address, actual, result)
                 continue
             args = _exchange_args(spec["type"])
             self._do(result, "created", "exchange:" + name, address, self.api.put_exchange,
-                     v, name, spec["type"], args, True, spec["internal"])
+                     v, name, spec["type"], args, spec["durable"], spec["internal"])
 
     def _remake_exchange(self, v, name: str, spec: dict, address: str | None, actual: _Actual,
                          result: ApplyResult) -> None:
-        """An exchange of ours with another type: a topic made before (or after) the broker
-        had MaaS's topic type, or an address deleted and made again as another type. Made
-        again (RabbitMQ cannot change an exchange's type) and every binding from or to it put
-        back, its receivers' temporary queues included; stale ones then go as usual. A publish
-        in the few milliseconds between gets `not-found`; a topic's counters start again
-        under a new creation stamp, as after any re-creation."""
+        """An exchange of ours with another type or durability: a topic made before (or after)
+        the broker had MaaS's topic type, an address deleted and made again as another type, or
+        a durable exchange of an earlier release (MaaS's are transient now: rabbitmq_objects).
+        Made again (RabbitMQ changes neither) and every binding from or to it put back, its
+        receivers' temporary queues included; stale ones then go as usual. A publish in the
+        few milliseconds between gets `not-found`; a topic's counters start again under a new
+        creation stamp, as after any re-creation."""
         bound = [b for b in actual.bindings if b["source"] == name or (
             b["destination"] == name and b["destination_type"] == "exchange")]
         self._do(result, "deleted", "exchange:" + name, address, self.api.delete_exchange,
                  v, name)
         args = _exchange_args(spec["type"])
         self._do(result, "updated", "exchange:" + name, address, self.api.put_exchange,
-                 v, name, spec["type"], args, True, spec["internal"])
+                 v, name, spec["type"], args, spec["durable"], spec["internal"])
         for b in bound:
             call = (self.api.create_binding, v, b["source"], b["destination"], b["routing_key"],
                     b.get("arguments") or {}, b["destination_type"])
@@ -393,7 +394,7 @@ class BrokerReconciler:
                 log.warning("storage.rabbitmq.rebind_failed", extra={
                     "vhost": v, "object": _binding_label(_binding_key(b)), "error": exc.message})
         actual.exchanges[name] = {**actual.exchanges[name], "type": spec["type"],
-                                  "arguments": args}
+                                  "durable": spec["durable"], "arguments": args}
 
     def _converge_policies(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         for name, spec in desired.policies.items():
@@ -553,7 +554,7 @@ class BrokerReconciler:
             return
         for name, spec in desired.exchanges.items():
             have = actual.exchanges.get(name)
-            if have is None or not _owned(have) or have["type"] != spec["type"]:
+            if have is None or not _owned(have) or _exchange_differs(have, spec):
                 _note(problems, desired.owner.get("exchange:" + name, name),
                       f"exchange {name!r} missing")
         dlx_ok = DLX_EXCHANGE not in problems
@@ -652,6 +653,11 @@ def _concurrently(calls: dict) -> dict:
     futures = {name: _pool[1].submit(fn) for name, fn in calls.items()}
     wait(futures.values())
     return {name: future.result() for name, future in futures.items()}
+
+
+def _exchange_differs(have: dict, spec: dict) -> bool:
+    """Whether an exchange of ours must be made again to be what `spec` asks."""
+    return have["type"] != spec["type"] or bool(have.get("durable")) != spec["durable"]
 
 
 def _exchange_args(kind: str) -> dict:

@@ -204,3 +204,40 @@ def test_a_node_that_restarted_during_the_reading_is_told():
     assert not same_instances(before, [node("3100", 5_000)])  # a new process
     assert not same_instances(before, [node("2969", 5_000)])  # the same pid, a new start
     assert not same_instances(before, before + [node("7", 1_000, "rabbit@b")])
+
+
+def test_an_idle_vhost_is_listed_again_only_once_something_moved(admin, api, vhost,
+                                                                  monkeypatch):
+    """broker_counters.IdleVhosts: a vhost whose counters, stored messages and connections
+    have not changed since a settled listing costs one call (its row), and gives that listing
+    again; a message published ends it, and the next readings show the message."""
+    from workers.usage import broker_counters
+
+    monkeypatch.setattr(broker_counters, "idle", broker_counters.IdleVhosts())
+    monkeypatch.setattr(broker_counters, "SETTLE_SECONDS", 0.0)  # no stats moving here yet
+    memory = EpochMemory()
+
+    def listings() -> int:
+        return sum(p.startswith(("/queues/", "/exchanges/")) for p, _ in api.calls)
+
+    first = read_broker(api, memory, {vhost}).vhosts[vhost]
+    listed = listings()
+    assert listed == 2  # one page each
+    calls = len(api.calls)
+    again = read_broker(api, memory, {vhost}).vhosts[vhost]
+    assert listings() == listed  # given again: no listing
+    assert sorted(p for p, _ in api.calls[calls:]) == [
+        "/connections", "/nodes", "/nodes", "/vhosts/" + vhost]
+    assert (again.queues, again.exchanges) == (first.queues, first.exchanges)
+
+    # From here a listing made right after the change may lag it: only settled ones count.
+    monkeypatch.setattr(broker_counters, "SETTLE_SECONDS", 30.0)
+    publish(admin, vhost, "amq.default", "orders", 2)
+    after = settle(api, vhost, memory, lambda v: v.queues["orders"].stored_messages == 2)
+    assert after.queues["orders"].messages_in == 2
+    assert listings() > listed
+
+    monkeypatch.setattr(broker_counters, "RELIST_EVERY", 0.0)  # and listed again in time
+    before = listings()
+    read_broker(api, memory, {vhost})
+    assert listings() == before + 2

@@ -20,10 +20,14 @@ logger = logging.getLogger(__name__)
 # workers/tasks.py's reconcile_space, sent by name: the tasks import this module.
 RECONCILE_TASK = "maas.workers.reconcile_space"
 PENDING_KEY = "maas:reconcile-pending:{queue}:{uid}"
-# How long a key may outlive a task that never started (its worker was killed): then the
-# next change or the outbox relay queues a new one. Resync tasks may wait behind many others
-# (in resync runs), and must not be queued again meanwhile.
-CHANGE_PENDING_SECONDS = 30
+# How long a key may outlive a task that never started: then the next change or the outbox
+# relay queues a new one. The key and its task live in the same Redis (a restart loses both)
+# and a killed worker's task goes back to the queue, so the key only has to lapse for a task
+# lost some other way, which the resync queues within a minute anyway (`resync_all`, its own
+# key). It must outlast any backlog: with 30 s, a fill of 1,000 spaces whose vhosts waited to
+# start had the relay queue a task again every 30 s for each unapplied space, 9,556 tasks
+# waiting for 1,000 spaces, and the spaces never reconciled waited behind the duplicates.
+CHANGE_PENDING_SECONDS = 600
 RESYNC_PENDING_RUNS = 5
 
 

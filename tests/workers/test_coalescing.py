@@ -85,3 +85,29 @@ def test_a_change_made_while_a_reconcile_runs_gets_a_follow_up_and_is_applied(
     wait_for(lambda: storage_caught_up(space), 60, what="the follow-up to apply the change")
     assert {"first", "second"} <= rabbit.queue_names(space.vhost)
     assert each_event_applied_once(space)
+
+
+def test_the_outbox_relay_adds_no_task_while_one_waits_behind_a_backlog(space):
+    """A task may wait minutes behind others (a fill of 1,000 spaces): the relay, which re-sends
+    every space with unacknowledged events, must not queue it again meanwhile, or each wait
+    breeds duplicates (9,556 tasks for 1,000 spaces when the pending mark lasted 30 s)."""
+    from datetime import timedelta
+
+    import redis
+    from django.utils import timezone
+
+    from config_service.models import Outbox
+    from workers import dispatch
+    from workers.tasks import relay_outbox
+
+    queue(space, "orders")
+    assert len(celery_queue.waiting(QUEUE, space.uid)) == 1
+    key = dispatch._pending_key(space.uid, False)
+    # The mark outlasts a backlog the size of the visibility timeout, a worker's longest hold.
+    ttl = redis.Redis.from_url(settings.CELERY_BROKER_URL).ttl(key)
+    assert ttl > settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+    for _ in range(3):  # unacknowledged for longer than the relay waits, three relays running
+        Outbox.objects.filter(stream_uid=space.uid).update(
+            created_at=timezone.now() - timedelta(minutes=5), last_sent_at=None)
+        assert relay_outbox() >= 1
+    assert len(celery_queue.waiting(QUEUE, space.uid)) == 1

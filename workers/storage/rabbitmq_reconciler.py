@@ -169,18 +169,25 @@ class BrokerReconciler:
         `thorough` also looks for stale users of the vhost that hold no permissions (a read
         of the broker's users: a resync's job, not every change's; see `_users`)."""
         result = ApplyResult(vhost=state.vhost)
-        desired = desired_objects(state, self.topic_kind or topic_type(self.api))
-        result.errors.update(desired.errors)
-        result.user_errors.update(desired.user_errors)
-        actual = self._observe(state.vhost, desired, thorough)
-        if actual.vhost is None:
+        # The vhost first, alone: one that RabbitMQ has not started yet costs this one GET per
+        # attempt, not a dozen listings (at a few hundred vhosts waiting to start, the retries'
+        # listings kept the broker's CPU from the starts themselves; docs/scale.md).
+        info = self.api.get_vhost(state.vhost)
+        if info is None:
             tags = (OWNER_TAG, f"{INCARNATION_TAG_PREFIX}{_now_ms()}")
             self._do(result, "created", "vhost:" + state.vhost, None, self.api.put_vhost,
                      state.vhost, VHOST_DESCRIPTION, tags)
             if result.vhost_errors:
                 return result
-            actual = self._observe(state.vhost, desired, thorough)
-        require_running(state.vhost, actual.vhost)
+            info = self.api.get_vhost(state.vhost)
+            if info is None:
+                raise BrokerError(f"vhost {state.vhost} not there after its creation",
+                                  transient=True)
+        require_running(state.vhost, info)
+        desired = desired_objects(state, self.topic_kind or topic_type(self.api))
+        result.errors.update(desired.errors)
+        result.user_errors.update(desired.user_errors)
+        actual = self._observe(state.vhost, desired, thorough, info=info)
         self._grant_self(state.vhost, actual, result)
         self._converge(state, desired, actual, result)
         if verify:
@@ -225,12 +232,14 @@ class BrokerReconciler:
 
     # observing
 
-    def _observe(self, vhost: str, desired: DesiredObjects, thorough: bool = True) -> _Actual:
+    def _observe(self, vhost: str, desired: DesiredObjects, thorough: bool = True,
+                 info: dict | None = None) -> _Actual:
         """A handful of reads of the vhost and one GET per desired user, at the same time
         (the broker answers them in parallel: the time of the slowest, not of all); raises
         BrokerError if the broker cannot be read. Nothing that grows with the other spaces of
-        the broker is read, except the users without permissions when `thorough` (`_users`)."""
-        info = self.api.get_vhost(vhost)
+        the broker is read, except the users without permissions when `thorough` (`_users`).
+        `info`: the vhost, when the caller has just read it."""
+        info = info if info is not None else self.api.get_vhost(vhost)
         calls = {_USER + name: partial(self.api.get_user, name) for name in desired.users}
         calls["unpermitted"] = self.api.list_users_without_permissions if thorough else list
         if info is not None:

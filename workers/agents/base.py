@@ -13,6 +13,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -115,6 +116,28 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     if space.terminating and _all_torn_down(space):
         services.remove_address_space(uid=space.uid)
     return target
+
+
+def invalidate(kind: str, states, reason: str) -> int:
+    """Marks agent states of `kind` (a queryset) not applied because their target lost what
+    was applied (a router or broker restarted), with `reason` for the status; how many were
+    applied. Already invalidated states get the new time too: a reconcile that was running
+    when the target restarted again must not clear them when it records its outcome."""
+    count = states.filter(invalidated="").count()
+    states.update(invalidated=reason, invalidated_at=timezone.now())
+    if count and settings.MAAS_AGENT_MODE == "process":
+        from ..wakeup import publish  # each space's run_agent reconciles its own
+
+        for uid in invalidated_spaces(kind):
+            publish(uid)
+    return count
+
+
+def invalidated_spaces(kind: str) -> list:
+    """The existing spaces whose `kind` state is invalidated, those applied longest ago first."""
+    return list(AgentState.objects.filter(
+        kind=kind, space_uid__in=AddressSpace.objects.values("uid"),
+    ).exclude(invalidated="").order_by("applied_at").values_list("space_uid", flat=True))
 
 
 def pending_events(space_uid, kind: str, limit: int = 100) -> list[tuple[str, dict]] | None:

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from config_service.models import AddressSpace, AgentState, RouterIncarnation
+from config_service.models import AgentState, RouterIncarnation
 
 from . import base
 from . import router_config as rc
@@ -153,29 +153,14 @@ def _invalidate(*, applied_before=None) -> int:
     states = AgentState.objects.filter(kind=KIND, torn_down=False)
     if applied_before is not None:
         states = states.filter(applied_at__lt=applied_before)
-    count = states.filter(invalidated="").count()
-    # Already invalidated states get the new time too: a restore that was running when the
-    # router restarted again must not clear them when it records its outcome.
-    states.update(invalidated=RESTORING, invalidated_at=timezone.now())
-    if count and settings.MAAS_AGENT_MODE == "process":
-        from ..wakeup import publish  # each space's run_agent restores its own
-
-        for uid in _invalidated_spaces():
-            publish(uid)
-    return count
-
-
-def _invalidated_spaces() -> list:
-    return list(AgentState.objects.filter(
-        kind=KIND, space_uid__in=AddressSpace.objects.values("uid"),
-    ).exclude(invalidated="").order_by("applied_at").values_list("space_uid", flat=True))
+    return base.invalidate(KIND, states, RESTORING)
 
 
 def restore() -> tuple[int, int]:
     """Reconciles every space whose router state is invalidated; (restored, left for later)."""
     if settings.MAAS_AGENT_MODE == "process":
         return 0, 0
-    spaces = _invalidated_spaces()
+    spaces = base.invalidated_spaces(KIND)
     if not spaces:
         return 0, 0
     started = timezone.now()

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from django.conf import settings
-from django.utils import timezone
 
 from config_service.models import AddressSpace, AgentState
 
 from .. import dispatch, endpoints
+from ..agents import base
 from .controller import management_api
 from .rabbitmq import BrokerError
 
@@ -98,23 +98,7 @@ def _spaces_on_shared_broker():
 def _invalidate(space_uids) -> int:
     """Marks the storage state of those spaces as not applied; how many were applied."""
     states = AgentState.objects.filter(kind=KIND, torn_down=False, space_uid__in=space_uids)
-    count = states.filter(invalidated="").count()
-    # Already invalidated states get the new time too: a reconcile that was running when the
-    # broker restarted again must not clear them when it records its outcome.
-    states.update(invalidated=RESTORING, invalidated_at=timezone.now())
-    if count and settings.MAAS_AGENT_MODE == "process":
-        from ..wakeup import publish  # each space's run_agent reconciles its own
-
-        for uid in invalidated_spaces():
-            publish(uid)
-    return count
-
-
-def invalidated_spaces() -> list:
-    """The spaces whose storage state is invalidated, those applied longest ago first."""
-    return list(AgentState.objects.filter(
-        kind=KIND, space_uid__in=AddressSpace.objects.values("uid"),
-    ).exclude(invalidated="").order_by("applied_at").values_list("space_uid", flat=True))
+    return base.invalidate(KIND, states, RESTORING)
 
 
 def queue_restores() -> int:
@@ -123,7 +107,7 @@ def queue_restores() -> int:
     if settings.MAAS_AGENT_MODE == "process":
         return 0  # woken when invalidated (_invalidate); each resyncs on its timer too
     return sum(dispatch.queue_reconcile(uid, resync=True, only_behind=True)
-               for uid in invalidated_spaces())
+               for uid in base.invalidated_spaces(KIND))
 
 
 def _quote(part: str) -> str:

@@ -35,8 +35,9 @@ def resync(modeladmin, request, queryset):
 
 @admin.register(AddressSpace)
 class AddressSpaceAdmin(ReadOnlyAdmin):
-    list_display = ["name", "tenant", "type", "plan", "phase", "last_sequence", "terminating"]
-    list_filter = ["type", "plan", "terminating"]
+    list_display = ["name", "tenant", "type", "plan", "phase", "broker", "last_sequence",
+                    "terminating"]
+    list_filter = ["type", "plan", "broker", "terminating"]
     search_fields = ["name", "tenant__slug", "uid"]
     actions = [resync]
     readonly_fields = ["connection_details"]

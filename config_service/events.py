@@ -38,7 +38,7 @@ EVENT_TYPES: dict[str, EventType] = {
         _t("tenant.invitation_created", "id email role expires_at"),
         _t("tenant.invitation_revoked", "id email"),
         _t("tenant.invitation_accepted", "id email role username"),
-        _t("address_space.created", "uid name type plan plan_status spec"),
+        _t("address_space.created", "uid name type plan plan_status spec", "broker"),
         _t("address_space.plan_changed", "plan plan_status"),
         _t("address_space.spec_changed", "plan plan_status spec"),  # a PUT that drops keys
         _t("address_space.deleted", ""),

@@ -60,6 +60,7 @@ def _space_created(event, p):
         plan=p["plan"],
         plan_status=p["plan_status"],
         spec=p["spec"],
+        broker=p.get("broker", ""),  # absent before placement: the shared broker
         resource_version=event.sequence,
         last_sequence=event.sequence,
         created_at=event.created_at,

@@ -29,7 +29,7 @@ def snapshot() -> dict:
     spaces = {
         str(s.uid): {k: getattr(s, k) for k in (
             "tenant_id", "name", "type", "plan", "plan_status", "spec", "resource_version",
-            "last_sequence", "terminating", "created_at", "updated_at")}
+            "last_sequence", "terminating", "broker", "created_at", "updated_at")}
         for s in AddressSpace.objects.all()
     }
     addresses = {

@@ -16,7 +16,7 @@ from maas.core.context import SYSTEM, Context
 from maas.core.errors import Conflict, Invalid, NotFound, QuotaExceeded, ServiceError
 from tenants.models import AddressPlan, AddressSpacePlan, Tenant, TenantQuota
 
-from . import fanout, log, plan_specs, scheduling, validation
+from . import brokers, fanout, log, plan_specs, scheduling, validation
 from .models import Address, AddressSpace, EventStream, MessagingUser
 from .passwords import hash_password
 
@@ -93,10 +93,12 @@ def create_address_space(*, ctx: Context, tenant: Tenant, name, type, plan, spec
         )
     uid = uuid.uuid4()
     stream = log.open_stream(uid, EventStream.ADDRESS_SPACE, tenant)
-    _append(stream, "address_space.created", {
-        "uid": str(uid), "name": name, "type": type, "plan": plan_obj.name,
-        "plan_status": space_plan_status(plan_obj), "spec": dict(spec or {}),
-    }, ctx)
+    payload = {"uid": str(uid), "name": name, "type": type, "plan": plan_obj.name,
+               "plan_status": space_plan_status(plan_obj), "spec": dict(spec or {})}
+    broker = brokers.choose_broker()
+    if broker:  # left out for the shared broker, as in the events before placement
+        payload["broker"] = broker
+    _append(stream, "address_space.created", payload, ctx)
     return AddressSpace.objects.get(uid=uid)
 
 

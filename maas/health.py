@@ -1,4 +1,5 @@
-"""/healthz says the process serves; /readyz checks the database, Redis and RabbitMQ."""
+"""/healthz says the process serves; /readyz checks the database, Redis and each RabbitMQ of the
+broker pool."""
 import time
 
 import redis
@@ -6,6 +7,8 @@ import requests
 from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
+
+from workers import endpoints
 
 
 def healthz(request):
@@ -21,23 +24,26 @@ def _redis():
     redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2).ping()
 
 
-def _rabbitmq():
-    response = requests.get(
-        f"{settings.RABBITMQ_API_URL}/aliveness-test/%2F",
-        auth=(settings.RABBITMQ_API_USER, settings.RABBITMQ_API_PASSWORD),
-        timeout=3,
-    )
+def _rabbitmq(broker):
+    response = requests.get(f"{broker.api_url}/aliveness-test/%2F",
+                            auth=(broker.api_user, broker.api_password), timeout=3)
     response.raise_for_status()
     if response.json().get("status") != "ok":
         raise RuntimeError(response.text[:200])
 
 
-CHECKS = {"database": _database, "redis": _redis, "rabbitmq": _rabbitmq}
+def checks() -> dict:
+    """Each broker of the pool is a check of its own: `rabbitmq`, then `rabbitmq-maas1`..."""
+    out = {"database": _database, "redis": _redis}
+    for broker in endpoints.broker_pool():
+        out["-".join(filter(None, ("rabbitmq", broker.name)))] = (
+            lambda broker=broker: _rabbitmq(broker))
+    return out
 
 
 def readyz(request):
     results, ready = {}, True
-    for name, check in CHECKS.items():
+    for name, check in checks().items():
         started = time.monotonic()
         try:
             check()

@@ -275,6 +275,13 @@ RABBITMQ_API_PASSWORD = env("RABBITMQ_API_PASSWORD", "guest")
 RABBITMQ_AMQP_HOST = env("RABBITMQ_AMQP_HOST", "127.0.0.1")
 RABBITMQ_AMQP_PORT = env_int("RABBITMQ_AMQP_PORT", 5672)
 RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)
+# Placement over several brokers (docs/storage.md, "Several local brokers"): the broker above
+# and MAAS_RABBITMQ_NODES - 1 more on this host, independent nodes (not a cluster) started by
+# deploy/local/rabbitmq-nodes.sh, node k with AMQP on 5680+k, management on 15680+k and MQTT
+# on 1890+k. Each new space goes to the broker holding the fewest spaces, and stays there.
+MAAS_RABBITMQ_NODES = env_int("MAAS_RABBITMQ_NODES", 1)
+if not 1 <= MAAS_RABBITMQ_NODES <= 9:
+    raise RuntimeError("MAAS_RABBITMQ_NODES must be between 1 and 9")
 # EnMasse's per-address memory cap: broker credit x this many bytes (globalMaxSize).
 MAAS_BROKER_GLOBAL_MAX_SIZE = env_int("MAAS_BROKER_GLOBAL_MAX_SIZE", 1 << 30)
 # The router of standard address spaces (the embedded one on one machine, qdrouterd elsewhere).

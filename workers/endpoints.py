@@ -2,26 +2,25 @@
 
 Agents, the usage sampler and the portal's stats and purge all ask `of(space)` rather than
 reading the control plane's own settings, so each reads and changes its space's own target:
-on one machine (`MAAS_INFRA_BACKEND=local`) every space shares the local RabbitMQ and router;
+on one machine (`MAAS_INFRA_BACKEND=local`) every space shares the local router and is on the
+broker of the local pool its creation recorded (`AddressSpace.broker`, config_service.brokers);
 on Kubernetes a standard space has its own router and brokers (workers/infra), reached through
-their Services with the space's own broker credentials. `MAAS_SPACE_ENDPOINTS` may name another
-function (dotted path) taking a space and returning `SpaceEndpoints`.
+their Services with the space's own broker credentials, and brokered spaces are on the pool.
+`MAAS_SPACE_ENDPOINTS` may name another function (dotted path) taking a space and returning
+`SpaceEndpoints`.
 """
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-
-@dataclass(frozen=True)
-class BrokerEndpoint:
-    """A RabbitMQ: its management API and the AMQP listener its router connects to."""
-
-    api_url: str
-    api_user: str
-    api_password: str
-    amqp_host: str
-    amqp_port: int
+# The pool is the control plane's: it places each new space on a broker (config_service.brokers).
+from config_service.brokers import (  # noqa: F401 - this module's interface too
+    BrokerEndpoint,
+    broker_pool,
+    pooled_broker,
+    shared_broker,
+)
 
 
 @dataclass(frozen=True)
@@ -48,16 +47,8 @@ def of(space) -> SpaceEndpoints:
 def by_backend(space) -> SpaceEndpoints:
     if space.type == "standard" and settings.MAAS_INFRA_BACKEND == "kubernetes":
         return _kubernetes(space)
-    return SpaceEndpoints(broker=shared_broker(),
+    return SpaceEndpoints(broker=pooled_broker(space.broker),
                           router=shared_router() if space.type == "standard" else None)
-
-
-def shared_broker() -> BrokerEndpoint:
-    """The RabbitMQ of the control plane's settings (brokered spaces, and every space on one
-    machine)."""
-    return BrokerEndpoint(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
-                          settings.RABBITMQ_API_PASSWORD, settings.RABBITMQ_AMQP_HOST,
-                          settings.RABBITMQ_AMQP_PORT)
 
 
 def shared_router() -> RouterEndpoint:

@@ -7,7 +7,7 @@ from django.conf import settings
 from maas.core.errors import Invalid
 from tenants.models import QUOTA_FIELDS
 
-from .. import dataplane, plan_specs
+from .. import brokers, dataplane, plan_specs
 from ..status import address_status, agents_needed, space_status
 
 ENMASSE = "enmasse.io/v1beta1"
@@ -30,12 +30,13 @@ def _metadata(name, namespace, version, created, **extra) -> dict:
 def endpoints(space) -> list[dict]:
     """Where clients connect (EnMasse status.endpointStatuses)."""
     if space.type == "brokered":
+        broker = brokers.pooled_broker(space.broker)  # its broker of the pool
         return [
             {"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST,
-             "servicePorts": [{"name": "amqp", "port": settings.RABBITMQ_AMQP_PORT}],
+             "servicePorts": [{"name": "amqp", "port": broker.amqp_port}],
              "virtualHost": f"vhost:{space.vhost}", "username": f"<username>@{space.vhost}"},
             {"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST,
-             "servicePorts": [{"name": "mqtt", "port": settings.RABBITMQ_MQTT_PORT}],
+             "servicePorts": [{"name": "mqtt", "port": broker.mqtt_port}],
              "username": f"{space.vhost}:<username>@{space.vhost}"},
         ]
     tls = bool(_ca_cert(space))

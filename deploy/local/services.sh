@@ -129,6 +129,12 @@ if [ "$(cat "$plugin_dir/source.sha256" 2>/dev/null)" != "$source_sum" ]; then
   rabbitmqctl -q eval 'code:purge(rabbit_exchange_type_maas_topic), code:load_file(rabbit_exchange_type_maas_topic).' >/dev/null
 fi
 rabbitmq-plugins -q enable rabbitmq_maas_topic >/dev/null
+# Placement: MAAS_RABBITMQ_NODES brokers in all on this machine, the default node and extra,
+# independent nodes maas1..maas<N-1> (deploy/local/rabbitmq-nodes.sh has their ports).
+MAAS_RABBITMQ_NODES="${MAAS_RABBITMQ_NODES:-1}"
+if [ "$MAAS_RABBITMQ_NODES" -gt 1 ]; then
+  bash "$(dirname "${BASH_SOURCE[0]}")/rabbitmq-nodes.sh" start "$MAAS_RABBITMQ_NODES"
+fi
 log "PostgreSQL, Redis and RabbitMQ are up"
 
 # --- kubectl (issue 7): tests/infra renders deploy/ with `kubectl kustomize`. ------------------

@@ -3,6 +3,7 @@ issue's table with the machine's load average. Printed, never asserted.
 
     .venv/bin/python tests/bench/bench_scale.py --tenants 10 --start            # ~10k addresses
     .venv/bin/python tests/bench/bench_scale.py --tenants 100 --start --jobs 2  # ~100k
+    .venv/bin/python tests/bench/bench_scale.py --tenants 100 --start --jobs 2 --brokers 4
 
 With --start it runs the platform (`manage.py runplatform`, as `make run` does) on a database
 of its own (`--database`, created and migrated if missing) and Celery queues of its own, and
@@ -288,6 +289,9 @@ def main():
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--database", default="maas_bench_scale")
     parser.add_argument("--start", action="store_true")
+    parser.add_argument("--brokers", type=int, default=0,
+                        help="with --start: spread the spaces over this many local RabbitMQ "
+                             "nodes (MAAS_RABBITMQ_NODES; deploy/local/rabbitmq-nodes.sh)")
     parser.add_argument("--log")
     parser.add_argument("--no-resync", action="store_true")
     parser.add_argument("--stall", type=float, default=300,
@@ -302,6 +306,10 @@ def main():
         os.environ["DATABASE_URL"] = ensure_database(args.database)
         # The platform's Celery queues, also for the changes this process makes
         os.environ.setdefault("MAAS_CELERY_QUEUE", f"maas-bench-{uuid.uuid4().hex[:6]}")
+        if args.brokers:  # the platform, fill_addresses and this process place alike
+            os.environ["MAAS_RABBITMQ_NODES"] = str(args.brokers)
+            subprocess.run(["bash", os.path.join(ROOT, "deploy", "local", "rabbitmq-nodes.sh"),
+                            "start", str(args.brokers)], check=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "maas.settings")
     os.environ["MAAS_LOG_LEVEL"] = "WARNING"  # this process's own lines; the platform keeps its
     import django

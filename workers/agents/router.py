@@ -212,7 +212,8 @@ class RouterAgent(Agent):
         if not features.connector_virtual_host and settings.MAAS_INFRA_BACKEND != "kubernetes":
             # The shared RabbitMQ of one machine: only the vhost relay puts a router without
             # the virtualHost extension into the space's vhost (docs/router.md).
-            host, port = settings.MAAS_VHOST_RELAY_HOST, settings.MAAS_VHOST_RELAY_PORT
+            host = settings.MAAS_VHOST_RELAY_HOST
+            port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
         login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password)
         throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
         # Read at every reconcile, so an operator's change of the plan reaches the routers at

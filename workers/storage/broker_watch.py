@@ -3,17 +3,18 @@ what the restart dropped.
 
 MaaS's exchanges are transient (rabbitmq_objects: durability): a broker restart drops them and
 their bindings, and keeps every queue with its messages. One tick (`tick`, run by Celery beat
-every MAAS_BROKER_WATCH_INTERVAL) watches the shared broker: every space on one machine, the
-brokered spaces on Kubernetes (a standard space's own brokers there are repaired by its agent's
-timed resync). It
+every MAAS_BROKER_WATCH_INTERVAL) watches each broker of the pool (workers.endpoints.broker_pool):
+every space on one machine, the brokered spaces on Kubernetes (a standard space's own brokers
+there are repaired by its agent's timed resync). For each broker it
 
 1. reads a transient marker exchange the watch left on the broker, `$maas.watch` in the vhost
    MAAS_BROKER_WATCH_VHOST: there, nothing was dropped since the last tick;
 2. missing (the broker started since, or no watch ever ran): invalidates the storage state of
-   every space on the broker in one UPDATE (the API shows their topics and queues Configuring,
-   "Broker restarted; configuration being restored"), then leaves the marker again;
-3. queues a reconcile, in the resync queue and only for the agents behind, of every space
-   whose storage state is invalidated; an invalidated state makes it a thorough one.
+   every space placed on that broker in one UPDATE (the API shows their topics and queues
+   Configuring, "Broker restarted; configuration being restored"), then leaves the marker again;
+
+then it queues a reconcile, in the resync queue and only for the agents behind, of every space
+whose storage state is invalidated; an invalidated state makes it a thorough one.
 
 The invalidated rows are the work list: a tick that dies midway is carried on by the next, and
 the resync queues them too (workers.tasks.resync_candidates). A broker that did not restart
@@ -50,13 +51,17 @@ class Tick:
 
 
 def tick() -> Tick:
-    """Checks the shared broker for a restart, then queues the repair of what is invalidated."""
+    """Checks each broker of the pool for a restart, then queues the repair of what is
+    invalidated."""
     result = Tick()
-    broker = endpoints.shared_broker()
-    seen = detect(broker)
-    if seen is not None:  # else the broker is down: a reconcile would only fail
-        result.reachable = True
-        result.restarted, result.invalidated = seen
+    for broker in endpoints.broker_pool():
+        seen = detect(broker)
+        if seen is not None:  # else the broker is down: a reconcile would only fail
+            result.reachable = True
+            restarted, invalidated = seen
+            result.restarted |= restarted
+            result.invalidated += invalidated
+    if result.reachable:
         result.queued = queue_restores()
     return result
 
@@ -74,7 +79,7 @@ def detect(broker: endpoints.BrokerEndpoint) -> tuple[bool, int] | None:
             return None
         # Invalidated first, marker after: a tick that dies between the two invalidates again
         # next time (harmless), never leaves a marker over states that were not invalidated.
-        invalidated = _invalidate(_spaces_on_shared_broker())
+        invalidated = _invalidate(_spaces_on(broker))
         api.put_exchange(vhost, MARKER, "fanout", {}, durable=False)
     except BrokerError as exc:
         logger.info("broker.watch_failed", extra={"broker": broker.api_url, "error": str(exc)})
@@ -83,16 +88,15 @@ def detect(broker: endpoints.BrokerEndpoint) -> tuple[bool, int] | None:
     return True, invalidated
 
 
-def _spaces_on_shared_broker():
-    """The uids (a queryset, or a list with MAAS_SPACE_ENDPOINTS) of the spaces whose broker is
-    the shared one."""
+def _spaces_on(broker: endpoints.BrokerEndpoint):
+    """The uids (a queryset, or a list with MAAS_SPACE_ENDPOINTS) of the spaces on `broker`,
+    a broker of the pool."""
     spaces = AddressSpace.objects.all()
     if getattr(settings, "MAAS_SPACE_ENDPOINTS", ""):
-        shared = endpoints.shared_broker().api_url
-        return [s.uid for s in spaces if endpoints.of(s).broker.api_url == shared]
+        return [s.uid for s in spaces if endpoints.of(s).broker.api_url == broker.api_url]
     if settings.MAAS_INFRA_BACKEND == "kubernetes":
         spaces = spaces.exclude(type="standard")
-    return spaces.values("uid")
+    return spaces.filter(broker=broker.name).values("uid")
 
 
 def _invalidate(space_uids) -> int:

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from maas.supervisor import Supervisor
-from workers import qdrouterd
+from workers import endpoints, qdrouterd
 
 
 def processes(bind: str) -> dict[str, list[str]]:
@@ -67,11 +67,13 @@ def processes(bind: str) -> dict[str, list[str]]:
     if settings.MAAS_ROUTER_ENABLED and qdrouterd.binary():
         # qdrouterd opens RabbitMQ connections with its connector's host as the AMQP hostname,
         # so they land in vhost `/`; the relay sets `vhost:<vhost>` from the login.
-        procs["vhost-relay"] = [
-            py, "-m", "workers.vhost_relay",
-            "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{settings.MAAS_VHOST_RELAY_PORT}",
-            "--broker", f"{settings.RABBITMQ_AMQP_HOST}:{settings.RABBITMQ_AMQP_PORT}",
-        ]
+        # One relay per broker of the pool (workers.endpoints.broker_pool).
+        for broker in endpoints.broker_pool():
+            procs["-".join(filter(None, ("vhost-relay", broker.name)))] = [
+                py, "-m", "workers.vhost_relay",
+                "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{broker.relay_port}",
+                "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
+            ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs
 

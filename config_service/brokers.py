@@ -1,0 +1,72 @@
+"""The broker pool: the RabbitMQs spaces are placed on, and the choice of one for a new space.
+
+On one machine that is the broker of the settings and MAAS_RABBITMQ_NODES - 1 more nodes on the
+same host (deploy/local/rabbitmq-nodes.sh, on its ports); on Kubernetes, the shared broker of the
+brokered spaces. A space records its broker at creation (`address_space.created`'s `broker`,
+`AddressSpace.broker`) and keeps it: its vhost, users and messages live there. The workers reach
+it through workers.endpoints.
+"""
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Count
+
+from .models import AddressSpace
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    """A RabbitMQ: its management API and the AMQP listener its router connects to."""
+
+    api_url: str
+    api_user: str
+    api_password: str
+    amqp_host: str
+    amqp_port: int
+    mqtt_port: int = 0  # tenants' MQTT listener (brokered spaces); 0: none known
+    name: str = ""  # in the pool: what a space records (AddressSpace.broker); "" the shared one
+    relay_port: int = 0  # on one machine: the vhost relay in front of it (docs/router.md)
+
+
+def shared_broker() -> BrokerEndpoint:
+    """The RabbitMQ of the control plane's settings: the first of the pool."""
+    return BrokerEndpoint(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
+                          settings.RABBITMQ_API_PASSWORD, settings.RABBITMQ_AMQP_HOST,
+                          settings.RABBITMQ_AMQP_PORT, settings.RABBITMQ_MQTT_PORT, "",
+                          settings.MAAS_VHOST_RELAY_PORT)
+
+
+def broker_pool() -> list[BrokerEndpoint]:
+    """The brokers spaces are placed on: the shared one, then node k = 1.. of
+    MAAS_RABBITMQ_NODES on the same host, on deploy/local/rabbitmq-nodes.sh's ports."""
+    shared = shared_broker()
+    api_host = urlsplit(shared.api_url).hostname or shared.amqp_host
+    return [shared] + [
+        BrokerEndpoint(f"http://{api_host}:{15680 + k}/api", shared.api_user,
+                       shared.api_password, shared.amqp_host, 5680 + k, 1890 + k, f"maas{k}",
+                       5690 + k)
+        for k in range(1, settings.MAAS_RABBITMQ_NODES)]
+
+
+def pooled_broker(name: str) -> BrokerEndpoint:
+    """The broker of the pool a space recorded; a name the pool lacks (MAAS_RABBITMQ_NODES
+    lowered under its spaces) is a configuration error, never another broker's vhost."""
+    for broker in broker_pool():
+        if broker.name == name:
+            return broker
+    raise ImproperlyConfigured(
+        f"a space is placed on broker {name!r}, which MAAS_RABBITMQ_NODES="
+        f"{settings.MAAS_RABBITMQ_NODES} does not run")
+
+
+def choose_broker() -> str:
+    """The broker a new space goes to: the pool's with the fewest spaces (ties: the first).
+    Two creations at once may pick the same one; the next ones even it out."""
+    pool = [b.name for b in broker_pool()]
+    if len(pool) == 1:
+        return pool[0]
+    counts = dict(AddressSpace.objects.filter(broker__in=pool).values_list("broker")
+                  .annotate(n=Count("id")).order_by())
+    return min(pool, key=lambda name: counts.get(name, 0))

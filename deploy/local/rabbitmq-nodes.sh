@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Starts, stops or resets the EXTRA RabbitMQ nodes MaaS places tenants' spaces on when one machine
+# runs several brokers ("placement"): maas1@<host> .. maas8@<host>, besides the default node
+# rabbit@<host> that deploy/local/services.sh starts (and which is never touched here). Each extra
+# node is an independent broker, not clustered with any other: its own vhost / and guest user,
+# its own data (/var/lib/rabbitmq/mnesia/maas<k>@<host>) and log (/var/log/rabbitmq/maas<k>@<host>.log).
+#
+#   bash deploy/local/rabbitmq-nodes.sh start N   # nodes maas1..maas<N-1> run (a running one is left alone)
+#   bash deploy/local/rabbitmq-nodes.sh stop N    # nodes maas1..maas<N-1> stopped
+#   bash deploy/local/rabbitmq-nodes.sh reset N   # stopped, their data and files deleted: they next start empty
+#
+# N is the TOTAL number of brokers, the default node included (N=1: nothing to do; at most 9).
+# Node k listens on 127.0.0.1 only: AMQP 5680+k, management 15680+k, MQTT 1890+k, Prometheus
+# 15700+k; Erlang distribution 25680+k (RabbitMQ's AMQP+20000). Its settings are
+# /etc/rabbitmq/maas<k>.conf, the default node's rabbitmq.conf without its listeners plus these
+# ports, and its plugins /etc/rabbitmq/maas<k>.enabled_plugins (management, AMQP 1.0, MQTT,
+# Prometheus and MaaS's x-maas-topic exchange type, built by services.sh into the plugins dir);
+# both are written again at every start. The node name, ports and files reach the broker through
+# RABBITMQ_* variables, which Debian's rabbitmq-server wrapper keeps across its `su rabbitmq` and
+# which win over rabbitmq-env.conf's NODENAME; rabbitmq-env.conf (open files) applies to all nodes.
+set -euo pipefail
+
+log() { printf '[rabbitmq-nodes] %s\n' "$*" >&2; }
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() {
+  for _ in $(seq 1 "${2:-60}"); do listening "$1" && return 0; sleep 1; done
+  log "port $1 did not open"; return 1
+}
+
+usage() { log "usage: $0 start|stop|reset N   (N: brokers in all, the default node included, 1..9)"; exit 2; }
+[ $# = 2 ] || usage
+action=$1 total=$2
+case "$action" in start|stop|reset) ;; *) usage ;; esac
+[[ "$total" =~ ^[1-9][0-9]*$ ]] || usage
+if [ "$total" -gt 9 ]; then
+  log "N=$total: at most 9 brokers on one machine (the default node and maas1..maas8; their ports are 5681..5688 etc.)"
+  exit 1
+fi
+[ "$total" -gt 1 ] || exit 0
+
+# The host part of the nodes' names: the default node's (rabbitmq-env.conf may set it, e.g.
+# rabbit@localhost), else what RABBITMQ_NODENAME or rabbitmq-env.conf say, else the short hostname.
+host=$(rabbitmqctl -q eval 'node().' 2>/dev/null) || host=""
+[[ "$host" =~ ^[^[:space:]]+@[^[:space:]]+$ ]] || host=${RABBITMQ_NODENAME:-$(sed -n 's/^\(RABBITMQ_\)\{0,1\}NODENAME=//p' /etc/rabbitmq/rabbitmq-env.conf 2>/dev/null | tail -n 1 | tr -d "'\"")}
+[[ "$host" == *@* ]] || host="rabbit@$(hostname -s)"
+host=${host#*@}
+host=${host//[\'\"]/}
+mnesia=/var/lib/rabbitmq/mnesia
+
+node_of() { echo "maas$1@$host"; }
+running() { [[ "$(epmd -names 2>/dev/null)" == *"name maas$1 at port "* ]]; }
+has_maas_topic() {  # has_maas_topic MGMT_PORT: the node's overview lists the x-maas-topic exchange type
+  [[ "$(curl -sf -u guest:guest "http://127.0.0.1:$1/api/overview")" == *'"name":"x-maas-topic"'* ]]
+}
+
+write_files() {  # write_files K: the node's rabbitmq.conf and enabled_plugins
+  local k=$1
+  {
+    echo "# $(node_of "$k"): written by deploy/local/rabbitmq-nodes.sh, edits are overwritten."
+    echo "# The default node's /etc/rabbitmq/rabbitmq.conf without its listeners:"
+    grep -Ev '^[[:space:]]*([a-z0-9_]+\.)*listeners?\.|^[[:space:]]*[a-z0-9_]+\.(tcp|ssl)\.' \
+      /etc/rabbitmq/rabbitmq.conf 2>/dev/null || true
+    echo "# This node's ports:"
+    echo "listeners.tcp.default = 127.0.0.1:$((5680 + k))"
+    echo "management.tcp.ip = 127.0.0.1"
+    echo "management.tcp.port = $((15680 + k))"
+    echo "mqtt.listeners.tcp.default = 127.0.0.1:$((1890 + k))"
+    echo "prometheus.tcp.ip = 127.0.0.1"
+    echo "prometheus.tcp.port = $((15700 + k))"
+  } > "/etc/rabbitmq/maas$k.conf"
+  echo '[rabbitmq_amqp1_0,rabbitmq_maas_topic,rabbitmq_management,rabbitmq_mqtt,rabbitmq_prometheus].' \
+    > "/etc/rabbitmq/maas$k.enabled_plugins"
+}
+
+start_node() {  # start_node K: launches the node, detached; waiting for it is check_node's
+  local k=$1 node port
+  node=$(node_of "$k")
+  for port in $((5680 + k)) $((15680 + k)) $((1890 + k)) $((15700 + k)) $((25680 + k)); do
+    if listening "$port"; then log "port $port is taken by something else: $node not started"; exit 1; fi
+  done
+  write_files "$k"
+  log "starting $node"
+  RABBITMQ_NODENAME="$node" RABBITMQ_DIST_PORT=$((25680 + k)) \
+    RABBITMQ_CONFIG_FILE="/etc/rabbitmq/maas$k.conf" \
+    RABBITMQ_ENABLED_PLUGINS_FILE="/etc/rabbitmq/maas$k.enabled_plugins" \
+    rabbitmq-server -detached >/dev/null
+}
+
+check_node() {  # check_node K: waits for the node to boot and serve, with x-maas-topic
+  local k=$1 node mgmt
+  node=$(node_of "$k") mgmt=$((15680 + k))
+  for _ in $(seq 1 60); do running "$k" && break; sleep 1; done
+  if ! rabbitmqctl -n "$node" -q await_startup >/dev/null 2>&1; then
+    log "$node did not start: see /var/log/rabbitmq/$node.log"; exit 1
+  fi
+  wait_port $((5680 + k)) 60; wait_port "$mgmt" 60; wait_port $((1890 + k)) 60; wait_port $((15700 + k)) 60
+  if ! has_maas_topic "$mgmt"; then
+    log "enabling x-maas-topic on $node"
+    rabbitmq-plugins -n "$node" -q enable rabbitmq_maas_topic >/dev/null
+    has_maas_topic "$mgmt" || { log "$node has no x-maas-topic exchange type"; exit 1; }
+  fi
+  log "$node is up: AMQP 127.0.0.1:$((5680 + k)), management $mgmt, MQTT $((1890 + k)), Prometheus $((15700 + k))"
+}
+
+stop_node() {  # stop_node K
+  local k=$1 node
+  node=$(node_of "$k")
+  running "$k" || return 0
+  log "stopping $node"
+  rabbitmqctl -n "$node" -q stop >/dev/null
+  for _ in $(seq 1 60); do running "$k" || return 0; sleep 1; done
+  log "$node did not stop"; exit 1
+}
+
+last=$((total - 1))
+case "$action" in
+  start)
+    # All launched first, then waited for: their boots overlap.
+    for k in $(seq 1 "$last"); do running "$k" || start_node "$k"; done
+    for k in $(seq 1 "$last"); do check_node "$k"; done
+    ;;
+  stop)
+    for k in $(seq 1 "$last"); do stop_node "$k"; done
+    ;;
+  reset)
+    for k in $(seq 1 "$last"); do
+      stop_node "$k"
+      node=$(node_of "$k")
+      if compgen -G "$mnesia/$node*" >/dev/null; then
+        log "deleting $node's data"
+        rm -rf "${mnesia:?}/$node" "$mnesia/$node"[-.]*
+      fi
+      rm -f "/etc/rabbitmq/maas$k.conf" "/etc/rabbitmq/maas$k.enabled_plugins"
+    done
+    ;;
+esac

@@ -1,0 +1,217 @@
+"""Placement over several local brokers (MAAS_RABBITMQ_NODES, docs/storage.md): a new space goes
+to the broker holding the fewest spaces and stays there; its vhost, users and messages live on
+that broker alone, its clients and its router reach it there, and the broker watch repairs a
+restart of that broker only. The second broker is a real RabbitMQ node, started by
+deploy/local/rabbitmq-nodes.sh as `make run` starts it."""
+import subprocess
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import requests
+from django.core.exceptions import ImproperlyConfigured
+from proton import Message
+from proton.utils import BlockingConnection
+
+from config_service import rebuild, services
+from config_service.api.resources import endpoints as client_endpoints
+from config_service.models import AddressSpace, AgentState, ConfigEvent
+from tests.conftest import CTX, b64, wait_for
+from tests.workers.conftest import sync
+from workers import dispatch
+from workers import endpoints as space_endpoints
+from workers.agents import base
+from workers.storage import broker_watch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "local" / "rabbitmq-nodes.sh"
+PASSWORD = "app-password"
+
+
+def node1_name() -> str:
+    """maas1 on the default node's host part (rabbitmq-env.conf may name it, as the script
+    reads it)."""
+    default = subprocess.run(["rabbitmqctl", "-q", "eval", "node()."], check=True, timeout=60,
+                             capture_output=True, text=True).stdout.strip().strip("'")
+    return f"maas1@{default.split('@', 1)[1]}"
+
+
+@pytest.fixture(scope="module")
+def second_broker():
+    """Node maas1 (AMQP 5681, management 15681), running for the module, stopped after it."""
+    subprocess.run(["bash", str(SCRIPT), "start", "2"], check=True, timeout=300)
+    yield node1_name()
+    subprocess.run(["bash", str(SCRIPT), "stop", "2"], check=False, timeout=300)
+
+
+@pytest.fixture
+def pool(settings, second_broker):
+    """(the shared broker, maas1)."""
+    settings.MAAS_RABBITMQ_NODES = 2
+    return space_endpoints.broker_pool()
+
+
+def api(broker, path: str):
+    return requests.get(f"{broker.api_url}{path}", auth=(broker.api_user, broker.api_password),
+                        timeout=10)
+
+
+def vhosts_on(broker) -> set[str]:
+    return {v["name"] for v in api(broker, "/vhosts").json()}
+
+
+def brokered(tenant, name: str):
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name=name, type="brokered",
+                                          plan="brokered-single-broker")
+    services.create_address(ctx=CTX, space=space, address="orders", type="queue",
+                            plan="brokered-queue")
+    services.create_messaging_user(
+        ctx=CTX, space=space, username="app",
+        authentication={"type": "password", "password": b64(PASSWORD)},
+        authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
+    return space
+
+
+def connect(port: int, space, username: str = "app") -> BlockingConnection:
+    """As a tenant's client connects to a brokered space (its endpoint's port)."""
+    return BlockingConnection(f"amqp://127.0.0.1:{port}", user=f"{username}@{space.vhost}",
+                              password=PASSWORD, virtual_host=f"vhost:{space.vhost}", timeout=10,
+                              allowed_mechs="PLAIN")
+
+
+def amqp_port(space) -> int:
+    messaging = next(e for e in client_endpoints(space) if e["name"] == "messaging")
+    return messaging["servicePorts"][0]["port"]
+
+
+def test_new_spaces_go_to_the_broker_with_the_fewest_spaces_and_the_log_keeps_it(
+        tenant, settings):
+    settings.MAAS_RABBITMQ_NODES = 3  # placement alone: no broker is asked here
+    spaces = [services.create_address_space(ctx=CTX, tenant=tenant, name=f"p{i}",
+                                            type="brokered", plan="brokered-single-broker")
+              for i in range(4)]
+    assert [s.broker for s in spaces] == ["", "maas1", "maas2", ""]
+    payloads = [ConfigEvent.objects.get(stream_id=s.uid, type="address_space.created")
+                .payload for s in spaces]
+    assert [p.get("broker") for p in payloads] == [None, "maas1", "maas2", None]
+    assert rebuild.rebuild(check_only=True)[1] == []  # the rebuilt rows keep their brokers
+
+    on_maas2 = {e["name"]: e["servicePorts"][0]["port"] for e in client_endpoints(spaces[2])}
+    assert on_maas2 == {"messaging": 5682, "mqtt": 1892}
+    on_shared = {e["name"]: e["servicePorts"][0]["port"] for e in client_endpoints(spaces[0])}
+    assert on_shared == {"messaging": settings.RABBITMQ_AMQP_PORT,
+                         "mqtt": settings.RABBITMQ_MQTT_PORT}
+
+    settings.MAAS_RABBITMQ_NODES = 2  # maas2 no longer runs: its space has nowhere to go
+    with pytest.raises(ImproperlyConfigured, match="maas2"):
+        space_endpoints.of(AddressSpace.objects.get(uid=spaces[2].uid))
+    assert space_endpoints.of(spaces[1]).broker.api_url.endswith(":15681/api")
+
+
+def test_a_space_lives_on_its_broker_alone_and_its_clients_reach_it_there(
+        tenant, pool, redis_server):
+    shared, second = pool
+    first = brokered(tenant, f"a{uuid.uuid4().hex[:5]}")
+    other = brokered(tenant, f"b{uuid.uuid4().hex[:5]}")
+    assert (first.broker, other.broker) == ("", "maas1")
+    try:
+        for space in (first, other):
+            base.run(space.uid, "storage")
+        assert first.vhost in vhosts_on(shared) and first.vhost not in vhosts_on(second)
+        assert other.vhost in vhosts_on(second) and other.vhost not in vhosts_on(shared)
+        queues = api(second, f"/queues/{quote(other.vhost, safe='')}?columns=name").json()
+        assert {q["name"] for q in queues} == {"orders"}
+
+        assert amqp_port(other) == second.amqp_port == 5681
+        conn = connect(amqp_port(other), other)
+        conn.create_sender("/exchange/orders").send(Message(body="on maas1", durable=True))
+        conn.close()
+        conn = connect(amqp_port(other), other)
+        receiver = conn.create_receiver("/amq/queue/orders")
+        assert receiver.receive(timeout=10).body == "on maas1"
+        receiver.accept()
+        conn.close()
+
+        # Neither space's login opens the other's vhost: on the other broker it does not exist.
+        for port, space, login_of in ((5681, other, first), (shared.amqp_port, first, other)):
+            with pytest.raises(Exception):  # noqa: B017 - proton's refusal varies by stage
+                conn = BlockingConnection(
+                    f"amqp://127.0.0.1:{port}", user=f"app@{login_of.vhost}", password=PASSWORD,
+                    virtual_host=f"vhost:{space.vhost}", timeout=10, allowed_mechs="PLAIN")
+                conn.create_receiver("/amq/queue/orders").receive(timeout=3)
+    finally:
+        for space in (first, other):
+            services.delete_address_space(ctx=CTX, space=space)
+            base.run(space.uid, "storage")
+    assert other.vhost not in vhosts_on(second)
+
+
+def test_a_standard_space_s_router_reaches_the_queue_on_its_broker(tenant, pool, router,
+                                                                   redis_server):
+    filler = services.create_address_space(ctx=CTX, tenant=tenant, name="fill", type="brokered",
+                                           plan="brokered-single-broker")  # "" has one now
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name=f"s{uuid.uuid4().hex[:5]}",
+                                          type="standard", plan="standard-medium")
+    assert (filler.broker, space.broker) == ("", "maas1")
+    services.create_address(ctx=CTX, space=space, address="orders", type="queue",
+                            plan="standard-small-queue")
+    services.create_messaging_user(
+        ctx=CTX, space=space, username="app",
+        authentication={"type": "password", "password": b64(PASSWORD)},
+        authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
+    try:
+        sync(space)
+        _, second = pool
+        assert space.vhost in vhosts_on(second)
+        conn = BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
+                                  user=f"app@{space.vhost}", password=PASSWORD,
+                                  allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=10,
+                                  virtual_host=space.vhost)
+        conn.create_sender("orders").send(Message(body="through the router"))
+        conn.close()
+        path = f"/queues/{quote(space.vhost, safe='')}/orders"  # maas1's, not the shared one's
+        wait_for(lambda: api(second, path).json().get("messages") == 1, 30, interval=0.5,
+                 what="the message in the queue on maas1 (its statistics come every 5 s)")
+        assert space.vhost not in vhosts_on(pool[0])
+    finally:
+        services.delete_address_space(ctx=CTX, space=space)
+        sync(space)
+
+
+def test_the_watch_repairs_a_restart_of_one_broker_and_leaves_the_others(tenant, pool,
+                                                                         redis_server):
+    first = brokered(tenant, f"c{uuid.uuid4().hex[:5]}")
+    other = brokered(tenant, f"d{uuid.uuid4().hex[:5]}")
+    try:
+        for space in (first, other):
+            base.run(space.uid, "storage")
+        broker_watch.tick()  # markers on both brokers from now on
+        for space in (first, other):  # what the reconciles the tick may have queued do
+            dispatch.claim(space.uid, resync=True)
+            base.run(space.uid, "storage", only_if_behind=True)
+        assert broker_watch.tick().restarted is False
+
+        for command in ("stop_app", "start_app"):
+            subprocess.run(["rabbitmqctl", "-q", "-n", node1_name(), command], check=True,
+                           timeout=300, capture_output=True)
+        ticks = []
+        wait_for(lambda: ticks.append(broker_watch.tick()) or ticks[-1].restarted, 60,
+                 interval=1, what="the watch to see maas1 restarted")
+        assert ticks[-1].invalidated == 1 and ticks[-1].queued >= 1
+        states = {s.uid: AgentState.objects.get(space_uid=s.uid, kind="storage")
+                  for s in (first, other)}
+        assert states[other.uid].invalidated == broker_watch.RESTORING
+        assert not states[first.uid].invalidated  # its broker did not restart
+    finally:
+        for space in (first, other):
+            services.delete_address_space(ctx=CTX, space=space)
+            wait_for(lambda space=space: _applied(space), 60, interval=0.5,
+                     what="the teardown on a broker starting again")
+
+
+def _applied(space) -> bool:
+    try:
+        base.run(space.uid, "storage")
+        return True
+    except base.TransientError:
+        return False

@@ -96,3 +96,24 @@ def store(settings, tmp_path):
     """A usage store of the test's own."""
     settings.MAAS_USAGE_STORE = str(tmp_path / "usage")
     return settings.MAAS_USAGE_STORE
+
+
+@pytest.fixture(scope="module")
+def second_broker():
+    """Node maas1 of the broker pool (AMQP 5681, management 15681), a real RabbitMQ, running
+    for the module and stopped after it (tests/workers/broker_pool.py)."""
+    from tests.workers import broker_pool
+
+    node = broker_pool.start_second()
+    yield node
+    broker_pool.stop_second()
+
+
+@pytest.fixture
+def pool(settings, second_broker):
+    """MAAS_RABBITMQ_NODES=2: (the shared broker, maas1)."""
+    from workers import endpoints
+
+    settings.MAAS_RABBITMQ_NODES = 2
+    return endpoints.broker_pool()
+

@@ -2,14 +2,13 @@
 to the broker holding the fewest spaces and stays there; its vhost, users and messages live on
 that broker alone, its clients and its router reach it there, and the broker watch repairs a
 restart of that broker only. The second broker is a real RabbitMQ node, started by
-deploy/local/rabbitmq-nodes.sh as `make run` starts it."""
+deploy/local/rabbitmq-nodes.sh as `make run` starts it. A standard space's router on it:
+test_broker_pool_router.py."""
 import subprocess
 import uuid
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-import requests
 from django.core.exceptions import ImproperlyConfigured
 from proton import Message
 from proton.utils import BlockingConnection
@@ -18,46 +17,13 @@ from config_service import rebuild, services
 from config_service.api.resources import endpoints as client_endpoints
 from config_service.models import AddressSpace, AgentState, ConfigEvent
 from tests.conftest import CTX, b64, wait_for
-from tests.workers.conftest import sync
+from tests.workers.broker_pool import api, node1_name, vhosts_on
 from workers import dispatch
 from workers import endpoints as space_endpoints
 from workers.agents import base
 from workers.storage import broker_watch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "local" / "rabbitmq-nodes.sh"
 PASSWORD = "app-password"
-
-
-def node1_name() -> str:
-    """maas1 on the default node's host part (rabbitmq-env.conf may name it, as the script
-    reads it)."""
-    default = subprocess.run(["rabbitmqctl", "-q", "eval", "node()."], check=True, timeout=60,
-                             capture_output=True, text=True).stdout.strip().strip("'")
-    return f"maas1@{default.split('@', 1)[1]}"
-
-
-@pytest.fixture(scope="module")
-def second_broker():
-    """Node maas1 (AMQP 5681, management 15681), running for the module, stopped after it."""
-    subprocess.run(["bash", str(SCRIPT), "start", "2"], check=True, timeout=300)
-    yield node1_name()
-    subprocess.run(["bash", str(SCRIPT), "stop", "2"], check=False, timeout=300)
-
-
-@pytest.fixture
-def pool(settings, second_broker):
-    """(the shared broker, maas1)."""
-    settings.MAAS_RABBITMQ_NODES = 2
-    return space_endpoints.broker_pool()
-
-
-def api(broker, path: str):
-    return requests.get(f"{broker.api_url}{path}", auth=(broker.api_user, broker.api_password),
-                        timeout=10)
-
-
-def vhosts_on(broker) -> set[str]:
-    return {v["name"] for v in api(broker, "/vhosts").json()}
 
 
 def brokered(tenant, name: str):
@@ -144,38 +110,6 @@ def test_a_space_lives_on_its_broker_alone_and_its_clients_reach_it_there(
             services.delete_address_space(ctx=CTX, space=space)
             base.run(space.uid, "storage")
     assert other.vhost not in vhosts_on(second)
-
-
-def test_a_standard_space_s_router_reaches_the_queue_on_its_broker(tenant, pool, router,
-                                                                   redis_server):
-    filler = services.create_address_space(ctx=CTX, tenant=tenant, name="fill", type="brokered",
-                                           plan="brokered-single-broker")  # "" has one now
-    space = services.create_address_space(ctx=CTX, tenant=tenant, name=f"s{uuid.uuid4().hex[:5]}",
-                                          type="standard", plan="standard-medium")
-    assert (filler.broker, space.broker) == ("", "maas1")
-    services.create_address(ctx=CTX, space=space, address="orders", type="queue",
-                            plan="standard-small-queue")
-    services.create_messaging_user(
-        ctx=CTX, space=space, username="app",
-        authentication={"type": "password", "password": b64(PASSWORD)},
-        authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
-    try:
-        sync(space)
-        _, second = pool
-        assert space.vhost in vhosts_on(second)
-        conn = BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
-                                  user=f"app@{space.vhost}", password=PASSWORD,
-                                  allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=10,
-                                  virtual_host=space.vhost)
-        conn.create_sender("orders").send(Message(body="through the router"))
-        conn.close()
-        path = f"/queues/{quote(space.vhost, safe='')}/orders"  # maas1's, not the shared one's
-        wait_for(lambda: api(second, path).json().get("messages") == 1, 30, interval=0.5,
-                 what="the message in the queue on maas1 (its statistics come every 5 s)")
-        assert space.vhost not in vhosts_on(pool[0])
-    finally:
-        services.delete_address_space(ctx=CTX, space=space)
-        sync(space)
 
 
 def test_the_watch_repairs_a_restart_of_one_broker_and_leaves_the_others(tenant, pool,

@@ -1,0 +1,70 @@
+"""A standard space placed on the second broker of the pool: its router's autoLinks reach the
+queue there, through either router (qdrouterd through the vhost relay of that broker, on its
+port 5690+k, as `runplatform` starts it). The broker is the real node of test_broker_pool."""
+import subprocess
+import sys
+import uuid
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from proton import Message
+from proton.utils import BlockingConnection
+
+from config_service import services
+from tests.conftest import CTX, b64, port_open, wait_for
+from tests.workers.broker_pool import api, vhosts_on
+from tests.workers.conftest import sync
+
+BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
+PASSWORD = "app-password"
+
+
+@pytest.fixture(scope="module")
+def relay_to_second(router, second_broker):
+    """qdrouterd's way into maas1's vhosts: the relay runplatform starts for it."""
+    if router.kind != "qdrouterd":
+        yield None
+        return
+    proc = subprocess.Popen([sys.executable, "-m", "workers.vhost_relay", "--listen",
+                             "127.0.0.1:5691", "--broker", "127.0.0.1:5681"], cwd=settings.BASE_DIR)
+    wait_for(lambda: port_open(5691), 10, what="the vhost relay of maas1")
+    yield proc
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_a_standard_space_s_router_reaches_the_queue_on_its_broker(tenant, pool, router,
+                                                                   relay_to_second,
+                                                                   redis_server):
+    shared, second = pool
+    filler = services.create_address_space(ctx=CTX, tenant=tenant, name="fill", type="brokered",
+                                           plan="brokered-single-broker")  # "" has one now
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name=f"s{uuid.uuid4().hex[:5]}",
+                                          type="standard", plan="standard-medium")
+    assert (filler.broker, space.broker) == ("", "maas1")
+    services.create_address(ctx=CTX, space=space, address="orders", type="queue",
+                            plan="standard-small-queue")
+    services.create_messaging_user(
+        ctx=CTX, space=space, username="app",
+        authentication={"type": "password", "password": b64(PASSWORD)},
+        authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
+    try:
+        sync(space)
+        assert space.vhost in vhosts_on(second) and space.vhost not in vhosts_on(shared)
+        conn = BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
+                                  user=f"app@{space.vhost}", password=PASSWORD,
+                                  allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=10,
+                                  virtual_host=space.vhost)
+        # Through the router into maas1's queue: accepted only once stored there (an autoLink
+        # that had not attached would leave the sender without credit).
+        conn.create_sender("orders").send(Message(body="through the router"), timeout=30)
+        receiver = conn.create_receiver("orders", credit=1)
+        assert receiver.receive(timeout=30).body == "through the router"
+        receiver.accept()
+        conn.close()
+        path = f"/queues/{quote(space.vhost, safe='')}/orders"
+        assert api(second, path).status_code == 200  # the queue is maas1's
+    finally:
+        services.delete_address_space(ctx=CTX, space=space)
+        sync(space)

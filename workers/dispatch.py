@@ -31,14 +31,16 @@ CHANGE_PENDING_SECONDS = 600
 RESYNC_PENDING_RUNS = 5
 
 
-def notify_space(space_uid) -> None:
+def notify_space(space_uid, *, only_behind: bool = False) -> None:
+    """Wakes the space's agents; `only_behind`: the task runs only those still behind (the
+    relay's re-sends, most of which find the change applied by then)."""
     try:
         if settings.MAAS_AGENT_MODE == "process" or settings.MAAS_INFRA_BACKEND == "kubernetes":
             from .wakeup import publish
 
             publish(space_uid)  # run_agent processes (on Kubernetes: each space's agent pod)
         if settings.MAAS_AGENT_MODE != "process":
-            queue_reconcile(space_uid)
+            queue_reconcile(space_uid, only_behind=only_behind)
     except Exception:  # broker down: the outbox relay will deliver it later
         logger.warning("fanout.deferred", extra={"space": str(space_uid)}, exc_info=True)
 

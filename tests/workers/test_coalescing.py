@@ -111,3 +111,25 @@ def test_the_outbox_relay_adds_no_task_while_one_waits_behind_a_backlog(space):
             created_at=timezone.now() - timedelta(minutes=5), last_sent_at=None)
         assert relay_outbox() >= 1
     assert len(celery_queue.waiting(QUEUE, space.uid)) == 1
+
+
+def test_a_relayed_task_runs_only_the_agents_still_behind(space):
+    """What the relay re-sends has mostly been applied by the time it runs: it must not cost
+    a full reconcile of the space again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from config_service.models import Outbox
+    from workers import dispatch
+    from workers.tasks import relay_outbox
+
+    queue(space, "orders")
+    celery_queue.take_all(QUEUE)  # the change's task was lost (Redis restarted empty)
+    dispatch.claim(space.uid)  # and its pending mark with it
+    Outbox.objects.filter(stream_uid=space.uid).update(
+        created_at=timezone.now() - timedelta(minutes=5), last_sent_at=None)
+    assert relay_outbox() >= 1
+    [(_, _, kwargs)] = celery_queue.waiting(QUEUE, space.uid)
+    assert kwargs == {"resync": False, "only_behind": True}
+

@@ -72,7 +72,8 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         only_if_behind: bool = False) -> int | None:
     """Reconciles one space with one agent; returns the sequence applied (None: space gone).
 
-    `only_if_behind`: nothing to do if the agent already applied the space's last sequence.
+    `only_if_behind`: nothing to do if the agent already applied the space's last sequence and
+    has nothing to retry (`_settled`).
     Not for wake-ups: a tenant throttle or an operator's resync changes no sequence.
 
     Serialised per (space, kind) by a PostgreSQL advisory lock, held on this process's
@@ -92,8 +93,11 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
             return None
         target = space.last_sequence  # read before the agent reads the projections: it
         # then applies this sequence or a later one, never an earlier one
-        if (only_if_behind and state.applied_sequence >= target and not space.terminating
-                and not state.invalidated):
+        if only_if_behind and state.applied_sequence >= target and not space.terminating \
+                and _settled(state):
+            # Applied, though perhaps never acknowledged: two agents recording at once each
+            # see the other's older sequence, and the outbox relay would re-send for ever.
+            _ack_outbox(space_uid, space)
             return target
         if space.terminating:
             try:
@@ -116,6 +120,14 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     if space.terminating and _all_torn_down(space):
         services.remove_address_space(uid=space.uid)
     return target
+
+
+def _settled(state: AgentState) -> bool:
+    """Nothing left to retry in what the agent applied: not invalidated, and every error it
+    reported permanent (an autoLink not active yet, a configuration not yet verified, are
+    retried by the next run, a relayed one included)."""
+    return not state.invalidated and not state.space_error and all(
+        error.get("permanent") for error in state.address_errors.values())
 
 
 def invalidate(kind: str, states, reason: str) -> int:

@@ -21,7 +21,7 @@ class AddressSpace(models.Model):
     resource_version = models.PositiveIntegerField()  # sequence of the last event changing it
     last_sequence = models.PositiveIntegerField()  # sequence of the last event in its stream
     terminating = models.BooleanField(default=False)
-    # The broker of the pool it was placed on at creation (workers.endpoints.broker_pool);
+    # The broker of the pool it was placed on at creation (config_service.brokers);
     # "" the shared one. Never changes: its vhost, queues and messages live there.
     broker = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField()

@@ -222,7 +222,7 @@ CELERY_TASK_ROUTES = {"maas.workers.resync_all": {"queue": MAAS_RESYNC_QUEUE},
 MAAS_ROUTER_WATCH_INTERVAL = env_float("MAAS_ROUTER_WATCH_INTERVAL", 1.0)
 MAAS_ROUTER_RESTORE_CONCURRENCY = env_int("MAAS_ROUTER_RESTORE_CONCURRENCY", 4)
 # How often the broker watch (workers/storage/broker_watch.py) looks for its transient marker
-# exchange in this vhost of the shared broker: gone, the broker restarted and dropped MaaS's
+# exchange in this vhost of each broker of the pool: gone, the broker restarted and dropped MaaS's
 # transient exchanges, which the storage controller then makes again.
 MAAS_BROKER_WATCH_INTERVAL = env_float("MAAS_BROKER_WATCH_INTERVAL", 5.0)
 MAAS_BROKER_WATCH_VHOST = env("MAAS_BROKER_WATCH_VHOST", "/")

@@ -147,10 +147,12 @@ def delete_address_space(*, ctx: Context, space: AddressSpace, expected_version=
 @transaction.atomic
 def remove_address_space(*, uid, ctx: Context = SYSTEM) -> bool:
     """Drops a terminating space once its agents tore everything down (the finalizer)."""
+    # Two agents (a worker's and another's) may both see the last teardown done: the second to
+    # get the stream's lock finds the space gone, which is what it wanted, not an error.
+    stream = EventStream.objects.select_for_update().filter(uid=uid).first()
     space = AddressSpace.objects.filter(uid=uid, terminating=True).first()
-    if space is None:
+    if stream is None or space is None:
         return False
-    stream, space = _locked_space(space)
     _append(stream, "address_space.removed", {}, ctx)
     return True
 

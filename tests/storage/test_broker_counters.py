@@ -153,11 +153,13 @@ def test_a_topic_counts_what_was_published_and_the_copies_it_routed(api, vhost):
     conn.close()
 
     # The figures settle apart (seen: publish_in 0 with publish_out 22; a queue's count
-    # before its stored messages): wait for each.
+    # before its stored messages; in CI, the vhost's publish still 0 after both): wait for
+    # each, and then see that the vhost counts publishes, not copies.
     v, _ = settle(api, vhost, lambda v: v.exchanges["news"].messages_out == 9 + 13
                   and v.exchanges["news"].messages_in == 13
                   and v.queues["news::s1"].messages_in == 13
-                  and v.queues["news::s1"].stored_messages == 13)
+                  and v.queues["news::s1"].stored_messages == 13
+                  and v.messages_in >= 13)
     news = v.exchanges["news"]
     assert (news.messages_in, news.messages_out) == (13, 22)  # 13 copies to s1, 9 to receiver
     assert news.stored_messages is None and news.stored_bytes is None  # exchanges store nothing

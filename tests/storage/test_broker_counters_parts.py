@@ -211,6 +211,43 @@ def test_a_refused_call_fails_the_reading_rather_than_leaving_its_vhost_out(api,
         read_broker(api, EpochMemory(), {vhost}, page_size=501)
 
 
+class FailingApi(CallRecordingApi):
+    """The real client, except that the first `times` calls of `path` fail as RabbitMQ 3.10
+    fails two listings made at once now and then (a 500 from `rabbit_mgmt_db_cache:fetch`,
+    `already_started`, seen in CI). That race cannot be made to happen on demand, so its
+    answer is injected here; every other call goes to the broker."""
+
+    def __init__(self, *args, path: str, times: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.path, self.left = path, times
+
+    def request(self, method, path, body=None, params=None, missing_ok=False, timeout=None):
+        if path == self.path and self.left > 0:
+            self.left -= 1
+            self.calls.append((path, dict(params or {})))
+            raise BrokerError(f"GET {path}: 500 Internal Server Error", transient=True)
+        return super().request(method, path, body, params, missing_ok, timeout)
+
+
+@pytest.mark.parametrize("times", [1, 2])
+def test_a_listing_that_fails_once_is_made_again_and_twice_leaves_only_its_vhost_out(
+        admin, vhost, other, times):
+    api = FailingApi(API_URL, API_USER, API_PASSWORD, timeout=10, path=f"/queues/{other}",
+                     times=times)
+    try:
+        reading = read_broker(api, EpochMemory(), {vhost, other}, page_size=PAGE)
+    finally:
+        api.close()
+    queues, _ = names(admin, vhost)
+    assert set(reading.vhosts[vhost].queues) == queues  # the other vhost's trouble is not its
+    if times == 1:
+        assert set(reading.vhosts[other].queues) == names(admin, other)[0]
+    else:
+        assert other not in reading.vhosts  # a gap for its space, not for the broker's
+    assert [p for p, params in api.calls if p == f"/queues/{other}"
+            and params.get("page") == 1] == [f"/queues/{other}"] * 2
+
+
 def node(pid: str, uptime: int, name: str = "rabbit@a") -> dict:
     return {"name": name, "os_pid": pid, "uptime": uptime, "running": True}
 

@@ -15,7 +15,8 @@ API for the sampler::
 
     reading = read_broker(api, memory, vhosts)  # BrokerReading of those vhosts (default: all);
                                                 #   raises BrokerError if unreadable
-    v = reading.vhosts.get(space.vhost)     # VhostCounters, or None (vhost not on the broker)
+    v = reading.vhosts.get(space.vhost)     # VhostCounters, or None (vhost not on the broker,
+                                            #   or a call of its failed twice)
     v.queues["orders"]                      # ObjectCounters of a queue (queue, subscription
                                             #   "<topic>::<sub>", deadletter): by wire name
     v.exchanges["news"]                     # ObjectCounters of a topic (an exchange)
@@ -66,6 +67,7 @@ carries its creation time (`INCARNATION_ARG`, `INCARNATION_TAG_PREFIX`), appende
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
@@ -77,6 +79,8 @@ from urllib.parse import quote
 
 from ..storage.rabbitmq_api import BrokerError, RabbitMQApi
 from ..storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX
+
+logger = logging.getLogger(__name__)
 
 QUEUE_COLUMNS = ("vhost,name,arguments,consumers,messages,message_bytes,message_stats.publish,"
                  "message_stats.ack,message_stats.deliver_no_ack,message_stats.get_no_ack,"
@@ -102,6 +106,8 @@ PAGE_SIZE = 500  # objects per call: RabbitMQ's most
 LISTING_PASSES = 3  # passes over a vhost's pages while its objects come and go
 OUT_OF_RANGE = "Page out of range"  # RabbitMQ's answer to a page past the end (400)
 READERS = 4  # calls at once: enough to keep a 2-core broker busy
+RETRY_PAUSE = 0.2  # seconds before a vhost's failed call is made again (_per_vhost)
+UNREADABLE = "unreadable"  # a vhost's answer when its call failed twice
 # A node's start is read as (now - uptime); RabbitMQ refreshes `uptime` once per stats interval
 # (5 s), so that estimate saws by up to 5 s plus the request's latency. Well inside this margin
 # it is the same node instance.
@@ -239,15 +245,16 @@ def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
                 vhosts: Iterable[str] | None = None, *,
                 page_size: int = PAGE_SIZE) -> BrokerReading:
     """One reading of `vhosts` (default: every vhost of the broker; one not on it is left
-    out), per vhost and a page of at most `page_size` objects at a time; raises BrokerError if
-    any call fails or a node restarted during the reading."""
+    out), per vhost and a page of at most `page_size` objects at a time. A vhost one of whose
+    calls fails twice (transiently) is left out; raises BrokerError if a broker-wide call fails,
+    any call fails otherwise, or a node restarted during the reading."""
     memory = memory or _default_memory
     if vhosts is None:
         vhosts = [r["name"] for r in api.request(
             "GET", "/vhosts", params={"columns": "name", "disable_stats": "true"}) or []]
     vhosts, started = sorted(set(vhosts)), time.monotonic()
     calls = {("connections", ""): (_connections, api)}
-    calls.update({("vhost", vhost): (_vhost_row, api, vhost) for vhost in vhosts})
+    calls.update({("vhost", vhost): (_per_vhost, _vhost_row, api, vhost) for vhost in vhosts})
     futures = {key: _executor().submit(*call) for key, call in calls.items()}
     try:
         before = time.time() * 1000
@@ -257,21 +264,23 @@ def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
         signatures = _signatures(answers)
         reused = idle.reusable(api.base_url, signatures, started)
         for vhost in vhosts:
-            if vhost in reused or answers[("vhost", vhost)] is None:
+            if vhost in reused or answers[("vhost", vhost)] in (None, UNREADABLE):
                 continue
             futures[("queues", vhost)] = _executor().submit(
-                _listing, api, "/queues/", vhost, QUEUE_COLUMNS, page_size)
+                _per_vhost, _listing, api, "/queues/", vhost, QUEUE_COLUMNS, page_size)
             futures[("exchanges", vhost)] = _executor().submit(
-                _listing, api, "/exchanges/", vhost, EXCHANGE_COLUMNS, page_size)
+                _per_vhost, _listing, api, "/exchanges/", vhost, EXCHANGE_COLUMNS, page_size)
         answers.update({key: f.result() for key, f in futures.items() if key not in answers})
         if not same_instances(nodes, _nodes(api)):
             raise BrokerError("a node restarted during the reading", transient=True)
     finally:
         for f in futures.values():
             f.cancel()  # after a failure: the calls not started yet are not made
-    idle.remember(api.base_url, signatures, answers, reused, started)
-    # A vhost that is gone (404) at any of its calls is not on the broker for this reading.
-    gone = {v for (kind, v), rows in answers.items() if rows is None}
+    # A vhost that is gone (404) at any of its calls is not on the broker for this reading, and
+    # one a call of which failed twice is left out of it: the sampler gives it a gap.
+    gone = {v for (kind, v), rows in answers.items() if rows is None or rows is UNREADABLE}
+    idle.remember(api.base_url, {v: sig for v, sig in signatures.items() if v not in gone},
+                  answers, reused, started)
     rows: dict[str, list] = {"vhost": [], "queues": [], "exchanges": []}
     for (kind, vhost), answer in answers.items():
         if kind in rows and vhost not in gone:
@@ -283,12 +292,31 @@ def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
                               answers[("connections", "")], epoch, since))
 
 
+def _per_vhost(call, api: RabbitMQApi, vhost: str, *args):
+    """One of a vhost's calls, made again once after a transient failure; UNREADABLE if that
+    fails too. RabbitMQ 3.10 answers 500 at times to two listings at once (seen in CI:
+    `rabbit_mgmt_db_cache:fetch` crashing with `already_started`), and one vhost's trouble
+    must not make the whole broker's reading a gap."""
+    for attempt in (1, 2):
+        try:
+            return call(api, vhost, *args)
+        except BrokerError as exc:
+            if not exc.transient:
+                raise
+            if attempt == 2:
+                logger.warning("usage.vhost_unreadable", extra={
+                    "broker": api.base_url, "vhost": vhost, "error": exc.message})
+                return UNREADABLE
+            time.sleep(RETRY_PAUSE)
+    raise AssertionError("unreachable")
+
+
 def _signatures(answers: dict) -> dict[str, tuple]:
     """{vhost: what would change were its objects to change} from the vhost rows read."""
     connections = Counter(row.get("vhost") for row in answers[("connections", "")])
     sigs = {}
     for (kind, vhost), rows in answers.items():
-        if kind == "vhost" and rows is not None:
+        if kind == "vhost" and rows is not None and rows is not UNREADABLE:
             row, stats = rows[0], _stats(rows[0])
             sigs[vhost] = (tuple(row.get(k) for k in IDLE_SIGNATURE)
                            + tuple(stats.get(k) for k in IDLE_STATS) + (connections[vhost],))

@@ -8,7 +8,8 @@ client on this machine, reads them (scrape_access.py).
 
 A scrape runs the same few queries whatever the fleet: addresses are counted per phase by
 GROUP BYs, not loaded: those no agent reported an error for by the agents' sequences, those
-with errors by which agent kinds reported them and whether permanently.
+with errors by which agent kinds reported them and whether permanently. The per-space gauges
+(most of a scrape's lines) are written directly, byte for byte as prometheus_client would.
 """
 import threading
 from itertools import combinations
@@ -40,48 +41,71 @@ from .scrape_access import scrape_protected
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class ControlPlaneCollector:
+# The per-space families, one sample per address space each, in the order of the values
+# `per_space_text` computes. EnMasse labels the space `addressspace` in the address counts and
+# `name` in its readiness.
+_PER_SPACE = [("enmasse_addresses_total", "Addresses"),
+              ("enmasse_addresses_ready_total", "Ready addresses"),
+              ("enmasse_addresses_not_ready_total", "Addresses not ready")] + [
+              (f"enmasse_addresses_{p.lower()}_total", f"Addresses {p}") for p in PHASES]
+
+
+def scrape() -> bytes:
+    """The text of one scrape (Prometheus text format 0.0.4)."""
+    # Only what the labels and the status need: a model per row is most of a scrape's time.
+    spaces = list(AddressSpace.objects.only(
+        "uid", "name", "type", "resource_version", "terminating"
+    ).annotate(namespace=F("tenant__slug")))
+    states = agent_states(s.uid for s in spaces)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(spaces, states))
+    return per_space_text(spaces, states) + generate_latest(registry)
+
+
+def per_space_text(spaces, states) -> bytes:
+    """The per-space gauges, written directly: at 1,000 spaces they are 9,000 of a scrape's
+    samples, and prometheus_client's writer (which escapes every label of every sample and
+    formats every value as a float) took about as long as the queries. Each space's labels are
+    escaped once here, for all its samples."""
+    counts = phase_counts(spaces, states)
+    rows = []  # (labels, [a value per family of _PER_SPACE], readiness labels, ready)
+    for space in spaces:
+        c = counts[space.pk]
+        total = sum(c.values())
+        namespace, name = _escape(space.namespace), _escape(space.name)
+        # As prometheus_client writes them: labels sorted by name, values as floats.
+        rows.append((f'addressspace="{name}",namespace="{namespace}"',
+                     [total, c["Active"], total - c["Active"], *(c[p] for p in PHASES)],
+                     f'name="{name}",namespace="{namespace}"',
+                     space_status(space, states.get(space.uid, {})).is_ready))
+    lines = []
+    for i, (name, text) in enumerate(_PER_SPACE):
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+        lines += [f"{name}{{{labels}}} {values[i]}.0" for labels, values, _, _ in rows]
+    name = "enmasse_address_space_status_ready"
+    lines += [f"# HELP {name} 1 if the address space is ready", f"# TYPE {name} gauge"]
+    lines += [f"{name}{{{labels}}} {int(ready)}.0" for _, _, labels, ready in rows]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format wants it (backslash, double quote and newline escaped)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class FleetCollector:
+    """The families of the whole fleet, of which there are few samples: totals, the outbox,
+    errors per agent kind, throttled tenants, the usage job and the apply latency."""
+
+    def __init__(self, spaces, states):
+        self.spaces, self.states = spaces, states
+
     def collect(self):
-        # Only what the labels and the status need: a model per row is most of a scrape's time.
-        spaces = list(AddressSpace.objects.only(
-            "uid", "name", "type", "resource_version", "terminating"
-        ).annotate(namespace=F("tenant__slug")))
-        states = agent_states(s.uid for s in spaces)
-        counts = phase_counts(spaces, states)
-        total = GaugeMetricFamily("enmasse_addresses_total", "Addresses",
-                                  labels=["namespace", "addressspace"])
-        ready = GaugeMetricFamily("enmasse_addresses_ready_total", "Ready addresses",
-                                  labels=["namespace", "addressspace"])
-        not_ready = GaugeMetricFamily("enmasse_addresses_not_ready_total",
-                                      "Addresses not ready", labels=["namespace", "addressspace"])
-        by_phase = {
-            p: GaugeMetricFamily(f"enmasse_addresses_{p.lower()}_total", f"Addresses {p}",
-                                 labels=["namespace", "addressspace"])
-            for p in PHASES
-        }
-        space_ready = GaugeMetricFamily("enmasse_address_space_status_ready",
-                                        "1 if the address space is ready",
-                                        labels=["namespace", "name"])
-        for space in spaces:
-            labels = [space.namespace, space.name]
-            n = sum(counts[space.pk].values())
-            total.add_metric(labels, n)
-            ready.add_metric(labels, counts[space.pk]["Active"])
-            not_ready.add_metric(labels, n - counts[space.pk]["Active"])
-            for phase, family in by_phase.items():
-                family.add_metric(labels, counts[space.pk][phase])
-            status = space_status(space, states.get(space.uid, {}))
-            space_ready.add_metric(labels, 1 if status.is_ready else 0)
-        yield total
-        yield ready
-        yield not_ready
-        yield from by_phase.values()
-        yield space_ready
         yield GaugeMetricFamily("enmasse_address_spaces_total", "Address spaces",
-                                value=len(spaces))
+                                value=len(self.spaces))
         # Counted through the partial index outbox_pending: as cheap as the backlog is short.
         yield from outbox_families()
-        yield agent_error_family(spaces, states)
+        yield agent_error_family(self.spaces, self.states)
         yield throttled_family()
         yield from usage_job_families()
         yield LATENCY.family()
@@ -293,7 +317,4 @@ LATENCY = AppliedLatency()
 
 @scrape_protected
 def view(request):
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ControlPlaneCollector())
-    return HttpResponse(generate_latest(registry),
-                        content_type="text/plain; version=0.0.4; charset=utf-8")
+    return HttpResponse(scrape(), content_type="text/plain; version=0.0.4; charset=utf-8")

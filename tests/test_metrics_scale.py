@@ -6,14 +6,17 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from config_service import services
 from config_service.models import Address, AddressSpace, AgentState, AppliedEvent, ConfigEvent
-from config_service.status import PHASES, address_status, agent_states
-from maas.metrics import BUCKETS, AppliedLatency
+from config_service.status import PHASES, address_status, agent_states, space_status
+from maas.metrics import BUCKETS, AppliedLatency, per_space_text, phase_counts
 from tenants.services import set_quota
 from tests.conftest import CTX
 
@@ -225,3 +228,61 @@ def test_a_scrape_reports_agent_errors_throttled_tenants_the_outbox_and_the_usag
         ("maas_usage_job_last_failure_timestamp_seconds", ())]
     assert samples[("maas_outbox_backlog", ())] > 0
     assert samples[("maas_outbox_oldest_pending_age_seconds", ())] >= 0
+
+
+def test_the_per_space_text_parses_back_to_every_space_and_label_as_stored(tenant, fleet):
+    """The per-space gauges are written without prometheus_client: Prometheus's own parser
+    reads them back, labels escaped (names MaaS would refuse, set in memory only) included."""
+    spaces = list(AddressSpace.objects.annotate(namespace=F("tenant__slug")).order_by("name"))
+    odd = {'say "hi"', "back\\slash", "two\nlines"}
+    for made, name in zip(spaces, sorted(odd), strict=False):
+        made.name = name
+    states = agent_states(s.uid for s in spaces)
+    text = per_space_text(spaces, states).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) == {"enmasse_address_space_status_ready"} | {
+        f"enmasse_addresses{part}_total" for part in
+        ["", "_ready", "_not_ready", *(f"_{p.lower()}" for p in PHASES)]}
+    for family in families.values():
+        assert family.type == "gauge"
+        key = "name" if family.name == "enmasse_address_space_status_ready" else "addressspace"
+        assert sorted((s.labels["namespace"], s.labels[key]) for s in family.samples) == sorted(
+            (tenant.slug, s.name) for s in spaces)
+    assert odd <= {s.labels["addressspace"] for s in families["enmasse_addresses_total"].samples}
+    ready = {s.labels["name"]: s.value
+             for s in families["enmasse_address_space_status_ready"].samples}
+    assert ready == {s.name: float(space_status(s, states.get(s.uid, {})).is_ready)
+                     for s in spaces}
+
+
+def test_the_per_space_text_is_byte_for_byte_what_prometheus_client_writes(tenant, fleet):
+    spaces = list(AddressSpace.objects.annotate(namespace=F("tenant__slug")).order_by("name"))
+    spaces[0].name = 'say "hi" \\ twice\n'  # in memory only: MaaS refuses such names
+    states = agent_states(s.uid for s in spaces)
+    counts = phase_counts(spaces, states)
+
+    class Families:  # the families as prometheus_client's own GaugeMetricFamily holds them
+        def collect(self):
+            label = ["namespace", "addressspace"]
+            for name, text, value in [
+                    ("enmasse_addresses_total", "Addresses", lambda c: sum(c.values())),
+                    ("enmasse_addresses_ready_total", "Ready addresses", lambda c: c["Active"]),
+                    ("enmasse_addresses_not_ready_total", "Addresses not ready",
+                     lambda c: sum(c.values()) - c["Active"])] + [
+                    (f"enmasse_addresses_{p.lower()}_total", f"Addresses {p}",
+                     lambda c, p=p: c[p]) for p in PHASES]:
+                family = GaugeMetricFamily(name, text, labels=label)
+                for s in spaces:
+                    family.add_metric([s.namespace, s.name], value(counts[s.pk]))
+                yield family
+            ready = GaugeMetricFamily("enmasse_address_space_status_ready",
+                                      "1 if the address space is ready",
+                                      labels=["namespace", "name"])
+            for s in spaces:
+                ready.add_metric([s.namespace, s.name],
+                                 1 if space_status(s, states.get(s.uid, {})).is_ready else 0)
+            yield ready
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())
+    assert per_space_text(spaces, states) == generate_latest(registry)

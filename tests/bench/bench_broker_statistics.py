@@ -1,0 +1,135 @@
+"""What a RabbitMQ node costs at rest as it holds more tenants' objects, under its statistics
+settings (printed, not asserted; docs/scale.md "Broker statistics").
+
+Imports VHOSTS vhosts of QUEUES durable queues and a topic exchange each into the node whose
+management API is --port (a pool node, e.g. maas1 on 15681: never the default node's tenants),
+waits --settle seconds, then reads the node's CPU (its beam process, from /proc) over --window
+seconds with nothing connected, REPEAT times, and prints the median share of one core. It also
+publishes 7 messages into one queue and prints how long the queue's `message_stats.publish` took
+to read 7, the figure metering needs (docs/storage.md "Brokered metering"), and what the node's
+settings are. The vhosts are deleted after (--keep leaves them).
+
+Compare settings by restarting the node with others (rabbitmq.conf, which
+deploy/local/rabbitmq-nodes.sh copies to the pool's nodes) and running it again:
+
+    bash deploy/local/rabbitmq-nodes.sh start 2
+    .venv/bin/python tests/bench/bench_broker_statistics.py --port 15681 --vhosts 250
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import time
+
+import requests
+
+PREFIX = "maas-bench-stats-"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=15681, help="management port of the node")
+    parser.add_argument("--vhosts", type=int, default=250)
+    parser.add_argument("--queues", type=int, default=100, help="per vhost")
+    parser.add_argument("--settle", type=float, default=30.0)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    api = Api(f"http://127.0.0.1:{args.port}/api")
+    node = api.get("/overview")["node"]
+    pid = int(erl(node, "os:getpid().").strip('"'))
+    print(f"node {node} (os pid {pid}); settings: {settings(api, node)}")
+    try:
+        started = time.monotonic()
+        fill(api, args.vhosts, args.queues)
+        print(f"imported {args.vhosts} vhosts x {args.queues} queues in "
+              f"{time.monotonic() - started:.0f} s")
+        time.sleep(args.settle)
+        shares = [cpu_share(pid, args.window) for _ in range(args.repeat)]
+        print(f"at rest: median {statistics.median(shares):.1f}% of a core "
+              f"({', '.join(f'{s:.1f}' for s in shares)}) over {args.window:.0f} s windows")
+        print(f"message_stats.publish read 7 after {publish_lag(api):.1f} s")
+    finally:
+        if not args.keep:
+            for vhost in [v["name"] for v in api.get("/vhosts") if v["name"].startswith(PREFIX)]:
+                api.delete(f"/vhosts/{vhost}")
+
+
+class Api:
+    def __init__(self, url: str):
+        self.url, self.session = url, requests.Session()
+        self.session.auth = ("guest", "guest")
+
+    def get(self, path: str, **params):
+        answer = self.session.get(self.url + path, params=params, timeout=60)
+        answer.raise_for_status()
+        return answer.json()
+
+    def post(self, path: str, body: dict) -> None:
+        self.session.post(self.url + path, json=body, timeout=600).raise_for_status()
+
+    def delete(self, path: str) -> None:
+        self.session.delete(self.url + path, timeout=120)
+
+
+def settings(api: Api, node: str) -> dict:
+    """The node's statistics settings: rates_mode from its management API, the collection
+    interval (milliseconds; RabbitMQ's default 5000 when unset) from the node itself."""
+    return {"rates_mode": api.get("/overview").get("rates_mode"),
+            "collect_statistics_interval":
+                erl(node, "application:get_env(rabbit, collect_statistics_interval).")}
+
+
+def erl(node: str, expression: str) -> str:
+    """What the node answers to an Erlang expression (rabbitmqctl eval)."""
+    return subprocess.run(["rabbitmqctl", "-n", node, "-q", "eval", expression],
+                          capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+
+
+def fill(api: Api, vhosts: int, queues: int, per_post: int = 25) -> None:
+    """The vhosts with their queues and exchange, `per_post` vhosts per definitions import."""
+    for first in range(0, vhosts, per_post):
+        names = [f"{PREFIX}{i:04d}" for i in range(first, min(first + per_post, vhosts))]
+        api.post("/definitions", {
+            "vhosts": [{"name": n} for n in names],
+            "permissions": [{"user": "guest", "vhost": n, "configure": ".*", "write": ".*",
+                             "read": ".*"} for n in names],
+            "exchanges": [{"name": "news", "vhost": n, "type": "topic", "durable": True,
+                           "auto_delete": False, "internal": False, "arguments": {}}
+                          for n in names],
+            "queues": [{"name": f"q{j}", "vhost": n, "durable": True, "auto_delete": False,
+                        "arguments": {}} for n in names for j in range(queues)],
+        })
+
+
+def cpu_share(pid: int, window: float) -> float:
+    """The process's CPU over `window` seconds, in percent of one core."""
+    before, start = cpu_seconds(pid), time.monotonic()
+    time.sleep(window)
+    return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - start)
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def publish_lag(api: Api) -> float:
+    vhost = f"{PREFIX}0000"
+    started = time.monotonic()
+    for _ in range(7):
+        api.session.post(f"{api.url}/exchanges/{vhost}/amq.default/publish", timeout=30, json={
+            "properties": {}, "routing_key": "q0", "payload": "x", "payload_encoding": "string"})
+    while time.monotonic() - started < 300:
+        stats = api.get(f"/queues/{vhost}/q0").get("message_stats") or {}
+        if stats.get("publish") == 7:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    return float("inf")
+
+
+if __name__ == "__main__":
+    main()

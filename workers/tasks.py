@@ -11,7 +11,8 @@ from datetime import timedelta
 from celery import Task, shared_task
 from django.conf import settings
 from django.db import connections
-from django.db.models import F
+from django.db.models import BooleanField, F
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from config_service.models import AddressSpace, AgentState, Outbox
@@ -150,22 +151,34 @@ def resync_candidates(now) -> tuple[list, list]:
         elif any(s[2] for s in states):
             if not watched:
                 behind.append(uid)  # its router restarted and no watch restores it
+        elif any(s[3] for s in states):
+            # An address error to retry (an autoLink not active yet, a queue not verified):
+            # the next tick tries again, rather than the space's drift check minutes later.
+            behind.append(uid)
         elif states:
-            quiet.append((min(at for _, at, _ in states), uid))
+            quiet.append((min(s[1] for s in states), uid))
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
     share = math.ceil(len(spaces) / DRIFT_CHECK_EVERY)
     drifting = [uid for at, uid in sorted(quiet) if at < fresh][:share]
     return behind, drifting
 
 
+# Whether an agent state holds an address error not marked permanent (base._settled's test,
+# in SQL: the errors themselves, thousands during a fill, are not loaded).
+_RETRYABLE = RawSQL("jsonb_path_exists(address_errors, "
+                    "'$.* ? (!exists(@.permanent ? (@ == true)))')", [],
+                    output_field=BooleanField())
+
+
 def _applied_by_space() -> dict:
-    """{space uid: {agent kind: (applied sequence, applied at, invalidated)}} of the existing
-    spaces."""
+    """{space uid: {agent kind: (applied sequence, applied at, invalidated, an address error
+    to retry)}} of the existing spaces."""
     applied: dict = {}
     states = AgentState.objects.filter(space_uid__in=AddressSpace.objects.values("uid"))
-    for uid, kind, sequence, at, invalidated in states.values_list(
-            "space_uid", "kind", "applied_sequence", "applied_at", "invalidated"):
-        applied.setdefault(uid, {})[kind] = (sequence, at, invalidated)
+    for uid, kind, sequence, at, invalidated, retry in states.annotate(
+            retry=_RETRYABLE).values_list(
+            "space_uid", "kind", "applied_sequence", "applied_at", "invalidated", "retry"):
+        applied.setdefault(uid, {})[kind] = (sequence, at, invalidated, retry)
     return applied
 
 

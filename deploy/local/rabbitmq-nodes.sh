@@ -18,6 +18,8 @@
 # both are written again at every start. The node name, ports and files reach the broker through
 # RABBITMQ_* variables, which Debian's rabbitmq-server wrapper keeps across its `su rabbitmq` and
 # which win over rabbitmq-env.conf's NODENAME; rabbitmq-env.conf (open files) applies to all nodes.
+# After each action var/monitoring/rabbitmq-nodes.json lists the Prometheus endpoints of the pool
+# nodes then running, which deploy/monitoring/prometheus.yml reads (file_sd_configs).
 set -euo pipefail
 
 log() { printf '[rabbitmq-nodes] %s\n' "$*" >&2; }
@@ -112,6 +114,17 @@ stop_node() {  # stop_node K
   log "$node did not stop"; exit 1
 }
 
+targets_file="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/var/monitoring/rabbitmq-nodes.json"
+write_targets() {  # the Prometheus endpoints of the pool nodes running now, for prometheus.yml
+  local k list=""
+  for k in $(seq 1 8); do
+    running "$k" && list="$list${list:+, }\"127.0.0.1:$((15700 + k))\""
+  done
+  mkdir -p "$(dirname "$targets_file")"
+  printf '[{"targets": [%s]}]\n' "$list" > "$targets_file.tmp"
+  mv "$targets_file.tmp" "$targets_file"  # Prometheus reads it again when it changes
+}
+
 last=$((total - 1))
 case "$action" in
   start)
@@ -134,3 +147,4 @@ case "$action" in
     done
     ;;
 esac
+write_targets

@@ -4,11 +4,15 @@ that broker alone, its clients and its router reach it there, and the broker wat
 restart of that broker only. The second broker is a real RabbitMQ node, started by
 deploy/local/rabbitmq-nodes.sh as `make run` starts it. A standard space's router on it:
 test_broker_pool_router.py."""
+import json
 import subprocess
 import uuid
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import requests
+import yaml
 from django.core.exceptions import ImproperlyConfigured
 from proton import Message
 from proton.utils import BlockingConnection
@@ -149,3 +153,22 @@ def _applied(space) -> bool:
         return True
     except base.TransientError:
         return False
+
+
+def test_prometheus_finds_the_running_pool_nodes_where_the_nodes_script_lists_them(pool):
+    """deploy/monitoring/prometheus.yml reads the extra brokers' endpoints from the file that
+    deploy/local/rabbitmq-nodes.sh writes after each action; each answers with metrics."""
+    root = Path(__file__).resolve().parents[2]
+    monitoring = root / "deploy" / "monitoring"
+    config = yaml.safe_load((monitoring / "prometheus.yml").read_text())
+    files = {(monitoring / f).resolve() for job in config["scrape_configs"]
+             if job["job_name"] in ("maas-broker", "maas-broker-queues")
+             for sd in job["file_sd_configs"] for f in sd["files"]}
+    assert files == {root / "var" / "monitoring" / "rabbitmq-nodes.json"}
+    subprocess.run(["bash", str(root / "deploy/local/rabbitmq-nodes.sh"), "start", "2"],
+                   check=True, timeout=300)  # maas1 runs already: only the file is written
+    [group] = json.loads(files.pop().read_text())
+    assert "127.0.0.1:15701" in group["targets"]
+    for target in group["targets"]:
+        answer = requests.get(f"http://{target}/metrics", timeout=30)
+        assert answer.status_code == 200 and "rabbitmq_" in answer.text

@@ -123,9 +123,12 @@ def test_queue_messages_in_and_out_are_exact_once_the_stats_settle(api, vhost):
         q = v.queues["orders"]
         seen.append((q.messages_in, q.messages_out))
         # The stored bytes settle apart from the counts (seen once under load: 99 messages
-        # with 0 bytes, docs/storage.md "Gauges read together"): waited for too.
+        # with 0 bytes, docs/storage.md "Gauges read together"), and the vhost's totals apart
+        # from its queue's (seen in CI: 111 in with 0 out at the vhost, 12 out at the queue):
+        # waited for too, never ahead.
         return (q.messages_in, q.messages_out, q.stored_messages, q.stored_bytes) == (
-            3 * n, m, 3 * n - m, (3 * n - m) * STORED_SIZE)
+            3 * n, m, 3 * n - m, (3 * n - m) * STORED_SIZE) and (
+            v.messages_in >= 3 * n and v.messages_out >= m)
 
     v, lag = settle(api, vhost, exact)
     print(f"\ncounters settled {lag:.1f} s after the last message")

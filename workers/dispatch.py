@@ -31,18 +31,21 @@ CHANGE_PENDING_SECONDS = 600
 RESYNC_PENDING_RUNS = 5
 
 
-def notify_space(space_uid, *, only_behind: bool = False) -> None:
+def notify_space(space_uid, *, only_behind: bool = False) -> bool:
     """Wakes the space's agents; `only_behind`: the task runs only those still behind (the
-    relay's re-sends, most of which find the change applied by then)."""
+    relay's re-sends, most of which find the change applied by then). False if the wake-up
+    could not go out (Redis down): the outbox relay delivers it later."""
     try:
         if settings.MAAS_AGENT_MODE == "process" or settings.MAAS_INFRA_BACKEND == "kubernetes":
             from .wakeup import publish
 
             publish(space_uid)  # run_agent processes (on Kubernetes: each space's agent pod)
         if settings.MAAS_AGENT_MODE != "process":
-            queue_reconcile(space_uid, only_behind=only_behind)
+            queue_reconcile(space_uid, only_behind=only_behind)  # or one waits already
     except Exception:  # broker down: the outbox relay will deliver it later
         logger.warning("fanout.deferred", extra={"space": str(space_uid)}, exc_info=True)
+        return False
+    return True
 
 
 def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = False) -> bool:

@@ -103,12 +103,12 @@ def relay_outbox() -> int:
     stale = Outbox.objects.filter(acked_at__isnull=True, created_at__lt=cutoff).exclude(
         last_sent_at__gte=cutoff
     )
-    spaces = list(stale.values_list("stream_uid", flat=True).distinct()[:500])
-    for space_uid in spaces:
-        # Unacknowledged mostly means waiting behind a backlog: by the time the task runs, the
-        # first one has usually applied the change, and a full diff again would be wasted (the
-        # 100k fill ended with 212 such tasks, 1-3 s each). Agents still behind run in full.
-        notify_space(space_uid, only_behind=True)
+    # Unacknowledged mostly means waiting behind a backlog: by the time the task runs, the
+    # first one has usually applied the change, and a full diff again would be wasted (the
+    # 100k fill ended with 212 such tasks, 1-3 s each). Agents still behind run in full. Only
+    # what went out counts as sent: with Redis down the next tick tries again.
+    spaces = [uid for uid in stale.values_list("stream_uid", flat=True).distinct()[:500]
+              if notify_space(uid, only_behind=True)]
     if spaces:
         Outbox.objects.filter(stream_uid__in=spaces, acked_at__isnull=True).update(
             attempts=F("attempts") + 1, last_sent_at=timezone.now()
@@ -165,7 +165,7 @@ def resync_candidates(now) -> tuple[list, list]:
 
 # Whether an agent state holds an address error not marked permanent (base._settled's test,
 # in SQL: the errors themselves, thousands during a fill, are not loaded).
-_RETRYABLE = RawSQL("jsonb_path_exists(address_errors, "
+_RETRYABLE = RawSQL(f'jsonb_path_exists("{AgentState._meta.db_table}"."address_errors", '
                     "'$.* ? (!exists(@.permanent ? (@ == true)))')", [],
                     output_field=BooleanField())
 

@@ -133,3 +133,30 @@ def test_a_relayed_task_runs_only_the_agents_still_behind(space):
     [(_, _, kwargs)] = celery_queue.waiting(QUEUE, space.uid)
     assert kwargs == {"resync": False, "only_behind": True}
 
+
+
+def test_the_relay_counts_a_resend_only_once_it_went_out(space, redis_server):
+    """With Redis down nothing is sent: the outbox rows keep their attempts and stay due, so
+    the first tick after Redis is back sends them, not one a relay interval later."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from config_service.models import Outbox
+    from workers import dispatch
+    from workers.tasks import relay_outbox
+
+    queue(space, "orders")
+    celery_queue.take_all(QUEUE)
+    dispatch.claim(space.uid)
+    rows = Outbox.objects.filter(stream_uid=space.uid)
+    rows.update(created_at=timezone.now() - timedelta(minutes=5), last_sent_at=None)
+    redis_server.stop()
+    try:
+        assert relay_outbox() == 0
+        assert [(r.attempts, r.last_sent_at) for r in rows.all()] == [(0, None)] * rows.count()
+    finally:
+        redis_server.start()
+    assert relay_outbox() == 1
+    assert all(r.attempts == 1 and r.last_sent_at is not None for r in rows.all())
+    assert len(celery_queue.waiting(QUEUE, space.uid)) == 1

@@ -79,12 +79,12 @@ def per_space_text(spaces, states) -> bytes:
                      f'name="{name}",namespace="{namespace}"',
                      space_status(space, states.get(space.uid, {})).is_ready))
     lines = []
-    for i, (name, text) in enumerate(_PER_SPACE):
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
-        lines += [f"{name}{{{labels}}} {values[i]}.0" for labels, values, _, _ in rows]
-    name = "enmasse_address_space_status_ready"
-    lines += [f"# HELP {name} 1 if the address space is ready", f"# TYPE {name} gauge"]
-    lines += [f"{name}{{{labels}}} {int(ready)}.0" for _, _, labels, ready in rows]
+    for i, (family, text) in enumerate(_PER_SPACE):
+        lines += [f"# HELP {family} {text}", f"# TYPE {family} gauge"]
+        lines += [f"{family}{{{labels}}} {values[i]}.0" for labels, values, _, _ in rows]
+    family = "enmasse_address_space_status_ready"
+    lines += [f"# HELP {family} 1 if the address space is ready", f"# TYPE {family} gauge"]
+    lines += [f"{family}{{{labels}}} {int(ready)}.0" for _, _, labels, ready in rows]
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -245,9 +245,9 @@ def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
                 vhosts: Iterable[str] | None = None, *,
                 page_size: int = PAGE_SIZE) -> BrokerReading:
     """One reading of `vhosts` (default: every vhost of the broker; one not on it is left
-    out), per vhost and a page of at most `page_size` objects at a time. A vhost one of whose
-    calls fails twice (transiently) is left out; raises BrokerError if a broker-wide call fails,
-    any call fails otherwise, or a node restarted during the reading."""
+    out), per vhost and a page of at most `page_size` objects at a time. A vhost a call of
+    which fails transiently twice is left out too; raises BrokerError if a broker-wide call
+    fails, a call is refused (4xx), or a node restarted during the reading."""
     memory = memory or _default_memory
     if vhosts is None:
         vhosts = [r["name"] for r in api.request(

@@ -19,9 +19,13 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import time
 
-import requests
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from workers.storage.rabbitmq_api import RabbitMQApi  # noqa: E402
 
 PREFIX = "maas-bench-stats-"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -37,8 +41,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    api = Api(f"http://127.0.0.1:{args.port}/api")
-    node = api.get("/overview")["node"]
+    # A definitions import of 25 vhosts and their queues takes minutes on a loaded node.
+    api = RabbitMQApi(f"http://127.0.0.1:{args.port}/api", "guest", "guest", timeout=600)
+    node = api.request("GET", "/overview")["node"]
     pid = int(erl(node, "os:getpid().").strip('"'))
     print(f"node {node} (os pid {pid}); settings: {settings(api, node)}")
     try:
@@ -53,31 +58,16 @@ def main() -> None:
         print(f"message_stats.publish read 7 after {publish_lag(api):.1f} s")
     finally:
         if not args.keep:
-            for vhost in [v["name"] for v in api.get("/vhosts") if v["name"].startswith(PREFIX)]:
-                api.delete(f"/vhosts/{vhost}")
+            for vhost in [v["name"] for v in api.request("GET", "/vhosts")
+                          if v["name"].startswith(PREFIX)]:
+                api.delete_vhost(vhost)
+        api.close()
 
 
-class Api:
-    def __init__(self, url: str):
-        self.url, self.session = url, requests.Session()
-        self.session.auth = ("guest", "guest")
-
-    def get(self, path: str, **params):
-        answer = self.session.get(self.url + path, params=params, timeout=60)
-        answer.raise_for_status()
-        return answer.json()
-
-    def post(self, path: str, body: dict) -> None:
-        self.session.post(self.url + path, json=body, timeout=600).raise_for_status()
-
-    def delete(self, path: str) -> None:
-        self.session.delete(self.url + path, timeout=120)
-
-
-def settings(api: Api, node: str) -> dict:
+def settings(api: RabbitMQApi, node: str) -> dict:
     """The node's statistics settings: rates_mode from its management API, the collection
     interval (milliseconds; RabbitMQ's default 5000 when unset) from the node itself."""
-    return {"rates_mode": api.get("/overview").get("rates_mode"),
+    return {"rates_mode": api.request("GET", "/overview").get("rates_mode"),
             "collect_statistics_interval":
                 erl(node, "application:get_env(rabbit, collect_statistics_interval).")}
 
@@ -88,11 +78,11 @@ def erl(node: str, expression: str) -> str:
                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
 
 
-def fill(api: Api, vhosts: int, queues: int, per_post: int = 25) -> None:
+def fill(api: RabbitMQApi, vhosts: int, queues: int, per_post: int = 25) -> None:
     """The vhosts with their queues and exchange, `per_post` vhosts per definitions import."""
     for first in range(0, vhosts, per_post):
         names = [f"{PREFIX}{i:04d}" for i in range(first, min(first + per_post, vhosts))]
-        api.post("/definitions", {
+        api.request("POST", "/definitions", {
             "vhosts": [{"name": n} for n in names],
             "permissions": [{"user": "guest", "vhost": n, "configure": ".*", "write": ".*",
                              "read": ".*"} for n in names],
@@ -117,14 +107,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-def publish_lag(api: Api) -> float:
+def publish_lag(api: RabbitMQApi) -> float:
     vhost = f"{PREFIX}0000"
     started = time.monotonic()
     for _ in range(7):
-        api.session.post(f"{api.url}/exchanges/{vhost}/amq.default/publish", timeout=30, json={
+        api.request("POST", f"/exchanges/{vhost}/amq.default/publish", {
             "properties": {}, "routing_key": "q0", "payload": "x", "payload_encoding": "string"})
     while time.monotonic() - started < 300:
-        stats = api.get(f"/queues/{vhost}/q0").get("message_stats") or {}
+        stats = api.request("GET", f"/queues/{vhost}/q0").get("message_stats") or {}
         if stats.get("publish") == 7:
             return time.monotonic() - started
         time.sleep(0.5)

@@ -297,18 +297,20 @@ def _per_vhost(call, api: RabbitMQApi, vhost: str, *args):
     fails too. RabbitMQ 3.10 answers 500 at times to two listings at once (seen in CI:
     `rabbit_mgmt_db_cache:fetch` crashing with `already_started`), and one vhost's trouble
     must not make the whole broker's reading a gap."""
-    for attempt in (1, 2):
-        try:
-            return call(api, vhost, *args)
-        except BrokerError as exc:
-            if not exc.transient:
-                raise
-            if attempt == 2:
-                logger.warning("usage.vhost_unreadable", extra={
-                    "broker": api.base_url, "vhost": vhost, "error": exc.message})
-                return UNREADABLE
-            time.sleep(RETRY_PAUSE)
-    raise AssertionError("unreachable")
+    try:
+        return call(api, vhost, *args)
+    except BrokerError as exc:
+        if not exc.transient:
+            raise
+    time.sleep(RETRY_PAUSE)
+    try:
+        return call(api, vhost, *args)
+    except BrokerError as exc:
+        if not exc.transient:
+            raise
+        logger.warning("usage.vhost_unreadable", extra={
+            "broker": api.base_url, "vhost": vhost, "error": exc.message})
+        return UNREADABLE
 
 
 def _signatures(answers: dict) -> dict[str, tuple]:

@@ -27,6 +27,12 @@ restarted, as Kubernetes would (`runplatform` would stop the platform), and name
 
     .venv/bin/python tests/bench/bench_faults.py                 # 2 tenants: 2,000 addresses
     .venv/bin/python tests/bench/bench_faults.py --tenants 10 --rabbitmq
+    .venv/bin/python tests/bench/bench_faults.py --tenants 100 --jobs 2 --brokers 4 \
+        --sample 100 --timeout 2400 --rabbitmq --rabbitmq-node maas1@localhost --keep  # 100k
+
+`--brokers N` spreads the spaces over N local RabbitMQ nodes, as `bench_scale.py --brokers`
+does; `--sample K` sends and checks the messages through K of the standard spaces, spread over
+them all (at 800 spaces a round of messages through each takes minutes).
 
 At the end the spaces are deleted and the script waits until the agents removed them; `--keep`
 skips that. `--log FILE` keeps the platform's output.
@@ -45,7 +51,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import ensure_database, keep_vacuumed  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, free_port  # noqa: E402
 
 PREFIX = "faults"
@@ -199,12 +205,14 @@ def wait_converged(uids, timeout: float, platform: Platform, died: list,
     deadline = time.monotonic() + timeout
     while True:
         died += platform.revive()
+        began = time.monotonic()
         left = not_yet(uids, **upto)
         if not any(left.values()):
             return time.monotonic(), left
         if time.monotonic() > deadline:
             return None, left
-        time.sleep(0.5)
+        # At 100k a look takes seconds of this process's CPU, which the platform needs more
+        time.sleep(max(0.5, 2 * (time.monotonic() - began)))
 
 
 def lost_changes(uids, created) -> dict:
@@ -219,15 +227,21 @@ def lost_changes(uids, created) -> dict:
 
 def data_plane_differences(router_port: int, spaces) -> tuple[int, int]:
     """(router entities, broker queues) differing from the projections, over all the spaces."""
-    from tests.workers.test_fault_convergence import broker_difference, router_difference
+    from tests.workers.test_fault_convergence import router_difference
+    from workers import endpoints
     from workers.agents.qdr import Management
+    from workers.storage.controller import desired_state, management_api
 
     mgmt = Management(f"amqp://127.0.0.1:{router_port}", "admin", ADMIN_PASSWORD)
     try:
         routed = sum(len(router_difference(mgmt, s)) for s in spaces if s.type == "standard")
     finally:
         mgmt.close()
-    return routed, sum(len(broker_difference(s)) for s in spaces)
+    queued = 0
+    for space in spaces:  # each on its own broker (placement)
+        held = management_api(endpoints.of(space).broker).list_queues(space.vhost, ["name"])
+        queued += len({q["name"] for q in held} ^ {q.name for q in desired_state(space).queues})
+    return routed, queued
 
 
 def connect(router, space):
@@ -288,12 +302,18 @@ def parse_args():
     parser.add_argument("--brokered", type=int, default=2, help="brokered spaces per tenant")
     parser.add_argument("--rate", type=float, default=4.0, help="creates per second meanwhile")
     parser.add_argument("--messages", type=int, default=20, help="per standard space and fault")
+    parser.add_argument("--sample", type=int, default=0,
+                        help="standard spaces the messages go through (0: all)")
     parser.add_argument("--down", type=float, default=2.0, help="seconds a component is down")
     parser.add_argument("--timeout", type=float, default=600.0, help="to converge, per fault")
     parser.add_argument("--rabbitmq", action="store_true",
                         help="restart RabbitMQ too (it is shared: off by default)")
     parser.add_argument("--rabbitmq-node", help="the node rabbitmqctl restarts (-n)")
     parser.add_argument("--database", default="maas_bench_faults")
+    parser.add_argument("--jobs", type=int, default=1, help="fill_addresses processes")
+    parser.add_argument("--brokers", type=int, default=0,
+                        help="spread the spaces over this many local RabbitMQ nodes "
+                             "(MAAS_RABBITMQ_NODES; deploy/local/rabbitmq-nodes.sh)")
     parser.add_argument("--concurrency", type=int, default=4, help="agents' worker processes")
     parser.add_argument("--keep", action="store_true", help="do not delete the spaces")
     parser.add_argument("--log", help="write the platform's output here")
@@ -310,7 +330,8 @@ def fill(args, platform: Platform, router) -> tuple[list, list]:
     began = time.monotonic()
     subprocess.run([sys.executable, "manage.py", "fill_addresses", "--prefix", PREFIX,
                     "--tenants", str(args.tenants), "--standard", str(args.standard),
-                    "--brokered", str(args.brokered)], cwd=ROOT, check=True)
+                    "--brokered", str(args.brokered), "--jobs", str(args.jobs)],
+                   cwd=ROOT, check=True)
     spaces = our_spaces()
     standard = [s for s in spaces if s.type == "standard"]
     for space in standard:
@@ -354,6 +375,13 @@ def faults(args, platform: Platform, router, redis) -> list[tuple]:
     return chosen
 
 
+def sampled(standard, k: int) -> list:
+    """`k` of the standard spaces, spread evenly over them (all when k is 0 or too big)."""
+    if not k or k >= len(standard):
+        return standard
+    return [standard[i * len(standard) // k] for i in range(k)]
+
+
 def apply(args, number: int, fault: tuple, platform: Platform, router, creates: Creates,
           spaces, standard) -> tuple:
     """Applies one fault with creates flowing, prints what it lost; its row of the summary."""
@@ -363,7 +391,8 @@ def apply(args, number: int, fault: tuple, platform: Platform, router, creates: 
 
     what, fail, repair = fault
     uids = [s.uid for s in spaces]
-    sent = send_batch(router, standard, f"fault{number}", args.messages)
+    carriers = sampled(standard, args.sample)
+    sent = send_batch(router, carriers, f"fault{number}", args.messages)
     time.sleep(2)  # creates flowing, reconciles under way
     failed = time.monotonic()
     fail()
@@ -379,7 +408,7 @@ def apply(args, number: int, fault: tuple, platform: Platform, router, creates: 
     settled, still = wait_converged(uids, args.timeout, platform, died)
     changes = lost_changes(uids, creates.created)
     routed, queued = data_plane_differences(router.mgmt_port, our_spaces())
-    lost, twice, foreign = receive_batch(router, standard, sent)
+    lost, twice, foreign = receive_batch(router, carriers, sent)
     creates.resume()
     took = None if done is None else done - repaired
     print(f"{number}. {what}: down {repaired - failed:.1f} s; " + (
@@ -392,7 +421,7 @@ def apply(args, number: int, fault: tuple, platform: Platform, router, creates: 
     print(f"   config changes lost: {sum(changes.values())} ({changes})")
     print(f"   router entities differing from the projections: {routed}; "
           f"broker queues differing: {queued}")
-    print(f"   acknowledged messages lost: {lost} of {len(standard) * args.messages}"
+    print(f"   acknowledged messages lost: {lost} of {len(carriers) * args.messages}"
           f" (received twice: {twice}; received but never sent: {foreign})")
     return what, took, sum(changes.values()), routed, queued, lost, len(died)
 
@@ -425,6 +454,10 @@ def remove(spaces, platform: Platform, timeout: float) -> None:
 def main():
     args = parse_args()
     queue = f"maas-bench-faults-{uuid.uuid4().hex[:6]}"
+    if args.brokers:  # the platform, fill_addresses and this process place alike
+        os.environ["MAAS_RABBITMQ_NODES"] = str(args.brokers)
+        subprocess.run(["bash", os.path.join(ROOT, "deploy", "local", "rabbitmq-nodes.sh"),
+                        "start", str(args.brokers)], check=True)
     redis_port = free_port()
     os.environ.update({
         "DATABASE_URL": ensure_database(args.database), "MAAS_CELERY_QUEUE": queue,
@@ -435,6 +468,8 @@ def main():
     import django
 
     django.setup()
+    if keep_vacuumed(os.environ["DATABASE_URL"]):
+        print("autovacuum is off on this server: VACUUM (ANALYZE) every 60 s instead")
     logging.disable(logging.WARNING)  # this process's own (a Redis down is expected here)
     from django.conf import settings
 

@@ -40,7 +40,7 @@ import requests
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import delete_queues, ensure_database  # noqa: E402
+from tests.bench.common import delete_queues, ensure_database, keep_vacuumed  # noqa: E402
 
 LOG_LEVEL = os.environ.get("MAAS_LOG_LEVEL", "INFO")
 
@@ -54,30 +54,6 @@ def pct(values, q):
 
 def load() -> str:
     return "load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def keep_vacuumed(database_url: str, every: float = 60.0) -> bool:
-    """Where the server runs without autovacuum (this machine's CI PostgreSQL turns it off for
-    speed), VACUUM (ANALYZE) the database every `every` seconds from a thread, as autovacuum
-    would: the outbox's partial index otherwise keeps every row ever pending (1.57 million dead
-    tuples after a 100k fill) and the planner never learns the tables' sizes. True if started."""
-    import psycopg
-
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        if conn.execute("show autovacuum").fetchone()[0] == "on":
-            return False
-
-    def run():
-        while True:
-            time.sleep(every)
-            try:
-                with psycopg.connect(database_url, autocommit=True) as conn:
-                    conn.execute("vacuum (analyze)")
-            except psycopg.Error as exc:
-                print(f"  vacuum failed: {exc}", flush=True)
-
-    threading.Thread(target=run, daemon=True, name="vacuum").start()
-    return True
 
 
 def manage(*args) -> str:

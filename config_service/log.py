@@ -38,8 +38,10 @@ def lock_stream(uid) -> EventStream:
 
 
 def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
-           request_id: str = "") -> ConfigEvent:
-    """Appends one event to a locked stream, applies it to the projections, and queues it."""
+           request_id: str = "", space=None) -> ConfigEvent:
+    """Appends one event to a locked stream, applies it to the projections, and queues it.
+    `space`: the stream's AddressSpace row, if the caller holds it (spares a read). The event's
+    `projected` is the row its projection created (an address.created's Address), else None."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("append() must run inside the service function's transaction")
     event_type = validate(type_name, payload)
@@ -56,7 +58,7 @@ def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
         request_id=request_id,
         created_at=timezone.now(),
     )
-    projections.apply(event)
+    event.projected = projections.apply(event, space)
     if stream.kind == EventStream.ADDRESS_SPACE:
         Outbox.objects.create(event=event, stream_uid=stream.uid, sequence=event.sequence)
         transaction.on_commit(lambda: fanout.notify_space(stream.uid), robust=True)

@@ -7,12 +7,17 @@ from .events import upcast
 from .models import Address, AddressSpace, ConfigEvent, MessagingUser
 
 
-def apply(event: ConfigEvent) -> None:
+def apply(event: ConfigEvent, space: AddressSpace | None = None) -> Address | None:
+    """Applies one event; an address.created returns the Address it inserted. `space`, the
+    event's space row if the caller holds it, spares reading it again."""
     handler = _HANDLERS.get(event.type)
     if handler is None:
-        return  # tenant and plan events have no projection here
+        return None  # tenant and plan events have no projection here
     payload = upcast(event.type, event.schema_version, event.payload)
+    if handler is _address_created:
+        return handler(event, payload, space)
     handler(event, payload)
+    return None
 
 
 def apply_many(events: list[ConfigEvent]) -> None:
@@ -100,9 +105,11 @@ _ADDRESS_FIELDS = (
 )
 
 
-def _address_created(event, p):
-    _new_address(_space(event), event, p).save(force_insert=True)
+def _address_created(event, p, space=None) -> Address:
+    address = _new_address(space or _space(event), event, p)
+    address.save(force_insert=True)
     _touch_space(event)
+    return address
 
 
 def _new_address(space, event, p) -> Address:

@@ -23,8 +23,9 @@ from .passwords import hash_password
 logger = logging.getLogger(__name__)
 
 
-def _append(stream, type_name, payload, ctx: Context):
-    return log.append(stream, type_name, payload, actor=ctx.actor, request_id=ctx.request_id)
+def _append(stream, type_name, payload, ctx: Context, space=None):
+    return log.append(stream, type_name, payload, actor=ctx.actor, request_id=ctx.request_id,
+                      space=space)
 
 
 def _check_version(current: int, expected: int | None) -> None:
@@ -37,8 +38,11 @@ def _check_version(current: int, expected: int | None) -> None:
 
 
 def _locked_space(space: AddressSpace) -> tuple[EventStream, AddressSpace]:
+    """The space's stream, locked, and the space read again under that lock, with its tenant
+    and the tenant's quota (`_space_quota`)."""
     stream = log.lock_stream(space.uid)
-    space = AddressSpace.objects.select_related("tenant").filter(uid=space.uid).first()
+    space = (AddressSpace.objects.select_related("tenant", "tenant__quota")
+             .filter(uid=space.uid).first())
     if space is None:
         raise NotFound("No such address space.")
     return stream, space
@@ -47,6 +51,15 @@ def _locked_space(space: AddressSpace) -> tuple[EventStream, AddressSpace]:
 def _quota(tenant: Tenant) -> TenantQuota:
     quota, _ = TenantQuota.objects.get_or_create(tenant=tenant)
     return quota
+
+
+def _space_quota(space: AddressSpace) -> TenantQuota:
+    """The quota of a space `_locked_space` returned: read with it, so no query unless the
+    tenant has no quota row yet."""
+    try:
+        return space.tenant.quota
+    except TenantQuota.DoesNotExist:
+        return _quota(space.tenant)
 
 
 # Address spaces -------------------------------------------------------------------------------
@@ -344,21 +357,21 @@ def create_address(*, ctx: Context, space: AddressSpace, name=None, address=None
                        "spec.address")
     if taken:
         raise Conflict(f"Address {name!r} already exists", "metadata.name")
-    quota = _quota(space.tenant)
+    quota = _space_quota(space)
     if quota.max_addresses is not None and _addresses_reach(space.tenant, quota.max_addresses):
         raise QuotaExceeded(f"Tenant quota of {quota.max_addresses} addresses reached.",
                             "spec.address")
     plan_status = address_plan_status(plan_obj)
     scheduled, reason, placement = _try_place(space, address_type, wire, plan_status,
                                               refs["topic"], quota=quota)
-    _append(stream, "address.created", {
+    event = _append(stream, "address.created", {
         "name": name, "address": wire, "type": address_type, "plan": plan_obj.name,
         "plan_status": plan_status, **refs, "spec": extra, "scheduled": scheduled,
         "pending_reason": reason, "placement": placement,
-    }, ctx)
+    }, ctx, space=space)
     if scheduled and address_type == "topic":
         _schedule_pending(stream, space, ctx)  # subscriptions waiting for this topic
-    return Address.objects.get(space=space, name=name)
+    return event.projected
 
 
 @transaction.atomic
@@ -370,7 +383,7 @@ def create_addresses(*, ctx: Context, space: AddressSpace, items: list[dict]) ->
     Pending addresses that a scheduled topic unblocks are retried once, after the batch."""
     stream, space = _locked_space(space)
     _refuse_if_terminating(space)
-    quota = _quota(space.tenant)
+    quota = _space_quota(space)
     plans: dict = {}
     batch: dict = {}  # wire address -> (type, scheduled, placement) of the items before
     names: set = set()
@@ -579,7 +592,7 @@ def create_messaging_user(*, ctx: Context, space: AddressSpace, name=None, usern
         raise Conflict(f"User {username!r} already exists in {space.name}", "spec.username")
     if MessagingUser.objects.filter(space=space, name=name).exists():
         raise Conflict(f"MessagingUser {name!r} already exists", "metadata.name")
-    quota = _quota(space.tenant)
+    quota = _space_quota(space)
     if quota.max_messaging_users is not None and MessagingUser.objects.filter(
         space__tenant=space.tenant
     ).count() >= quota.max_messaging_users:
@@ -865,7 +878,7 @@ def _reevaluate_space(space: AddressSpace, ctx: Context, new_status: dict[str, d
     agents apply it.
     """
     stream, space = _locked_space(space)
-    quota = _quota(space.tenant)
+    quota = _space_quota(space)
     others = _tenant_credits(space.tenant, space) if quota.max_credits is not None else 0.0
     limits = space.plan_status.get("resourceLimits", {})
 

@@ -19,17 +19,21 @@ def tenant_for(user, slug: str, action: Action) -> Tenant:
     Someone who is not a member cannot learn that the tenant exists (404). A member whose role
     does not allow the action gets 403. Staff may do everything.
     """
-    tenant = Tenant.objects.live().filter(slug=slug).first()
-    if tenant is None:
-        raise Http404("No such tenant.")
     if user.is_staff:
+        tenant = Tenant.objects.live().filter(slug=slug).first()
+        if tenant is None:
+            raise Http404("No such tenant.")
         return tenant
-    role = role_of(user, tenant)
-    if role is None:
+    # The tenant and the member's role in one query (every API call starts here).
+    membership = (Membership.objects.filter(tenant__slug=slug, tenant__deleted_at__isnull=True,
+                                            user=user).select_related("tenant").first()
+                  if user.is_authenticated else None)
+    if membership is None:
         raise Http404("No such tenant.")
-    if not role_allows(role, action):
-        raise PermissionDenied(f"Your role '{role}' in tenant '{slug}' does not allow {action.value}.")
-    return tenant
+    if not role_allows(membership.role, action):
+        raise PermissionDenied(f"Your role '{membership.role}' in tenant '{slug}' does not allow "
+                               f"{action.value}.")
+    return membership.tenant
 
 
 def visible_tenants(user):

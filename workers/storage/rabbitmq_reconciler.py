@@ -266,36 +266,42 @@ class BrokerReconciler:
     def _reobserve(self, vhost: str, desired: DesiredObjects, actual: _Actual,
                    result: ApplyResult, thorough: bool = True) -> _Actual:
         """`actual` with the kinds of object this apply created, changed or deleted listed
-        again (one GET each): a steady apply lists nothing more, a new plain queue 1 GET.
-        Only desired objects are verified, so deletions need no second look; a desired
-        binding missing before the apply was created by it (and so is listed again)."""
+        again (one GET each, at the same time: the broker answers them in parallel): a steady
+        apply lists nothing more, a new plain queue 1 GET. Only desired objects are verified,
+        so deletions need no second look; a desired binding missing before the apply was
+        created by it (and so is listed again)."""
         touched = {label.split(":", 1)[0] for label in
                    result.created + result.updated + result.deleted}
         if not touched:
             return actual
         if "vhost" in touched:
             return self._observe(vhost, desired, thorough)
-        again = replace(actual)
+        calls = {}
         if "queue" in touched:
-            again.queues = {q["name"]: q for q in self.api.list_queues(vhost)}
+            calls["queues"] = lambda: {q["name"]: q for q in self.api.list_queues(vhost)}
         if "exchange" in touched:
-            again.exchanges = {x["name"]: x for x in self.api.list_exchanges(vhost)}
+            calls["exchanges"] = lambda: {x["name"]: x for x in self.api.list_exchanges(vhost)}
         if "binding" in touched:  # a new queue's bindings are created (touched) after it
-            again.bindings = [b for b in self.api.list_bindings(vhost) if b["source"]]
+            calls["bindings"] = lambda: [b for b in self.api.list_bindings(vhost) if b["source"]]
         if "policy" in touched:
-            again.policies = {p["name"]: p for p in self.api.list_policies(vhost)}
-        if "user" in touched:  # only the users this apply wrote: one GET each
-            written = [label.split(":", 1)[1] for label in result.created + result.updated
-                       if label.startswith("user:")]
-            again.users = {**actual.users, **self._get_users(written)}
+            calls["policies"] = lambda: {p["name"]: p for p in self.api.list_policies(vhost)}
+        written = [label.split(":", 1)[1] for label in result.created + result.updated
+                   if label.startswith("user:")]  # only the users this apply wrote: a GET each
+        calls.update((_USER + name, partial(self.api.get_user, name)) for name in written)
         if touched & {"user", "permissions"}:  # deleting a user drops its permissions
-            again.permissions = {p["user"]: p for p in self.api.list_permissions(vhost)}
+            calls["permissions"] = lambda: {
+                p["user"]: p for p in self.api.list_permissions(vhost)}
         if touched & {"user", "topic-permissions"}:
-            again.topic_permissions = {p["user"]: p for p in self.api.list_topic_permissions(vhost)
-                                       if p.get("exchange") == MQTT_EXCHANGE}
+            calls["topic_permissions"] = lambda: {
+                p["user"]: p for p in self.api.list_topic_permissions(vhost)
+                if p.get("exchange") == MQTT_EXCHANGE}
         if "limit" in touched:
-            again.limits = self.api.get_vhost_limits(vhost)
-        return again
+            calls["limits"] = lambda: self.api.get_vhost_limits(vhost)
+        read = _concurrently(calls)  # the calls do not nest: the pool is small
+        fresh = {name: read.pop(_USER + name) for name in written}
+        if written:
+            read["users"] = {**actual.users, **{n: u for n, u in fresh.items() if u is not None}}
+        return replace(actual, **read)
 
     def _users(self, vhost: str, named: dict[str, dict | None], permissions: dict[str, dict],
                unpermitted: list[dict]) -> dict[str, dict]:

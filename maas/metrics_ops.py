@@ -1,9 +1,9 @@
 """The /metrics families the alert rules need beyond address counts (deploy/monitoring):
-the outbox's backlog and age, agent errors, throttled tenants and the usage job's last runs.
+the outbox's backlog and age, throttled tenants and the usage job's last runs (agent errors,
+one sample per space and agent kind, are written with the per-space gauges: metrics.py).
 
 Three queries whatever the fleet: one aggregate over the pending outbox rows (the partial index
-outbox_pending), one over the tenant quotas, one over the usage job runs; agent errors come from
-the AgentState rows the collector has already read.
+outbox_pending), one over the tenant quotas, one over the usage job runs.
 """
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
@@ -23,21 +23,6 @@ def outbox_families():
     yield GaugeMetricFamily("maas_outbox_oldest_pending_age_seconds",
                             "Age of the oldest config event not yet applied (0: none pending)",
                             value=max(age, 0.0))
-
-
-def agent_error_family(spaces, states):
-    """Per space and agent kind: the addresses the agent failed on, plus one if it failed on
-    the whole space. Every agent that reported is listed, at 0 when it is well, so an alert
-    resolves rather than vanishing."""
-    family = GaugeMetricFamily("maas_agent_errors",
-                               "Errors an agent reported for an address space (addresses, "
-                               "plus 1 for a space-wide error)",
-                               labels=["namespace", "addressspace", "agent"])
-    for space in spaces:
-        for kind, state in sorted(states.get(space.uid, {}).items()):
-            family.add_metric([space.namespace, space.name, kind],
-                              len(state.address_errors) + (1 if state.space_error else 0))
-    return family
 
 
 def throttled_family():

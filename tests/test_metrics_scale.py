@@ -240,9 +240,14 @@ def test_the_per_space_text_parses_back_to_every_space_and_label_as_stored(tenan
     states = agent_states(s.uid for s in spaces)
     text = per_space_text(spaces, states).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    assert set(families) == {"enmasse_address_space_status_ready"} | {
+    assert set(families) == {"enmasse_address_space_status_ready", "maas_agent_errors"} | {
         f"enmasse_addresses{part}_total" for part in
         ["", "_ready", "_not_ready", *(f"_{p.lower()}" for p in PHASES)]}
+    errors = families.pop("maas_agent_errors")  # a sample per space and agent kind
+    assert sorted((s.labels["namespace"], s.labels["addressspace"], s.labels["agent"], s.value)
+                  for s in errors.samples) == sorted(
+        (tenant.slug, s.name, kind, float(len(state.address_errors) + bool(state.space_error)))
+        for s in spaces for kind, state in states.get(s.uid, {}).items())
     for family in families.values():
         assert family.type == "gauge"
         key = "name" if family.name == "enmasse_address_space_status_ready" else "addressspace"
@@ -282,6 +287,15 @@ def test_the_per_space_text_is_byte_for_byte_what_prometheus_client_writes(tenan
                 ready.add_metric([s.namespace, s.name],
                                  1 if space_status(s, states.get(s.uid, {})).is_ready else 0)
             yield ready
+            errors = GaugeMetricFamily("maas_agent_errors",
+                                       "Errors an agent reported for an address space "
+                                       "(addresses, plus 1 for a space-wide error)",
+                                       labels=["namespace", "addressspace", "agent"])
+            for s in spaces:
+                for kind, state in sorted(states.get(s.uid, {}).items()):
+                    errors.add_metric([s.namespace, s.name, kind],
+                                      len(state.address_errors) + (1 if state.space_error else 0))
+            yield errors
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Families())

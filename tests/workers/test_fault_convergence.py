@@ -32,12 +32,12 @@ from config_service.models import (
 from config_service.status import address_status, agent_states, agents_needed, space_status
 from tests.conftest import CTX, Worker, b64, wait_for
 from tests.router.conftest import ADMIN_PASSWORD
-from tests.workers import rabbit
 from tests.workers.conftest import sync
+from workers import endpoints
 from workers.agents import router_config as rc
 from workers.agents.qdr import Management
 from workers.agents.router import entity_types
-from workers.storage.controller import desired_state
+from workers.storage.controller import desired_state, management_api
 from workers.tasks import relay_outbox, watch_router
 
 PASSWORD = "app-password"
@@ -157,8 +157,10 @@ def router_difference(mgmt: Management, space) -> set:
 
 
 def broker_difference(space) -> set:
-    """Queue names RabbitMQ's vhost holds but the projections do not ask for, and the reverse."""
-    return rabbit.queue_names(space.vhost) ^ {q.name for q in desired_state(space).queues}
+    """Queue names the space's vhost holds on its broker (placement) but the projections do not
+    ask for, and the reverse."""
+    held = management_api(endpoints.of(space).broker).list_queues(space.vhost, ["name"])
+    return {q["name"] for q in held} ^ {q.name for q in desired_state(space).queues}
 
 
 def connect(router, space):

@@ -24,6 +24,19 @@ from tenants.services import add_member, create_tenant
 CTX = Context(actor="test")
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database; before it is dropped, the sessions still open on it are
+    ended: the agents' pool threads (workers.tasks) keep theirs from one change to the next, as
+    a worker does, and DROP DATABASE refuses while any is open."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
 def make_user(username: str, staff: bool = False):
     return get_user_model().objects.create_user(username=username, password="pw-unused-123",
                                                 is_staff=staff)

@@ -157,6 +157,19 @@ def wait_all_active(timeout: float, stall: float = 300.0) -> float:
     return float("nan")
 
 
+def probe_tenant(prefix: str, url: str) -> tuple[str, requests.Session, str]:
+    """A new tenant without quota limits: (its slug, an API session as its owner, the URL of
+    its address spaces)."""
+    slug = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    manage("createtenant", slug, "--owner", f"{slug}-owner")
+    token = manage("apitoken", f"{slug}-owner")
+    manage("shell", "-c", "from tenants.models import TenantQuota as Q; Q.objects.filter("
+           f"tenant__slug='{slug}').update(max_address_spaces=None, max_addresses=None)")
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    return slug, session, f"{url}/api/v1/tenants/{slug}/addressspaces"
+
+
 def probe_creates(session, url, spaces, n, rate):
     """n creates at `rate`/s over the probe spaces; (latencies, {address name: called at})."""
     latencies, called = [], {}
@@ -342,14 +355,7 @@ def main():
                 print(f"  {mib:6d}  {cmd}")
             return
 
-        slug = f"probe-{uuid.uuid4().hex[:6]}"
-        manage("createtenant", slug, "--owner", f"{slug}-owner")
-        token = manage("apitoken", f"{slug}-owner")
-        manage("shell", "-c", "from tenants.models import TenantQuota as Q; Q.objects.filter("
-               f"tenant__slug='{slug}').update(max_address_spaces=None, max_addresses=None)")
-        session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {token}"
-        base_url = f"{args.url}/api/v1/tenants/{slug}/addressspaces"
+        slug, session, base_url = probe_tenant("probe", args.url)
         probes = [(f"ps{i}", "standard") for i in range(5)] + [(f"pb{i}", "brokered")
                                                                for i in range(5)]
         for name, space_type in probes:

@@ -70,6 +70,28 @@ def test_an_anycast_change_runs_both_agents_each_in_its_thread(space, runs):
     assert all(thread is threading.main_thread() for _, thread in runs)
 
 
+def test_the_agents_threads_keep_their_database_sessions(space, monkeypatch):
+    """A session per agent per change cost PostgreSQL a backend start each time (three per
+    anycast create, about as much CPU as the reconcile): the pool's threads keep theirs."""
+    sessions = []
+    real = base.run
+
+    def run(space_uid, kind, *args, **kwargs):
+        from django.db import connection
+
+        result = real(space_uid, kind, *args, **kwargs)
+        sessions.append((threading.current_thread(), connection.connection.info.backend_pid))
+        return result
+
+    monkeypatch.setattr(base, "run", run)
+    for name in ("k1", "k2", "k3"):
+        add(space, name, "anycast", "standard-small-anycast")
+        tasks.reconcile_space(str(space.uid))
+    assert phases(space) == {"k1": "Active", "k2": "Active", "k3": "Active"}
+    first = set(sessions[:2])
+    assert len(sessions) == 6 and set(sessions[2:]) <= first  # the same threads, same backends
+
+
 def test_the_storage_agent_asks_the_broker_only_when_something_stored_changed(
         space, monkeypatch):
     asked = []

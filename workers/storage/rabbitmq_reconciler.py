@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 from functools import partial
+
+from maas.core.threads import process_pool
 
 from ..naming import USER_SEPARATOR
 from .desired import BrokerUser, VhostState
@@ -655,17 +656,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
 def _concurrently(calls: dict) -> dict:
     """{name: fn()} with the calls run on a small thread pool of this process (made after a
     fork, never inherited); the first error is raised once all calls are done."""
-    global _pool
-    if _pool is None or _pool[0] != os.getpid():
-        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=8,
-                                                 thread_name_prefix="rabbitmq-observe"))
-    futures = {name: _pool[1].submit(fn) for name, fn in calls.items()}
+    pool = process_pool("rabbitmq-observe", 8)
+    futures = {name: pool.submit(fn) for name, fn in calls.items()}
     wait(futures.values())
     return {name: future.result() for name, future in futures.items()}
 

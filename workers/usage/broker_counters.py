@@ -68,7 +68,6 @@ carries its creation time (`INCARNATION_ARG`, `INCARNATION_TAG_PREFIX`), appende
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -76,6 +75,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import quote
+
+from maas.core.threads import process_pool
 
 from ..storage.rabbitmq_api import BrokerError, RabbitMQApi
 from ..storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX
@@ -229,16 +230,9 @@ def _object_epoch(epoch: str, since: datetime | None, created_ms: int | None):
 # --- reading ---------------------------------------------------------------------------
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-
-
 def _executor() -> ThreadPoolExecutor:
     """A small pool of this process (made after a fork, never inherited)."""
-    global _pool
-    if _pool is None or _pool[0] != os.getpid():
-        _pool = (os.getpid(), ThreadPoolExecutor(max_workers=READERS,
-                                                 thread_name_prefix="broker-counters"))
-    return _pool[1]
+    return process_pool("broker-counters", READERS)
 
 
 def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,

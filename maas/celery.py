@@ -2,13 +2,26 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "maas.settings")
 
 app = Celery("maas")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["workers"])
+
+
+@task_prerun.connect
+@task_postrun.connect
+def close_old_connections(sender=None, **kwargs) -> None:
+    """Around each task what Django does around each request: a connection past CONN_MAX_AGE,
+    broken, or left in a transaction is closed; a sound one is kept (CELERY_DB_REUSE_MAX).
+    Not for a task run eagerly, inside its caller's transaction."""
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
+    from django.db import close_old_connections as close
+
+    close()
 
 
 @setup_logging.connect

@@ -198,6 +198,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("MAAS_CELERY_VISIBILITY", 300)}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes the database connection before and after every task unless this
+# is set, and then only every this many tasks: a new PostgreSQL backend for every task (a
+# change, a watch tick), about a third of PostgreSQL's CPU per change. Workers keep their
+# connections as the web does instead, CONN_MAX_AGE and health alike (maas/celery.py).
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_DEFAULT_QUEUE = env("MAAS_CELERY_QUEUE", "maas")  # changes: reconcile_space
 # Resync and usage work have queues of their own, so that a change never waits behind them;
 # a worker started without -Q consumes all three.

@@ -66,3 +66,38 @@ def test_no_accepted_change_is_lost_or_applied_twice_when_the_worker_dies_and_re
     assert Address.objects.filter(space=space).count() == len(expected)
     services.delete_address_space(ctx=CTX, space=space)
     wait_for(lambda: not rabbit.vhost_exists(space.vhost), 30, what="teardown")
+
+
+def test_the_worker_keeps_its_database_sessions_from_one_task_to_the_next(live_worker, tenant):
+    """Celery's Django fixup closed the connection around every task, so each change started a
+    PostgreSQL backend; the worker now keeps its sessions as the web does (maas/celery.py)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        began = cursor.fetchone()[0]
+
+    def worker_sessions() -> set:
+        # begun since the test began: this process's own pool threads (an earlier test's
+        # in-process reconciles) keep older ones
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid, backend_start FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                           " AND backend_start >= %s", [began])
+            return set(cursor.fetchall())
+
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name="reuse", type="brokered",
+                                          plan="brokered-single-broker")
+    seen = set()
+    for i in range(6):
+        services.create_address(ctx=CTX, space=space, address=f"q{i}", type="queue",
+                                plan="brokered-queue")
+        wait_for(lambda i=i: AppliedEvent.objects.filter(
+            event__stream_id=space.uid, event__type="address.created").count() == i + 1,
+            30, what=f"change {i} applied")
+        seen |= worker_sessions()
+    # Seven tasks over two worker processes: at most a session each, open all along.
+    assert 1 <= len(seen) <= 2, seen
+    assert seen == worker_sessions()
+    services.delete_address_space(ctx=CTX, space=space)
+    wait_for(lambda: not rabbit.vhost_exists(space.vhost), 30, what="teardown")

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count, Min, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from config_service import services
@@ -84,7 +86,6 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     agent = agent or installed_agents()[kind]
     with serialised(space_uid, kind):
         started = timezone.now()
-        state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
         space = AddressSpace.objects.select_related("tenant").filter(uid=space_uid).first()
         if space is None:
             _ack_outbox(space_uid, None)
@@ -93,8 +94,10 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
             return None
         target = space.last_sequence  # read before the agent reads the projections: it
         # then applies this sequence or a later one, never an earlier one
-        if only_if_behind and state.applied_sequence >= target and not space.terminating \
-                and _settled(state):
+        # The state is read here only to skip a settled space: a change records it in _record.
+        state = (AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)[0]
+                 if only_if_behind and not space.terminating else None)
+        if state is not None and state.applied_sequence >= target and _settled(state):
             # Applied, though perhaps never acknowledged: two agents recording at once each
             # see the other's older sequence, and the outbox relay would re-send for ever.
             _ack_outbox(space_uid, space)
@@ -106,7 +109,9 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
                 # Keep the space (Terminating, with the reason in its status) and retry: it is
                 # removed only once every agent has really torn its objects down.
                 error = f"Cleaning up failed, retrying: {exc}"[:500]
-                AgentState.objects.filter(pk=state.pk).update(space_error=error, torn_down=False)
+                AgentState.objects.update_or_create(
+                    space_uid=space_uid, kind=kind,
+                    defaults={"space_error": error, "torn_down": False})
                 logger.warning("agent.teardown_failed", extra={
                     "space": str(space_uid), "agent": kind, "tenant": space.tenant.slug,
                     "vhost": space.vhost, "error": error})
@@ -155,10 +160,11 @@ def invalidated_spaces(kind: str) -> list:
 def pending_events(space_uid, kind: str, limit: int = 100) -> list[tuple[str, dict]] | None:
     """(type, payload) of the space's events the agent kind has not applied yet, oldest
     first; None if there are more than `limit` (a big batch: no shortcut is worth it)."""
-    applied = (AgentState.objects.filter(space_uid=space_uid, kind=kind)
-               .values_list("applied_sequence", flat=True).first() or 0)
-    events = list(ConfigEvent.objects.filter(stream_id=space_uid, sequence__gt=applied)
-                  .order_by("sequence").values_list("type", "payload")[:limit + 1])
+    applied = AgentState.objects.filter(space_uid=space_uid, kind=kind).values(
+        "applied_sequence")[:1]
+    events = list(ConfigEvent.objects.filter(
+        stream_id=space_uid, sequence__gt=Coalesce(Subquery(applied), 0),
+    ).order_by("sequence").values_list("type", "payload")[:limit + 1])
     return None if len(events) > limit else events
 
 
@@ -183,7 +189,8 @@ def _record(space: AddressSpace, kind: str, target: int, report: Report, started
     backwards), errors, an AppliedEvent per newly covered event, acknowledged outbox rows."""
     now = timezone.now()
     with transaction.atomic():
-        state = AgentState.objects.select_for_update().get(space_uid=space.uid, kind=kind)
+        state = AgentState.objects.select_for_update().get_or_create(
+            space_uid=space.uid, kind=kind)[0]
         if space.terminating:
             state.torn_down = True
         state.address_errors, state.space_error = report.address_errors, report.space_error
@@ -199,17 +206,14 @@ def _record(space: AddressSpace, kind: str, target: int, report: Report, started
 
 
 def _record_applied(space_uid, kind, after: int, upto: int, now) -> None:
-    events = ConfigEvent.objects.filter(
-        stream_id=space_uid, sequence__gt=after, sequence__lte=upto
-    ).values_list("position", "created_at")
-    AppliedEvent.objects.bulk_create(
-        [
-            AppliedEvent(event_id=position, kind=kind, applied_at=now,
-                         latency_seconds=(now - created).total_seconds())
-            for position, created in events
-        ],
-        ignore_conflicts=True,
-    )
+    """An AppliedEvent for each event in (after, upto], with its latency: one statement."""
+    applied, events = AppliedEvent._meta.db_table, ConfigEvent._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {applied} (event_id, kind, applied_at, latency_seconds)"
+            f" SELECT position, %s, %s, EXTRACT(EPOCH FROM %s - created_at)::float8"
+            f" FROM {events} WHERE stream_id = %s AND sequence > %s AND sequence <= %s"
+            " ON CONFLICT DO NOTHING", [kind, now, now, space_uid, after, upto])
 
 
 def _ack_outbox(space_uid, space: AddressSpace | None) -> None:
@@ -217,13 +221,14 @@ def _ack_outbox(space_uid, space: AddressSpace | None) -> None:
     pending = Outbox.objects.filter(stream_uid=space_uid, acked_at__isnull=True)
     if space is not None:
         kinds = installed_kinds(space.type)
-        applied = dict(
-            AgentState.objects.filter(space_uid=space_uid, kind__in=kinds).values_list(
-                "kind", "applied_sequence"
-            )
-        )
-        upto = min((applied.get(k, 0) for k in kinds), default=0)
-        pending = pending.filter(sequence__lte=upto)
+        if not kinds:
+            return
+        # Up to the lowest sequence its agents applied; none while one of them has no state
+        # yet (no row: the subquery is NULL and nothing compares below it). One statement.
+        upto = (AgentState.objects.filter(space_uid=space_uid, kind__in=kinds)
+                .values("space_uid").annotate(upto=Min("applied_sequence"), kinds=Count("kind"))
+                .filter(kinds=len(set(kinds))).values("upto"))
+        pending = pending.filter(sequence__lte=Subquery(upto))
     pending.update(acked_at=timezone.now())
 
 

@@ -6,8 +6,12 @@ sender to `$management` with application properties `operation`, `type`/`entityT
 """
 import itertools
 import logging
+import os
+import threading
+import uuid
 
-from proton import ConnectionException, Message, Timeout
+from proton import ConnectionException, Message, SSLUnavailable, Timeout
+from proton.reactor import Container
 from proton.utils import BlockingConnection, LinkDetached
 
 logger = logging.getLogger(__name__)
@@ -30,11 +34,52 @@ class RouterUnreachable(Exception):
     """No connection to the router's management (it may be restarting)."""
 
 
+class SharedSslContainer(Container):
+    """proton's Container, with one SSL configuration per process instead of one each.
+
+    proton makes a client and a server OpenSSL context for every Container, whatever the URL:
+    about 50 ms of CPU on OpenSSL 3 (measured), so opening a management connection cost that
+    much, once a second for the router watch and after every idle spell for the agents. Nothing
+    ever changes these default contexts, so one pair serves every connection of the process.
+    The rest is what Container.__init__ sets up (tests/workers/test_qdr_container.py checks
+    that it still matches the installed proton)."""
+
+    _ssl: tuple[int, object] | None = None  # (pid, proton's SSLConfig or None)
+    _ssl_lock = threading.Lock()
+
+    def __init__(self):
+        super().__init__(impl=None)  # `impl`: Container.__init__ leaves its own set-up out
+        self.ssl = self._shared_ssl()
+        from proton._reactor import GlobalOverrides
+
+        self.global_handler = GlobalOverrides(self.global_handler)
+        self.trigger = None
+        self.container_id = str(uuid.uuid4())
+        self.allow_insecure_mechs = True
+        self.allowed_mechs = None
+        self.sasl_enabled = True
+        self.user = None
+        self.password = None
+
+    @classmethod
+    def _shared_ssl(cls):
+        from proton._reactor import SSLConfig
+
+        with cls._ssl_lock:
+            if cls._ssl is None or cls._ssl[0] != os.getpid():  # never a parent's, after fork
+                try:
+                    cls._ssl = (os.getpid(), SSLConfig())
+                except SSLUnavailable:
+                    cls._ssl = (os.getpid(), None)
+            return cls._ssl[1]
+
+
 class Management:
     def __init__(self, url: str, user: str | None = None, password: str | None = None,
                  timeout: float = 10.0):
         try:
             self.conn = BlockingConnection(url, user=user, password=password, timeout=timeout,
+                                           container=SharedSslContainer(),
                                            allowed_mechs="PLAIN" if user else "ANONYMOUS",
                                            allow_insecure_mechs=True)
             self.receiver = self.conn.create_receiver(None, dynamic=True)

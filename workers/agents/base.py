@@ -94,10 +94,11 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
             return None
         target = space.last_sequence  # read before the agent reads the projections: it
         # then applies this sequence or a later one, never an earlier one
-        # The state is read here only to skip a settled space: a change records it in _record.
-        state = (AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)[0]
-                 if only_if_behind and not space.terminating else None)
-        if state is not None and state.applied_sequence >= target and _settled(state):
+        # The row exists before the agent talks to its target: a router restart meanwhile
+        # invalidates it, and _record keeps that invalidation (router_watch).
+        state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
+        if only_if_behind and state.applied_sequence >= target and not space.terminating \
+                and _settled(state):
             # Applied, though perhaps never acknowledged: two agents recording at once each
             # see the other's older sequence, and the outbox relay would re-send for ever.
             _ack_outbox(space_uid, space)
@@ -109,9 +110,7 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
                 # Keep the space (Terminating, with the reason in its status) and retry: it is
                 # removed only once every agent has really torn its objects down.
                 error = f"Cleaning up failed, retrying: {exc}"[:500]
-                AgentState.objects.update_or_create(
-                    space_uid=space_uid, kind=kind,
-                    defaults={"space_error": error, "torn_down": False})
+                AgentState.objects.filter(pk=state.pk).update(space_error=error, torn_down=False)
                 logger.warning("agent.teardown_failed", extra={
                     "space": str(space_uid), "agent": kind, "tenant": space.tenant.slug,
                     "vhost": space.vhost, "error": error})
@@ -189,8 +188,7 @@ def _record(space: AddressSpace, kind: str, target: int, report: Report, started
     backwards), errors, an AppliedEvent per newly covered event, acknowledged outbox rows."""
     now = timezone.now()
     with transaction.atomic():
-        state = AgentState.objects.select_for_update().get_or_create(
-            space_uid=space.uid, kind=kind)[0]
+        state = AgentState.objects.select_for_update().get(space_uid=space.uid, kind=kind)
         if space.terminating:
             state.torn_down = True
         state.address_errors, state.space_error = report.address_errors, report.space_error

@@ -234,7 +234,8 @@ def run_usage_job(self, day: str | None = None) -> str:
     else:
         when = datetime.date.fromisoformat(day) if day else today - datetime.timedelta(days=1)
     try:
-        return run_day(when).status
+        run = run_day(when)
+        return run.status if run is not None else "skipped"  # another run is under way
     except Exception as exc:
         raise self.retry(exc=exc, countdown=300 * (self.request.retries + 1)) from exc
     finally:

@@ -18,4 +18,6 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError("--day must be YYYY-MM-DD") from exc
         run = run_day(when)
+        if run is None:
+            raise CommandError("another usage job is running: try again when it has finished")
         self.stdout.write(f"{run.day}: {run.status} in {run.seconds:.1f}s, rows {run.rows}")

@@ -156,6 +156,14 @@ def mailer(settings, smtp_server):
 
 REDIS_PORT = int(os.environ.get("MAAS_TEST_REDIS_PORT", "6390"))
 
+# RabbitMQ's management statistics: its objects emit them every 5 s (collect_statistics_interval,
+# RabbitMQ's default) and its management agent copies them every MAAS_RABBITMQ_STATS_SECONDS
+# (deploy/local/services.sh): a figure read through the HTTP API shows a change up to the sum
+# later (docs/storage.md, "Lag").
+BROKER_STATS_EMIT = 5.0
+BROKER_STATS_COPY = float(os.environ.get("MAAS_RABBITMQ_STATS_SECONDS", "30"))
+BROKER_STATS_LAG = BROKER_STATS_EMIT + BROKER_STATS_COPY
+
 
 def free_tcp_port() -> int:
     with socket.socket() as s:

@@ -58,6 +58,27 @@ conf=/etc/rabbitmq/rabbitmq.conf
 if [ -w /etc/rabbitmq ] && ! grep -q '^mqtt.listeners.tcp' "$conf" 2>/dev/null; then
   printf 'mqtt.listeners.tcp.default = 127.0.0.1:%s\n' "$RABBITMQ_MQTT_PORT" >> "$conf"
 fi
+# Statistics: the management agent copies every queue's, connection's and node's statistics
+# (the "basic" and "global" tables) on the smallest sample interval of their retention policy,
+# 5 s by default, whether anything changed or not: at 250 vhosts of 100 queues that is 38% of a
+# core at rest, 14% at 30 s (docs/scale.md, "Broker statistics"). Metering's figures show a
+# change up to this many seconds later (docs/storage.md, "Lag"). The channels' tables
+# ("detailed") must be copied on the same interval: RabbitMQ 3.10 files an exchange's
+# publish_in under the detailed interval and reads it under the basic one. The pool's nodes
+# copy these lines (deploy/local/rabbitmq-nodes.sh).
+STATS_SECONDS="${MAAS_RABBITMQ_STATS_SECONDS:-30}"
+if [ -w /etc/rabbitmq ] && ! grep -q '^management.sample_retention_policies' "$conf" 2>/dev/null; then
+  cat >> "$conf" <<STATS
+# MaaS: statistics copied every $STATS_SECONDS s (deploy/local/services.sh). All three policies are
+# needed: one left out would be empty, and RabbitMQ's collectors refuse an empty policy.
+management.sample_retention_policies.global.minute = $STATS_SECONDS
+management.sample_retention_policies.global.hour = 60
+management.sample_retention_policies.global.day = 1200
+management.sample_retention_policies.basic.minute = $STATS_SECONDS
+management.sample_retention_policies.basic.hour = 60
+management.sample_retention_policies.detailed.minute = $STATS_SECONDS
+STATS
+fi
 # Open files: RabbitMQ keeps two open per started vhost (its message stores) besides a socket
 # per connection, so Debian's default of 1024 runs out at a few hundred spaces
 # (docs/scale.md). rabbitmq-env.conf, which every start sources as the rabbitmq user (after
@@ -69,6 +90,19 @@ if [ -w /etc/rabbitmq ] && ! grep -q 'MaaS: open files' "$env_conf" 2>/dev/null;
   printf 'ulimit -S -n %s 2>/dev/null || ulimit -S -n "$(ulimit -H -n)"  # MaaS: open files (deploy/local/services.sh)\n' \
     "$RABBITMQ_NOFILE" >> "$env_conf"
 fi
+restart_rabbitmq() {  # its definitions and messages are on disk
+  local pid
+  pid=$(rabbitmqctl -q eval 'os:getpid().' 2>/dev/null | tr -d '"' || true)
+  if [ -d /run/systemd/system ] && systemctl is-active -q rabbitmq-server 2>/dev/null; then
+    systemctl restart rabbitmq-server  # its unit's LimitNOFILE is the hard limit
+  else
+    rabbitmqctl -q stop >/dev/null
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    rabbitmq-server -detached
+  fi
+  wait_port 5672 120
+  rabbitmqctl -q await_startup >/dev/null 2>&1 || true
+}
 if ! listening 5672; then
   log "starting RabbitMQ"
   rabbitmq-server -detached
@@ -82,15 +116,7 @@ want=$RABBITMQ_NOFILE
 if [ -n "${soft:-}" ] && [ "$soft" != unlimited ] && [ "$soft" -lt "$want" ]; then
   if [ "$(id -u)" = 0 ] && grep -q 'MaaS: open files' "$env_conf" 2>/dev/null; then
     log "restarting RabbitMQ to raise its open files from $soft to $want"
-    if [ -d /run/systemd/system ] && systemctl is-active -q rabbitmq-server 2>/dev/null; then
-      systemctl restart rabbitmq-server  # its unit's LimitNOFILE is the hard limit
-    else
-      rabbitmqctl -q stop >/dev/null
-      for _ in $(seq 1 60); do kill -0 "$beam_pid" 2>/dev/null || break; sleep 1; done
-      rabbitmq-server -detached
-    fi
-    wait_port 5672 120
-    rabbitmqctl -q await_startup >/dev/null 2>&1 || true
+    restart_rabbitmq
   else
     log "RabbitMQ may open $soft files: raise it (ulimit -n $RABBITMQ_NOFILE) for many spaces"
   fi
@@ -109,6 +135,18 @@ if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT" || ! listening 15692; 
   done
   wait_port 15672 60
   wait_port 15692 60   # rabbitmq_prometheus (deploy/monitoring scrapes it)
+fi
+# A broker started before the statistics lines above were in rabbitmq.conf (Debian's package
+# starts it on install) reads them at its next start: restart it once. Its collectors take
+# their interval when they start, and restarting them alone would count totals twice.
+stats_now=$(rabbitmqctl -q eval 'P = rabbit_mgmt_agent_config:get_env(sample_retention_policies), [lists:min([I || {_, I} <- proplists:get_value(S, P)]) || S <- [global, basic, detailed]].' 2>/dev/null | tr -d ' ' || true)
+if grep -q "^management.sample_retention_policies.basic.minute = " "$conf" 2>/dev/null; then
+  stats_want=$(sed -n 's/^management.sample_retention_policies.basic.minute = //p' "$conf" | tail -n 1)
+  if [ -n "$stats_now" ] && [ "$stats_now" != "[$stats_want,$stats_want,$stats_want]" ] && [ "$(id -u)" = 0 ]; then
+    log "restarting RabbitMQ to copy its statistics every $stats_want s (global, basic, detailed now: $stats_now s)"
+    restart_rabbitmq
+    wait_port 15672 60
+  fi
 fi
 # MaaS's topic exchange type x-maas-topic (deploy/rabbitmq/rabbitmq_maas_topic, docs/storage.md):
 # compiled against the running RabbitMQ into its plugins directory and enabled; a changed source

@@ -65,11 +65,17 @@ def main() -> None:
 
 
 def settings(api: RabbitMQApi, node: str) -> dict:
-    """The node's statistics settings: rates_mode from its management API, the collection
-    interval (milliseconds; RabbitMQ's default 5000 when unset) from the node itself."""
+    """The node's statistics settings: rates_mode from its management API; from the node
+    itself, the emission interval (milliseconds; RabbitMQ's default 5000 when unset) and the
+    management agent's copy interval per policy (seconds: the smallest sample interval of each
+    of its sample_retention_policies, deploy/local/services.sh)."""
+    copy = ("P = rabbit_mgmt_agent_config:get_env(sample_retention_policies), "
+            "[{S, lists:min([I || {_, I} <- proplists:get_value(S, P)])} "
+            "|| S <- [global, basic, detailed]].")
     return {"rates_mode": api.request("GET", "/overview").get("rates_mode"),
             "collect_statistics_interval":
-                erl(node, "application:get_env(rabbit, collect_statistics_interval).")}
+                erl(node, "application:get_env(rabbit, collect_statistics_interval)."),
+            "copied every": " ".join(erl(node, copy).split())}
 
 
 def erl(node: str, expression: str) -> str:

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import BROKER_STATS_LAG, wait_for
 from workers.infra import manifests as m
 from workers.infra.drain import RabbitMQDrainer
 from workers.storage.rabbitmq import RabbitMQApi
@@ -54,13 +54,13 @@ def test_drain_counts_until_the_queues_are_empty(space):
             "properties": {"delivery_mode": 2}, "routing_key": "orders",
             "payload": f"m{i}", "payload_encoding": "string"})
     # queue totals are refreshed by the stats interval
-    wait_for(lambda: stored(api, s.vhost, "orders") == 3, timeout=10, interval=0.2,
+    wait_for(lambda: stored(api, s.vhost, "orders") == 3, timeout=2 * BROKER_STATS_LAG, interval=0.2,
              what="the broker to count the 3 messages")
 
     assert drainer.drain(s, "broker-1", ("broker-0",)) == 3
     assert drainer.drain(s, "broker-1", ()) == 0  # nothing left in the space to keep them for
     api.purge_queue(s.vhost, "orders")  # its consumers drained it
-    wait_for(lambda: drainer.drain(s, "broker-1", ("broker-0",)) == 0, timeout=10,
+    wait_for(lambda: drainer.drain(s, "broker-1", ("broker-0",)) == 0, timeout=2 * BROKER_STATS_LAG,
              interval=0.2, what="the drainer to see the purged queue empty")
 
 

@@ -12,6 +12,7 @@ import pytest
 import requests
 from proton import Message
 
+from tests.conftest import BROKER_STATS_COPY, BROKER_STATS_LAG
 from workers.router.broker_links import is_culprit, names_object, refused_object
 
 from .conftest import (
@@ -61,14 +62,14 @@ def statuses(mgmt) -> dict[str, str]:
 
 def broker_sessions(vhost: str) -> int:
     """RabbitMQ's internal connections for the vhost: one per AMQP 1.0 session (the list
-    lags by a statistics interval)."""
+    lags by up to a statistics lag, BROKER_STATS_LAG)."""
     r = requests.get(f"{RABBIT_API}/vhosts/{vhost}/connections", auth=RABBIT_AUTH,
                      params={"columns": "name,type"}, timeout=30)
     r.raise_for_status()
     return sum(1 for c in r.json() if c.get("type") == "direct")
 
 
-def wait_sessions(vhost: str, expected: int, timeout: float = 20.0) -> int:
+def wait_sessions(vhost: str, expected: int, timeout: float = 2 * BROKER_STATS_LAG) -> int:
     deadline = time.monotonic() + timeout
     while (seen := broker_sessions(vhost)) != expected and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -142,11 +143,11 @@ def test_a_refusal_during_the_first_attach_quarantines_only_the_link_it_names(mg
 
 def most_sessions(vhost: str) -> int:
     """The most sessions seen over three seconds, once the list shows the vhost's sessions
-    (it lags by a statistics interval, so one more interval is let pass first)."""
-    deadline = time.monotonic() + 20
+    (it lags by up to a statistics lag, so one more copy of the statistics is let pass first)."""
+    deadline = time.monotonic() + 2 * BROKER_STATS_LAG
     while broker_sessions(vhost) == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
-    time.sleep(6)
+    time.sleep(BROKER_STATS_COPY + 1)
     seen = []
     for _ in range(6):
         seen.append(broker_sessions(vhost))

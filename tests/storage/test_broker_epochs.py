@@ -1,17 +1,20 @@
 """Broker epochs and the per-vhost assembly of `broker_counters`, on made-up readings (pure).
 
-RabbitMQ refreshes a node's `uptime` once per stats interval, so (read time - uptime) saws by
-up to 5 s: these tests feed that sawtooth and restarts to `EpochMemory`.
+RabbitMQ refreshes a node's `uptime` once per copy of its statistics, so (read time - uptime)
+saws by up to that interval (docs/storage.md, "Lag"): these tests feed that sawtooth and
+restarts to `EpochMemory`.
 """
 from datetime import UTC, datetime
 
 import pytest
 
+from tests.conftest import BROKER_STATS_COPY
 from workers.storage.rabbitmq import BrokerError
 from workers.usage.broker_counters import EpochMemory, broker_epoch, vhost_counters
 
 BROKER = "http://rabbit:15672/api"
 START = datetime(2026, 11, 23, 21, 12, 4, tzinfo=UTC).timestamp() * 1000  # Unix ms
+COPY_MS = int(BROKER_STATS_COPY * 1000)
 
 
 def node(uptime_ms: int, pid: str = "2969", name: str = "rabbit@a") -> dict:
@@ -26,7 +29,7 @@ def reading_at(memory: EpochMemory, elapsed_ms: int, stale_ms: int = 0, **kw):
 def test_the_uptime_sawtooth_never_changes_the_epoch():
     memory = EpochMemory()
     first = reading_at(memory, 60_000)
-    later = {reading_at(memory, 60_000 + i * 1_000, stale_ms=i * 1_000 % 5_000)
+    later = {reading_at(memory, 60_000 + i * 1_000, stale_ms=i * 1_000 % COPY_MS)
              for i in range(1, 200)}
     assert later == {first}
 
@@ -35,8 +38,8 @@ def test_a_node_near_an_hour_boundary_keeps_its_epoch():
     # Started 2 s before a full hour: readings land on both sides of it, the epoch does not.
     memory = EpochMemory()
     start_ms = datetime(2026, 11, 23, 21, 59, 58, tzinfo=UTC).timestamp() * 1000
-    epochs = {broker_epoch(BROKER, [node(10_000 + i * 1_000 - (i % 5) * 1_000)],
-                           start_ms + 10_000 + i * 1_000, memory)[0] for i in range(20)}
+    epochs = {broker_epoch(BROKER, [node(40_000 + i * 1_000 - i * 1_000 % COPY_MS)],
+                           start_ms + 40_000 + i * 1_000, memory)[0] for i in range(80)}
     assert len(epochs) == 1
 
 

@@ -58,7 +58,8 @@ VhostCounters (the space row), cumulative since the node started (`epoch`, `sinc
 - `connections` (clients connected, any protocol) and `consumers`: gauges.
 
 Statistics lag: RabbitMQ emits them every collect_statistics_interval (5 s by default) and its
-management collector copies them on the same period: a figure shows an event 0-10 s later.
+management agent copies them every 30 s (deploy/local/services.sh): a figure shows an event
+0-35 s later.
 
 Epochs: the management statistics live in the node's memory and start again at 0 when the
 node restarts, and an object's start again when it is deleted and recreated. The vhost epoch
@@ -109,10 +110,10 @@ OUT_OF_RANGE = "Page out of range"  # RabbitMQ's answer to a page past the end (
 READERS = 4  # calls at once: enough to keep a 2-core broker busy
 RETRY_PAUSE = 0.2  # seconds before a vhost's failed call is made again (_per_vhost)
 UNREADABLE = "unreadable"  # a vhost's answer when its call failed twice
-# A node's start is read as (now - uptime); RabbitMQ refreshes `uptime` once per stats interval
-# (5 s), so that estimate saws by up to 5 s plus the request's latency. Well inside this margin
-# it is the same node instance.
-SAME_START_TOLERANCE_MS = 60_000
+# A node's start is read as (now - uptime); RabbitMQ refreshes `uptime` once per copy of its
+# statistics (30 s here, docs/storage.md "Lag"), so that estimate saws by up to as much plus the
+# request's latency. Well inside this margin it is the same node instance.
+SAME_START_TOLERANCE_MS = 120_000
 EPOCH_KEY_PREFIX = "maas:usage:broker-epoch:"
 
 

@@ -65,9 +65,17 @@ fi
 # change up to this many seconds later (docs/storage.md, "Lag"). The channels' tables
 # ("detailed") must be copied on the same interval: RabbitMQ 3.10 files an exchange's
 # publish_in under the detailed interval and reads it under the basic one. The pool's nodes
-# copy these lines (deploy/local/rabbitmq-nodes.sh).
+# copy these lines (deploy/local/rabbitmq-nodes.sh); another MAAS_RABBITMQ_STATS_SECONDS
+# rewrites them, and the broker is restarted once below to read them.
 STATS_SECONDS="${MAAS_RABBITMQ_STATS_SECONDS:-30}"
-if [ -w /etc/rabbitmq ] && ! grep -q '^management.sample_retention_policies' "$conf" 2>/dev/null; then
+if ! [[ "$STATS_SECONDS" =~ ^[0-9]+$ ]] || [ "$STATS_SECONDS" -lt 5 ] || [ "$STATS_SECONDS" -gt 30 ]; then
+  # Each policy keeps a minute of samples: at 60 s a minute holds one, and RabbitMQ then never
+  # showed a queue's counts (measured). 5 s is RabbitMQ's own default.
+  log "MAAS_RABBITMQ_STATS_SECONDS=$STATS_SECONDS: give a whole number of seconds from 5 to 30"
+  exit 1
+fi
+if [ -w /etc/rabbitmq ] && ! grep -qx "management.sample_retention_policies.basic.minute = $STATS_SECONDS" "$conf" 2>/dev/null; then
+  sed -i -e '/^# MaaS: statistics copied every/,+1d' -e '/^management\.sample_retention_policies\./d' "$conf" 2>/dev/null || true
   cat >> "$conf" <<STATS
 # MaaS: statistics copied every $STATS_SECONDS s (deploy/local/services.sh). All three policies are
 # needed: one left out would be empty, and RabbitMQ's collectors refuse an empty policy.

@@ -65,8 +65,8 @@ def counters(api, vhost: str, memory: EpochMemory | None = None):
 
 def settle(api, vhost: str, done, timeout: float = 3 * BROKER_STATS_LAG):
     """The first reading of the vhost for which `done(reading)` holds, and how long it took.
-    Up to a statistics lag (35 s); a busy broker was seen still at 0 after 20 s past the 5 s
-    lag there was before (docs/storage.md, "Exact")."""
+    Up to BROKER_STATS_LAG; a busy broker was once seen still at 0 for 20 s more
+    (docs/storage.md, "Exact")."""
     start = time.monotonic()
     while True:
         reading = counters(api, vhost)

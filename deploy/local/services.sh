@@ -147,14 +147,12 @@ fi
 # A broker started before the statistics lines above were in rabbitmq.conf (Debian's package
 # starts it on install) reads them at its next start: restart it once. Its collectors take
 # their interval when they start, and restarting them alone would count totals twice.
+stats_want=$(sed -n 's/^management.sample_retention_policies.basic.minute = //p' "$conf" 2>/dev/null | tail -n 1)
 stats_now=$(rabbitmqctl -q eval 'P = rabbit_mgmt_agent_config:get_env(sample_retention_policies), [lists:min([I || {_, I} <- proplists:get_value(S, P)]) || S <- [global, basic, detailed]].' 2>/dev/null | tr -d ' ' || true)
-if grep -q "^management.sample_retention_policies.basic.minute = " "$conf" 2>/dev/null; then
-  stats_want=$(sed -n 's/^management.sample_retention_policies.basic.minute = //p' "$conf" | tail -n 1)
-  if [ -n "$stats_now" ] && [ "$stats_now" != "[$stats_want,$stats_want,$stats_want]" ] && [ "$(id -u)" = 0 ]; then
-    log "restarting RabbitMQ to copy its statistics every $stats_want s (global, basic, detailed now: $stats_now s)"
-    restart_rabbitmq
-    wait_port 15672 60
-  fi
+if [ -n "$stats_want" ] && [ -n "$stats_now" ] && [ "$stats_now" != "[$stats_want,$stats_want,$stats_want]" ] && [ "$(id -u)" = 0 ]; then
+  log "restarting RabbitMQ to copy its statistics every $stats_want s (global, basic, detailed now: $stats_now s)"
+  restart_rabbitmq
+  wait_port 15672 60
 fi
 # MaaS's topic exchange type x-maas-topic (deploy/rabbitmq/rabbitmq_maas_topic, docs/storage.md):
 # compiled against the running RabbitMQ into its plugins directory and enabled; a changed source

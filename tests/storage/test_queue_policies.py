@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import BROKER_STATS_LAG, wait_for
 from tests.storage.clients import queue_policy
 from workers.storage.desired import BrokerQueue, VhostState
 from workers.storage.rabbitmq import (
@@ -79,9 +79,11 @@ def test_the_broker_gives_each_queue_its_shared_policy(admin, vhost):
     assert len(ours) == 2  # not 15
     desired = desired_objects(state)
     for queue, definition in [("q0", SHORT), ("q11", SHORT), ("c2", CAPPED)]:
-        # RabbitMQ's own matching, as its queue reports it (statistics: up to 5 s late)
+        # RabbitMQ's own matching, as its queue reports it: the queue's statistics, so up to
+        # BROKER_STATS_LAG late (services.sh's copy interval); 15 s failed CI at 30 s copies
         wanted = (policy_of(desired, queue), definition)
-        wait_for(lambda q=queue, w=wanted: effective(admin, vhost, q) == w, timeout=15,
+        wait_for(lambda q=queue, w=wanted: effective(admin, vhost, q) == w,
+                 timeout=BROKER_STATS_LAG + 10,
                  what=f"{queue}'s policy")
     assert effective(admin, vhost, "plain")[0] is None
 

@@ -13,6 +13,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from django.conf import settings
 
@@ -176,11 +177,26 @@ def collect(now: datetime | None = None) -> list[dict]:
     return rows
 
 
+class ScheduledAddress(NamedTuple):
+    """What a sample round needs of an address. A tuple, not a model instance: a round reads
+    every scheduled address of the platform (100,000 a minute at scale), and building Django
+    models was a third of the round's CPU."""
+
+    space_id: int
+    address: str
+    type: str
+    topic: str
+
+    broker_object_name = property(Address.broker_object_name.fget)  # the model's own rule
+
+
 def scheduled_addresses(spaces) -> dict:
-    """{space pk: [Address]} of the scheduled addresses, in one query."""
+    """{space pk: [ScheduledAddress]} of the scheduled addresses, in one query."""
     found: dict = defaultdict(list)
-    for a in Address.objects.filter(space__in=spaces, scheduled=True).only(
-            "space_id", "address", "type", "topic"):
+    rows = Address.objects.filter(space__in=spaces, scheduled=True).values_list(
+        *ScheduledAddress._fields)
+    for row in rows:
+        a = ScheduledAddress._make(row)
         found[a.space_id].append(a)
     return found
 

@@ -11,7 +11,12 @@ import dataclasses
 import pytest
 
 from workers.infra import manifests as m
-from workers.infra.controller import InfraController, workload_ready
+from workers.infra.controller import (
+    DRAIN_SETTLING,
+    DRAIN_UNREACHABLE,
+    InfraController,
+    workload_ready,
+)
 
 from . import spaces
 from .fake_kube import FakeKubernetes
@@ -152,12 +157,14 @@ def test_scale_down_drains_the_removed_broker_before_deleting_it(kube, drainer, 
     assert drainer.stored == {"broker-2": 0, "broker-3": 0}
 
 
-def test_a_broker_that_cannot_be_reached_is_kept(kube, controller):
-    class Unreachable:
+@pytest.mark.parametrize("answer, shown", [(DRAIN_UNREACHABLE, "broker unreachable"),
+                                           (DRAIN_SETTLING, "confirming it is empty")])
+def test_a_broker_the_drainer_cannot_vouch_for_is_kept(kube, controller, answer, shown):
+    class Unsure:
         def drain(self, space, cluster_id, targets):
-            return -1
+            return answer
 
-    controller.drainer = Unreachable()
+    controller.drainer = Unsure()
     controller.reconcile(spaces.plan_changed())
     kube.settle()
     smaller = dataclasses.replace(spaces.plan_changed(), brokers=spaces.plan_changed().brokers[:1])
@@ -166,7 +173,7 @@ def test_a_broker_that_cannot_be_reached_is_kept(kube, controller):
         status = controller.reconcile(smaller)
     assert {f"broker-{i}-{INFRA}" for i in range(4)} <= kube.names("StatefulSet")
     assert {b.state for b in status.brokers[1:]} == {"Draining"}
-    assert "Broker broker-3 is Draining (broker unreachable)" in status.messages
+    assert f"Broker broker-3 is Draining ({shown})" in status.messages
     assert not status.is_ready
 
 

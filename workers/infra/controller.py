@@ -43,10 +43,16 @@ class Client(Protocol):  # pragma: no cover - interface
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool: ...
 
 
+# What a Drainer returns besides a count of stored messages; the broker is kept either way.
+DRAIN_UNREACHABLE = -1  # the broker could not be read
+DRAIN_SETTLING = -2  # it reads empty, but the reading may predate the drain (drain.py)
+
+
 class Drainer(Protocol):  # pragma: no cover - interface
     def drain(self, space: m.SpaceInfra, cluster_id: str, targets: tuple[str, ...]) -> int:
         """Moves the stored messages of `cluster_id` towards `targets` (started once, then
-        continued); returns how many messages are still stored on it (-1: unknown)."""
+        continued); returns how many messages are still stored on it (0: it may be deleted),
+        or DRAIN_UNREACHABLE or DRAIN_SETTLING."""
 
 
 @dataclass
@@ -264,8 +270,9 @@ class InfraController:
                               leaving.get(broker.cluster_id))
             status.brokers.append(bs)
             if broker.state == "Draining":
-                left = (f"{bs.messages_left} messages left" if (bs.messages_left or 0) >= 0
-                        else "broker unreachable")
+                left = {DRAIN_UNREACHABLE: "broker unreachable",
+                        DRAIN_SETTLING: "confirming it is empty"}.get(
+                    bs.messages_left, f"{bs.messages_left} messages left")
                 status.messages.append(f"Broker {broker.cluster_id} is Draining ({left})")
             elif broker.state == "Migrating":
                 status.messages.append(f"Broker {broker.cluster_id} is Migrating")

@@ -6,16 +6,27 @@ the space's vhost on the leaving broker, a dynamic shovel (`src-delete-after: qu
 moves what is stored to the same queue on the first remaining broker; the broker is reported
 empty, and only then deleted, once every queue of the vhost there holds no message (consumers
 may drain it too). With no broker left (every stored address deleted), nothing is kept.
+
+The count is the management API's `messages`, a statistic: it shows a queue as it was up to one
+statistics interval ago (emission and copy, 10 s at RabbitMQ's defaults). So an empty count is
+believed only once it was read `settle` seconds after draining began; before that the drainer
+reports DRAIN_SETTLING, so that a message stored just before the router stopped sending there
+still shows.
 """
 import logging
+import time
 from urllib.parse import quote
 
 from ..storage.rabbitmq import BrokerError, RabbitMQApi
 from . import manifests as m
+from .controller import DRAIN_SETTLING, DRAIN_UNREACHABLE
 
 logger = logging.getLogger(__name__)
 
 SHOVEL_PREFIX = "maas-drain-"
+# Twice RabbitMQ's default statistics lag (5 s emission + 5 s copy): its brokers on Kubernetes
+# keep the defaults (a broker copying less often needs a longer settle).
+SETTLE_SECONDS = 20.0
 
 
 def _amqp_uri(host: str, user: str, password: str, vhost: str) -> str:
@@ -25,38 +36,57 @@ def _amqp_uri(host: str, user: str, password: str, vhost: str) -> str:
 
 class RabbitMQDrainer:
     def __init__(self, cfg: m.InfraSettings, admin_password, timeout: float = 10,
-                 user: str = m.BROKER_ADMIN_USER, host_of=None):
+                 user: str = m.BROKER_ADMIN_USER, host_of=None,
+                 settle: float = SETTLE_SECONDS, clock=time.monotonic):
         """`admin_password(infra)` returns the brokers' admin password of a space;
         `host_of(space, cluster_id)` a broker's host (default: its Service)."""
         self.cfg, self.admin_password, self.timeout = cfg, admin_password, timeout
-        self.user = user
+        self.user, self.settle, self.clock = user, settle, clock
         self.host_of = host_of or (
             lambda space, cluster: m.service_host(m.broker_name(space.infra, cluster), cfg))
+        # When this process first asked to drain each (space, broker). Kept in memory only: a
+        # restarted controller waits `settle` again, which is never unsafe.
+        self._began: dict[tuple[str, str], float] = {}
 
     def drain(self, space: m.SpaceInfra, cluster_id: str, targets: tuple[str, ...]) -> int:
+        """The messages still stored on the leaving broker (0: it may be deleted), or
+        DRAIN_UNREACHABLE or DRAIN_SETTLING (keep it)."""
+        key = (space.uid, cluster_id)
+        began = self._began.setdefault(key, self.clock())
+        left, counted = self._count_and_move(space, cluster_id, targets)
+        if left == 0 and counted and self.clock() - began < self.settle:
+            return DRAIN_SETTLING
+        if left == 0:
+            self._began.pop(key, None)
+        return left
+
+    def _count_and_move(self, space: m.SpaceInfra, cluster_id: str,
+                        targets: tuple[str, ...]) -> tuple[int, bool]:
+        """(messages left, whether that is the statistics' count): a vhost that is not there,
+        or no broker to keep the messages for, is known at once."""
         password = self.admin_password(space.infra)
         api = RabbitMQApi(f"http://{self.host_of(space, cluster_id)}:{m.BROKER_MANAGEMENT_PORT}"
                           f"/api", self.user, password, timeout=self.timeout)
         vhost = quote(space.vhost, safe="")
         try:
             if api.request("GET", f"/vhosts/{vhost}", missing_ok=True) is None:
-                return 0  # the storage agent never created the vhost there: nothing stored
+                return 0, False  # the storage agent never created the vhost there
             queues = api.request("GET", f"/queues/{vhost}",
                                  params={"columns": "name,messages"}) or []
             left = sum(int(q.get("messages") or 0) for q in queues)
             if not targets:
-                return 0  # no stored address is left in the space: nothing to keep
+                return 0, False  # no stored address is left in the space: nothing to keep
             dest = _amqp_uri(self.host_of(space, targets[0]), self.user, password, space.vhost)
             src = _amqp_uri("localhost", self.user, password, space.vhost)
             for q in queues:
                 if int(q.get("messages") or 0) > 0:
                     self._shovel(api, space, cluster_id, q["name"], src, dest)
-            return left
+            return left, True
         except BrokerError as exc:
             logger.warning("infra.drain_unreachable", extra={"space": space.uid,
                                                              "broker": cluster_id,
                                                              "error": str(exc)})
-            return -1  # unknown: keep the broker, try again on the next reconcile
+            return DRAIN_UNREACHABLE, False  # keep the broker, try again on the next reconcile
         finally:
             api.close()
 

@@ -87,6 +87,22 @@ management.sample_retention_policies.basic.hour = 60
 management.sample_retention_policies.detailed.minute = $STATS_SECONDS
 STATS
 fi
+# The core metrics GC (every 2 min by default) deletes the counts a deleted queue left that the
+# collectors have not copied yet. A topic receiver's temporary queue, expired 5 s after its
+# receiver left, then takes the copies routed to it out of the topic's messages_out for good, at
+# a chance of about copy interval / GC interval: 25% at 30 s and 2 min (4% at RabbitMQ's 5 s).
+# Hourly, under 1%; the GC only tidies up after deletions whose events were missed
+# (docs/storage.md, "Lag"). advanced.config is read by the pool's nodes too.
+advanced=/etc/rabbitmq/advanced.config
+GC_MS=3600000
+if [ -w /etc/rabbitmq ] && ! grep -q "core_metrics_gc_interval, $GC_MS}" "$advanced" 2>/dev/null; then
+  if [ -s "$advanced" ] && ! grep -q '^%% MaaS:' "$advanced"; then
+    log "$advanced is not MaaS's: add {rabbit, [{core_metrics_gc_interval, $GC_MS}]} to it"
+  else
+    printf '%%%% MaaS: the core metrics GC hourly (deploy/local/services.sh)\n[{rabbit, [{core_metrics_gc_interval, %s}]}].\n' \
+      "$GC_MS" > "$advanced"
+  fi
+fi
 # Open files: RabbitMQ keeps two open per started vhost (its message stores) besides a socket
 # per connection, so Debian's default of 1024 runs out at a few hundred spaces
 # (docs/scale.md). rabbitmq-env.conf, which every start sources as the rabbitmq user (after
@@ -147,10 +163,20 @@ fi
 # A broker started before the statistics lines above were in rabbitmq.conf (Debian's package
 # starts it on install) reads them at its next start: restart it once. Its collectors take
 # their interval when they start, and restarting them alone would count totals twice.
+# The same for the metrics GC's interval in advanced.config.
 stats_want=$(sed -n 's/^management.sample_retention_policies.basic.minute = //p' "$conf" 2>/dev/null | tail -n 1)
 stats_now=$(rabbitmqctl -q eval 'P = rabbit_mgmt_agent_config:get_env(sample_retention_policies), [lists:min([I || {_, I} <- proplists:get_value(S, P)]) || S <- [global, basic, detailed]].' 2>/dev/null | tr -d ' ' || true)
-if [ -n "$stats_want" ] && [ -n "$stats_now" ] && [ "$stats_now" != "[$stats_want,$stats_want,$stats_want]" ] && [ "$(id -u)" = 0 ]; then
-  log "restarting RabbitMQ to copy its statistics every $stats_want s (global, basic, detailed now: $stats_now s)"
+gc_want=$(sed -n 's/.*core_metrics_gc_interval, \([0-9]*\)}.*/\1/p' "$advanced" 2>/dev/null | tail -n 1)
+gc_now=$(rabbitmqctl -q eval 'application:get_env(rabbit, core_metrics_gc_interval, 120000).' 2>/dev/null || true)
+why=""
+if [ -n "$stats_want" ] && [ -n "$stats_now" ] && [ "$stats_now" != "[$stats_want,$stats_want,$stats_want]" ]; then
+  why="to copy its statistics every $stats_want s (global, basic, detailed now: $stats_now s)"
+fi
+if [ -n "$gc_want" ] && [ -n "$gc_now" ] && [ "$gc_now" != "$gc_want" ]; then
+  why="${why:+$why, }to run its metrics GC every $gc_want ms (now $gc_now)"
+fi
+if [ -n "$why" ] && [ "$(id -u)" = 0 ]; then
+  log "restarting RabbitMQ $why"
   restart_rabbitmq
   wait_port 15672 60
 fi

@@ -86,6 +86,28 @@ def test_a_message_stored_just_before_the_drain_keeps_the_broker(space):
              timeout=2 * BROKER_STATS_LAG, interval=0.5, what="the drainer to confirm it empty")
 
 
+def test_each_drain_waits_its_own_settle(space):
+    """The drainer's clock (given here) starts at a drain's first call; a drain not asked about
+    for `stale` seconds (the broker was wanted again, then removed again) starts over."""
+    s, api = space
+    now = [0.0]
+    drainer = RabbitMQDrainer(spaces.CFG, lambda infra: PASSWORD, user=USER,
+                              host_of=lambda sp, cluster: HOST, settle=20, stale=900,
+                              clock=lambda: now[0])
+    api.put_vhost(s.vhost)
+    api.put_permissions(s.vhost, USER, ".*", ".*", ".*")
+    api.put_queue(s.vhost, "orders", {})  # empty, as the broker counts it
+
+    def at(t: float) -> int:
+        now[0] = t
+        return drainer.drain(s, "broker-1", ("broker-0",))
+
+    assert [at(0), at(19), at(21)] == [DRAIN_SETTLING, DRAIN_SETTLING, 0]
+    assert [at(30), at(51)] == [DRAIN_SETTLING, 0]  # drained before: a new drain, a new wait
+    assert at(60) == DRAIN_SETTLING
+    assert [at(2000), at(2010), at(2021)] == [DRAIN_SETTLING, DRAIN_SETTLING, 0]  # stale
+
+
 def test_an_unreachable_broker_is_unknown(space):
     s, _ = space
     drainer = RabbitMQDrainer(spaces.CFG, lambda infra: "x", timeout=2,

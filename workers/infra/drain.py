@@ -27,6 +27,11 @@ SHOVEL_PREFIX = "maas-drain-"
 # Twice RabbitMQ's default statistics lag (5 s emission + 5 s copy): its brokers on Kubernetes
 # keep the defaults (a broker copying less often needs a longer settle).
 SETTLE_SECONDS = 20.0
+# A drain not asked about for this long is a new one (the broker was wanted again in between,
+# then removed again): its clock starts over. Far above the time between two reconciles of a
+# draining space, which is at most its drift check period (5 minutes at the default
+# MAAS_RESYNC_INTERVAL; workers/tasks.py).
+STALE_SECONDS = 3600.0
 
 
 def _amqp_uri(host: str, user: str, password: str, vhost: str) -> str:
@@ -37,27 +42,31 @@ def _amqp_uri(host: str, user: str, password: str, vhost: str) -> str:
 class RabbitMQDrainer:
     def __init__(self, cfg: m.InfraSettings, admin_password, timeout: float = 10,
                  user: str = m.BROKER_ADMIN_USER, host_of=None,
-                 settle: float = SETTLE_SECONDS, clock=time.monotonic):
+                 settle: float = SETTLE_SECONDS, stale: float = STALE_SECONDS,
+                 clock=time.monotonic):
         """`admin_password(infra)` returns the brokers' admin password of a space;
         `host_of(space, cluster_id)` a broker's host (default: its Service)."""
         self.cfg, self.admin_password, self.timeout = cfg, admin_password, timeout
-        self.user, self.settle, self.clock = user, settle, clock
+        self.user, self.settle, self.stale, self.clock = user, settle, stale, clock
         self.host_of = host_of or (
             lambda space, cluster: m.service_host(m.broker_name(space.infra, cluster), cfg))
-        # When this process first asked to drain each (space, broker). Kept in memory only: a
-        # restarted controller waits `settle` again, which is never unsafe.
-        self._began: dict[tuple[str, str], float] = {}
+        # (began, last asked) of each (space, broker) this process drains. Kept in memory only:
+        # a restarted controller waits `settle` again, which is never unsafe.
+        self._asked: dict[tuple[str, str], tuple[float, float]] = {}
 
     def drain(self, space: m.SpaceInfra, cluster_id: str, targets: tuple[str, ...]) -> int:
         """The messages still stored on the leaving broker (0: it may be deleted), or
         DRAIN_UNREACHABLE or DRAIN_SETTLING (keep it)."""
-        key = (space.uid, cluster_id)
-        began = self._began.setdefault(key, self.clock())
+        key, now = (space.uid, cluster_id), self.clock()
+        began, last = self._asked.get(key, (now, now))
+        if now - last > self.stale:
+            began = now
+        self._asked[key] = (began, now)
         left, counted = self._count_and_move(space, cluster_id, targets)
         if left == 0 and counted and self.clock() - began < self.settle:
             return DRAIN_SETTLING
         if left == 0:
-            self._began.pop(key, None)
+            del self._asked[key]  # drained: the broker goes
         return left
 
     def _count_and_move(self, space: m.SpaceInfra, cluster_id: str,

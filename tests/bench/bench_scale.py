@@ -10,7 +10,8 @@ of its own (`--database`, created and migrated if missing) and Celery queues of 
 stops it at the end; without, it measures the platform that DATABASE_URL and --url point at.
 Fills with `manage.py fill_addresses` (the service functions: per tenant STANDARD standard
 spaces of 100 addresses and BROKERED brokered spaces of 100 queues), waits until every address
-is Active, then measures:
+is Active (then waits --settle seconds, for figures at rest rather than in the fill's tail),
+then measures:
 
 - API create latency (REST, one at a time) and create -> Active (recorded by the platform:
   AppliedEvent.applied_at of the last agent minus the create call) for creates arriving at
@@ -313,6 +314,10 @@ def main():
                         help="run the probes even when the fill did not converge")
     parser.add_argument("--converge-timeout", type=float, default=3600,
                         help="seconds to wait for every filled address to be Active")
+    parser.add_argument("--settle", type=float, default=0,
+                        help="seconds to wait after the fill converged before the probes, so "
+                             "they measure the platform at rest with the fleet present, not "
+                             "the fill's tail (its queued drift checks, the brokers' statistics)")
     args = parser.parse_args()
 
     if args.start:
@@ -365,6 +370,7 @@ def main():
         if args.big:
             manage("shell", "-c", _BIG_SPACE.format(slug=slug, n=args.big))
         wait_all_active(600)
+        settle(args.settle)
 
         latencies, called = probe_creates(session, base_url, probes, args.probes, args.rate)
         active, missing = to_active(called)
@@ -399,6 +405,17 @@ def main():
             print(f"  {mib:6d}  {cmd}")
     finally:
         platform.stop()
+
+
+def settle(seconds: float) -> None:
+    """Waits `seconds`, printing the load average each minute."""
+    if seconds <= 0:
+        return
+    print(f"settling {seconds:.0f} s before the probes ({load()})", flush=True)
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        time.sleep(min(60.0, left))
+        print(f"  {seconds - max(0.0, until - time.monotonic()):.0f} s: {load()}", flush=True)
 
 
 def resync(session, base_url, probes, args):

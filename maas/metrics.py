@@ -173,6 +173,12 @@ def phase_counts(spaces, states) -> dict:
             figures["Terminating"] += n
             continue
         behind = late.get(frozenset(agents_for_address(space.type, address_type)), 0)
+        # The errors, the counts and the addresses behind are read in three statements, each on
+        # a snapshot of its own: an address made or removed between them must not make a
+        # figure negative (it is off by the changes of those milliseconds, as any gauge is).
+        n = max(0, n)
+        pending = max(0, min(pending, n))
+        behind = max(0, min(behind, n - pending))
         figures["Pending"] += pending
         figures["Configuring"] += behind
         figures["Active"] += n - pending - behind

@@ -229,11 +229,9 @@ def _judge_errored(by_pk: dict, states: dict, errored: dict, judged: list,
         counts[space_id][phase] += n
     if not elsewhere:
         return
-    keys = list(errored)
-    kinds = [",".join(sorted(errored[k])) for k in keys]
     groups = {(pk, reported) for pk, _, reported in elsewhere}
-    names = {name for (pk, name), reported in zip(keys, kinds, strict=True)
-             if (pk, reported) in groups}
+    names = {name for (pk, name), kinds in errored.items()
+             if (pk, ",".join(sorted(kinds))) in groups}
     for address in Address.objects.filter(
         space_id__in={e[0] for e in elsewhere}, name__in=names,
         type__in={e[1] for e in elsewhere},

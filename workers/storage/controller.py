@@ -17,13 +17,14 @@ from tenants.models import TenantQuota
 
 from .. import credentials, endpoints
 from ..agents.base import Agent, Report, TransientError, pending_events
-from ..naming import broker_username
+from ..naming import USER_SEPARATOR, broker_username
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 
 logger = logging.getLogger(__name__)
 
 STORED_TYPES = ("queue", "topic", "subscription", "deadletter")
+NEW_QUEUE_TYPES = ("queue", "deadletter")  # those the short path makes (`new_queues_only`)
 
 
 def effective_ttl(plan_ttl: dict, address_ttl: dict) -> int | None:
@@ -55,31 +56,47 @@ def stored_addresses(space: AddressSpace) -> list[Address]:
     return list(addresses.select_related("space").order_by("name"))
 
 
-def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
+def tenant_throttled(space: AddressSpace) -> bool:
     # Read at every reconcile: a throttle changes no config event, it wakes the agents.
-    throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
-    state = VhostState(vhost=space.vhost, throttled=throttled,
+    return TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
+
+
+def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
+    state = VhostState(vhost=space.vhost, throttled=tenant_throttled(space),
                        max_connections=space.plan_status.get("maxConnections"),
                        queue_exchanges=space.type != "standard")
     for a in stored_addresses(space) if addresses is None else addresses:
-        ps, spec = a.plan_status, a.spec
-        ttl = effective_ttl(ps.get("messageTtl"), spec.get("messageTtl"))
         if a.type == "topic":
+            ttl = effective_ttl(a.plan_status.get("messageTtl"), a.spec.get("messageTtl"))
             state.topics.append(BrokerTopic(name=a.address, deadletter=a.deadletter or None,
                                             expiry=a.expiry or None, ttl_ms=ttl))
             continue
-        state.queues.append(BrokerQueue(
-            name=a.broker_object_name,
-            kind=a.type,
-            topic=a.topic or None,
-            deadletter=a.deadletter or None,
-            expiry=a.expiry or None,
-            ttl_ms=ttl,
-            max_delivery_attempts=effective_attempts(ps.get("messageRedelivery"),
-                                                     spec.get("messageRedelivery")),
-            max_length_bytes=max_length_bytes(a),
-            max_consumers=spec.get("subscription", {}).get("maxConsumers"),
-        ))
+        state.queues.append(broker_queue(a))
+    state.users = desired_users(space)
+    return state
+
+
+def broker_queue(a: Address) -> BrokerQueue:
+    """The broker queue of a queue, subscription or deadletter address."""
+    ps, spec = a.plan_status, a.spec
+    return BrokerQueue(
+        name=a.broker_object_name,
+        kind=a.type,
+        topic=a.topic or None,
+        deadletter=a.deadletter or None,
+        expiry=a.expiry or None,
+        ttl_ms=effective_ttl(ps.get("messageTtl"), spec.get("messageTtl")),
+        max_delivery_attempts=effective_attempts(ps.get("messageRedelivery"),
+                                                 spec.get("messageRedelivery")),
+        max_length_bytes=max_length_bytes(a),
+        max_consumers=spec.get("subscription", {}).get("maxConsumers"),
+    )
+
+
+def desired_users(space: AddressSpace) -> list[BrokerUser]:
+    """The space's messaging users as broker users, and the router's own login of a standard
+    space."""
+    users = []
     for user in MessagingUser.objects.filter(space=space).order_by("username"):
         send, recv, manage, view = [], [], False, False
         for rule in user.authorization:
@@ -90,13 +107,13 @@ def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -
                 recv += rule["addresses"]
             manage = manage or "manage" in ops
             view = view or "view" in ops
-        state.users.append(BrokerUser(
+        users.append(BrokerUser(
             username=broker_username(space.vhost, user.username), password_hash=user.password_hash,
             send=tuple(send), recv=tuple(recv), manage=manage, view=view,
         ))
     if space.type == "standard":
-        state.users.append(router_broker_user(space))
-    return state
+        users.append(router_broker_user(space))
+    return users
 
 
 def router_broker_user(space: AddressSpace) -> BrokerUser:
@@ -170,6 +187,9 @@ class StorageController(Agent):
         unchanged = nothing_to_store(events, state)
         if unchanged is not None:
             return unchanged
+        added = self._add_queues(space, new_queues_only(events, state))
+        if added is not None:
+            return added
         # A resync (no new event) or an invalidated state looks for drift the events cannot
         # tell of: stale users without permissions, found by a read of all the broker's users.
         thorough = events == [] or (state is not None and state.invalidated)
@@ -194,6 +214,46 @@ class StorageController(Agent):
         errors.update(purge_errors)
         problems = result.vhost_errors + [f"user {u}: {m}" for u, m in result.user_errors.items()]
         return Report(address_errors=errors, space_error="; ".join(problems)[:500])
+
+    @staticmethod
+    def _add_queues(space: AddressSpace, names: list[str] | None) -> Report | None:
+        """The short path (`BrokerReconciler.add`) for the new queues `names`: the report when
+        every one is verified on the broker, None (the full apply follows, and repairs what
+        this did halfway) when it does not apply, failed or verified less."""
+        if not names:
+            return None
+        new = list(Address.objects.filter(space=space, name__in=names, scheduled=True,
+                                          type__in=NEW_QUEUE_TYPES).select_related("space"))
+        if len(new) != len(names):
+            return None  # one is pending or gone since: the full apply knows what to do
+        queues = [broker_queue(a) for a in new]
+        if any(rabbitmq.policy_definition(q) or rabbitmq.dead_letter_routes(q) for q in queues):
+            return None  # a policy names its queues together (every queue of a standard space)
+        users = [u for u in desired_users(space)
+                 if u.username.endswith(USER_SEPARATOR + space.vhost) and ":" not in u.username]
+        throttled = tenant_throttled(space)
+        names_by_type: dict[str, list[str]] = {"queue": [], "topic": []}
+        for type_, address, topic in Address.objects.filter(
+                space=space, scheduled=True, type__in=STORED_TYPES).values_list(
+                "type", "address", "topic"):
+            names_by_type["topic" if type_ == "topic" else "queue"].append(
+                f"{topic}::{address}" if type_ == "subscription" else address)
+        all_queues, topics = sorted(names_by_type["queue"]), sorted(names_by_type["topic"])
+        vhost = VhostState(vhost=space.vhost, queues=queues,
+                           queue_exchanges=space.type != "standard")
+        try:
+            result = rabbitmq.BrokerReconciler(_api(space)).add(
+                vhost,
+                {u.username: rabbitmq.user_permissions(u, all_queues, topics, throttled)
+                 for u in users},
+                {u.username: rabbitmq.mqtt_topic_permissions(u, topics, throttled)
+                 for u in users})
+        except rabbitmq.BrokerError:
+            return None  # a read failed: the full apply tells a busy broker from a refusal
+        if result is None or not result.ok or result.transient or any(
+                not result.is_active(a.broker_object_name) for a in new):
+            return None
+        return Report(address_errors={}, space_error="")
 
     @staticmethod
     def _purge(api: rabbitmq.RabbitMQApi, space: AddressSpace, by_name: dict) -> dict:
@@ -242,6 +302,27 @@ def nothing_to_store(events: list | None, state: AgentState | None) -> Report | 
     if state is None or state.applied_at is None or state.invalidated:
         return None
     return Report(address_errors=state.address_errors, space_error=state.space_error)
+
+
+def new_queues_only(events: list | None, state: AgentState | None) -> list[str] | None:
+    """Names of the queue and deadletter addresses the pending `events` create, when creating
+    addresses is all they do (anycast and multicast ones need nothing here) and the last
+    reconcile left the vhost as desired: no address or space error, no invalidation (a
+    restarted broker). None otherwise: a resync, any other event, a topic or a subscription
+    (their objects are shared: policies, topic bindings) take the full apply."""
+    if not events or state is None or state.applied_at is None or state.invalidated \
+            or state.address_errors or state.space_error:
+        return None
+    names = []
+    for event_type, payload in events:
+        if event_type != "address.created":
+            return None
+        if payload.get("type") in ROUTER_ONLY_TYPES:
+            continue
+        if payload.get("type") not in NEW_QUEUE_TYPES:
+            return None
+        names.append(payload["name"])
+    return names or None
 
 
 def purges_to_carry_out(space: AddressSpace) -> list[str]:

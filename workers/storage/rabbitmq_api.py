@@ -138,6 +138,10 @@ class RabbitMQApi:
     def list_queues(self, vhost: str, columns=QUEUE_COLUMNS) -> list[dict]:
         return self._list(f"/queues/{_q(vhost)}", columns, stats=False)
 
+    def get_queue(self, vhost: str, name: str, columns=QUEUE_COLUMNS) -> dict | None:
+        return self.request("GET", f"/queues/{_q(vhost)}/{_q(name)}", missing_ok=True,
+                            params={"columns": ",".join(columns), "disable_stats": "true"})
+
     def put_queue(self, vhost: str, name: str, arguments: dict, durable: bool = True) -> None:
         body = {"durable": durable, "auto_delete": False, "arguments": arguments}
         self.request("PUT", f"/queues/{_q(vhost)}/{_q(name)}", body)
@@ -152,6 +156,10 @@ class RabbitMQApi:
     # exchanges
     def list_exchanges(self, vhost: str, columns=EXCHANGE_COLUMNS) -> list[dict]:
         return self._list(f"/exchanges/{_q(vhost)}", columns, stats=False)
+
+    def get_exchange(self, vhost: str, name: str, columns=EXCHANGE_COLUMNS) -> dict | None:
+        return self.request("GET", f"/exchanges/{_q(vhost)}/{_q(name)}", missing_ok=True,
+                            params={"columns": ",".join(columns), "disable_stats": "true"})
 
     def put_exchange(
         self, vhost: str, name: str, type: str, arguments: dict,
@@ -175,6 +183,15 @@ class RabbitMQApi:
     ) -> list[dict]:
         """The bindings whose source is `exchange`."""
         return self._list(f"/exchanges/{_q(vhost)}/{_q(exchange)}/bindings/source", columns)
+
+    def list_bindings_between(
+        self, vhost: str, exchange: str, destination: str, destination_type: str = "queue",
+        columns=BINDING_COLUMNS,
+    ) -> list[dict]:
+        """The bindings from `exchange` to `destination` (none when either is missing)."""
+        path = _binding_path(vhost, exchange, destination, destination_type)
+        return self.request("GET", path, params={"columns": ",".join(columns)},
+                            missing_ok=True) or []
 
     def create_binding(
         self, vhost: str, exchange: str, destination: str, routing_key: str, arguments: dict,

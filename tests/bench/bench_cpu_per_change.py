@@ -14,6 +14,10 @@ be flat in the fleet's size). It makes a tenant with --spaces spaces of the kind
   is Active: each process's CPU beyond its rest, in ms per create; and the API's latency and
   create -> Active, as bench_scale measures them.
 
+--load NxDUTY runs N processes besides, each busy DUTY of a core in a session of its own (a
+stand-in for what else holds the cores at 100k: the brokers, PostgreSQL), so that latencies are
+measured under contention on an empty platform (docs/scale.md, "A new queue by name").
+
 A process's CPU counts its live descendants and those it reaped (utime, stime, cutime and
 cstime in /proc), so PostgreSQL's backends that `CONN_MAX_AGE` closes meanwhile still count.
 On two cores, 20 creates a second at X ms each take X * 2% of the machine.
@@ -106,6 +110,33 @@ def database_counts() -> tuple[int, int]:
         return cursor.fetchone()
 
 
+def burn(duty: float) -> None:
+    """Busy `duty` of every 10 ms, for ever (a --load process, in a session of its own)."""
+    os.setsid()
+    while True:
+        began = time.perf_counter()
+        while time.perf_counter() - began < 0.01 * duty:
+            pass
+        time.sleep(0.01 * (1 - duty))
+
+
+def start_load(spec: str | None) -> list[int]:
+    """--load NxDUTY: the pids of the N busy processes."""
+    if not spec:
+        return []
+    n, duty = spec.split("x")
+    pids = []
+    for _ in range(int(n)):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                burn(float(duty))
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    return pids
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=("anycast", "queue"), default="anycast",
@@ -120,6 +151,8 @@ def main():
     parser.add_argument("--platform-pid", type=int,
                         help="without --start: the runplatform process measured")
     parser.add_argument("--log")
+    parser.add_argument("--load", metavar="NxDUTY",
+                        help="N processes besides, each busy DUTY (0-1) of a core, e.g. 3x0.45")
     args = parser.parse_args()
 
     if args.start:
@@ -131,6 +164,7 @@ def main():
     django.setup()
 
     platform = Platform(args)
+    load_pids = start_load(args.load)
     if args.start:
         platform.start()
     root = platform.proc.pid if platform.proc else args.platform_pid
@@ -175,6 +209,9 @@ def main():
               f"{statistics.median(latencies) * 1000:.1f} ms)")
     finally:
         platform.stop()
+        for pid in load_pids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,15 @@ def test_one_queue_is_three_calls_and_two_rounds_of_reads(space, counted):
     assert phases(space)["orders"] == "Active" and full_apply_changes(space) == []
 
 
+def test_a_list_of_many_queues_takes_the_full_apply(space, counted):
+    services.create_addresses(ctx=CTX, space=space, items=[
+        {"address": f"bulk{i}", "type": "queue", "plan": "brokered-queue"}
+        for i in range(controller.NEW_QUEUES_BY_NAME + 1)])
+    base.run(space.uid, "storage")
+    assert listed(counted, space.vhost)  # fewer calls than three objects by name each, twice
+    assert set(phases(space).values()) == {"Active"} and full_apply_changes(space) == []
+
+
 def test_a_queue_with_a_policy_takes_the_full_apply(space, counted):
     queue(space, "short", spec={"messageTtl": {"maximum": 5000}})
     base.run(space.uid, "storage")

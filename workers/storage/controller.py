@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 STORED_TYPES = ("queue", "topic", "subscription", "deadletter")
 NEW_QUEUE_TYPES = ("queue", "deadletter")  # those the short path makes (`new_queues_only`)
+# The short path reads each new queue's three objects by name, twice: for more new queues
+# than this (a list of addresses), listing the whole vhost is fewer calls.
+NEW_QUEUES_BY_NAME = 4
 
 
 def effective_ttl(plan_ttl: dict, address_ttl: dict) -> int | None:
@@ -308,8 +311,9 @@ def new_queues_only(events: list | None, state: AgentState | None) -> list[str] 
     """Names of the queue and deadletter addresses the pending `events` create, when creating
     addresses is all they do (anycast and multicast ones need nothing here) and the last
     reconcile left the vhost as desired: no address or space error, no invalidation (a
-    restarted broker). None otherwise: a resync, any other event, a topic or a subscription
-    (their objects are shared: policies, topic bindings) take the full apply."""
+    restarted broker), and they are no more than NEW_QUEUES_BY_NAME. None otherwise: a
+    resync, any other event, a topic or a subscription (their objects are shared: policies,
+    topic bindings), or a list of many queues take the full apply."""
     if not events or state is None or state.applied_at is None or state.invalidated \
             or state.address_errors or state.space_error:
         return None
@@ -322,7 +326,7 @@ def new_queues_only(events: list | None, state: AgentState | None) -> list[str] 
         if payload.get("type") not in NEW_QUEUE_TYPES:
             return None
         names.append(payload["name"])
-    return names or None
+    return names if 0 < len(names) <= NEW_QUEUES_BY_NAME else None
 
 
 def purges_to_carry_out(space: AddressSpace) -> list[str]:

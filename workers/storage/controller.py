@@ -17,7 +17,7 @@ from tenants.models import TenantQuota
 
 from .. import credentials, endpoints
 from ..agents.base import Agent, Report, TransientError, pending_events
-from ..naming import USER_SEPARATOR, broker_username
+from ..naming import broker_username
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 
@@ -232,25 +232,20 @@ class StorageController(Agent):
         queues = [broker_queue(a) for a in new]
         if any(rabbitmq.policy_definition(q) or rabbitmq.dead_letter_routes(q) for q in queues):
             return None  # a policy names its queues together (every queue of a standard space)
-        users = [u for u in desired_users(space)
-                 if u.username.endswith(USER_SEPARATOR + space.vhost) and ":" not in u.username]
-        throttled = tenant_throttled(space)
-        names_by_type: dict[str, list[str]] = {"queue": [], "topic": []}
-        for type_, address, topic in Address.objects.filter(
-                space=space, scheduled=True, type__in=STORED_TYPES).values_list(
-                "type", "address", "topic"):
-            names_by_type["topic" if type_ == "topic" else "queue"].append(
-                f"{topic}::{address}" if type_ == "subscription" else address)
-        all_queues, topics = sorted(names_by_type["queue"]), sorted(names_by_type["topic"])
+        # Every user's permissions as the full apply grants them (the same `desired_objects`),
+        # which only the names of the space's queues and topics decide.
+        stored = Address.objects.filter(space=space, scheduled=True,
+                                        type__in=STORED_TYPES).only("type", "address", "topic")
+        wanted = rabbitmq.desired_objects(VhostState(
+            vhost=space.vhost, throttled=tenant_throttled(space), users=desired_users(space),
+            queues=[BrokerQueue(name=a.broker_object_name, kind=a.type, topic=a.topic or None)
+                    for a in stored if a.type != "topic"],
+            topics=[BrokerTopic(name=a.address) for a in stored if a.type == "topic"]))
         vhost = VhostState(vhost=space.vhost, queues=queues,
                            queue_exchanges=space.type != "standard")
         try:
             result = rabbitmq.BrokerReconciler(_api(space)).add(
-                vhost,
-                {u.username: rabbitmq.user_permissions(u, all_queues, topics, throttled)
-                 for u in users},
-                {u.username: rabbitmq.mqtt_topic_permissions(u, topics, throttled)
-                 for u in users})
+                vhost, wanted.permissions, wanted.topic_permissions)
         except rabbitmq.BrokerError:
             return None  # a read failed: the full apply tells a busy broker from a refusal
         if result is None or not result.ok or result.transient or any(

@@ -30,7 +30,6 @@ from .rabbitmq_objects import (
     dead_letter_routes,
     desired_objects,
     fanout_exchange,
-    mqtt_topic_permissions,
     pattern_matches,
     pattern_regex,
     policy_definition,
@@ -49,6 +48,6 @@ __all__ = [
     "VHOST_DESCRIPTION",
     "ApplyResult", "BrokerError", "BrokerReconciler", "RabbitMQApi",
     "broker_username", "dead_letter_routes", "desired_objects", "fanout_exchange", "hash_password",
-    "mqtt_topic_permissions", "pattern_matches", "pattern_regex", "policy_definition", "policy_of", "queue_arguments", "queue_policies",
+    "pattern_matches", "pattern_regex", "policy_definition", "policy_of", "queue_arguments", "queue_policies",
     "queue_type", "topic_type", "user_permissions", "verify_password",
 ]

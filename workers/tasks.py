@@ -29,12 +29,6 @@ logger = logging.getLogger(__name__)
 # checked for drift all the time; a quiet one is checked at least every this many resyncs.
 DRIFT_CHECK_EVERY = 5
 
-# Drift checks wait while more spaces than this have a change not applied yet (a fill, a broker
-# back from a restart): each is a full diff of router and broker, and during a fill of 100,000
-# addresses they took a share of the cores from the changes themselves. A few spaces behind
-# at a tick is ordinary traffic, and does not hold them back.
-DRIFT_WAITS_FOR_BACKLOG = 20
-
 
 class AgentTask(Task):
     """Logs each retry of a reconcile as a structured line (Celery computes the backoff)."""
@@ -146,22 +140,19 @@ def resync_all() -> int:
 
 
 def resync_candidates(now) -> tuple[list, list]:
-    """(spaces some agent has not applied yet, spaces due a drift check), from two queries; no
-    drift checks while more than DRIFT_WAITS_FOR_BACKLOG spaces have a change to apply."""
+    """(spaces some agent has not applied yet, spaces due a drift check), from two queries."""
     applied = _applied_by_space()
     kinds = {space_type: agent_kinds(space_type) for space_type in SPACE_TYPES}
     # A live router watch restores invalidated states itself: queueing them here too would
     # double the router's load just when it is busiest.
     watched = router_watch.alive(now)
     behind, quiet = [], []
-    backlog = 0  # spaces with a change not applied yet
     spaces = list(AddressSpace.objects.values_list("uid", "type", "last_sequence"))
     for uid, space_type, last_sequence in spaces:
         by_kind = {k: applied.get(uid, {}).get(k) for k in kinds.get(space_type, ())}
         states = list(by_kind.values())
         if any(s is None or s[0] < last_sequence or s[1] is None for s in states):
             behind.append(uid)
-            backlog += 1
         elif any(s[2] for k, s in by_kind.items() if k != router_watch.KIND):
             behind.append(uid)  # e.g. its broker restarted (storage.broker_watch)
         elif any(s[2] for s in states):
@@ -173,8 +164,6 @@ def resync_candidates(now) -> tuple[list, list]:
             behind.append(uid)
         elif states:
             quiet.append((min(s[1] for s in states), uid))
-    if backlog > DRIFT_WAITS_FOR_BACKLOG:
-        return behind, []
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
     share = math.ceil(len(spaces) / DRIFT_CHECK_EVERY)
     drifting = [uid for at, uid in sorted(quiet) if at < fresh][:share]

@@ -266,6 +266,9 @@ def live_worker(transactional_db, redis_server):
 # The suite's outcome is settled once pytest has unconfigured: leave without the interpreter's
 # finalization, where native libraries' threads (proton, Spark's py4j) crashed one full run
 # after every test had passed (`make: *** [test] Segmentation fault`, 1,213 passed).
+_EXIT_STATUS = pytest.StashKey[int]()
+
+
 def pytest_sessionfinish(session, exitstatus):
     session.config.stash[_EXIT_STATUS] = int(exitstatus)
 
@@ -278,5 +281,3 @@ def pytest_unconfigure(config):
         sys.stderr.flush()
         os._exit(status)
 
-
-_EXIT_STATUS = pytest.StashKey[int]()

@@ -277,6 +277,14 @@ MAAS_WORKER_CONCURRENCY = env_int("MAAS_WORKER_CONCURRENCY", 4)
 MAAS_EXTRA_PROCESSES: dict[str, list[str]] = {}
 MAAS_RELAY_AFTER_SECONDS = env_float("MAAS_RELAY_AFTER_SECONDS", 10.0)
 MAAS_RESYNC_INTERVAL = env_float("MAAS_RESYNC_INTERVAL", 60.0)
+# How often a quiet space is checked for drift, in seconds: each resync tick checks that share
+# of the spaces (workers/tasks.py). A longer period costs less at rest (at 100k on two cores
+# the checks and what they ask of the brokers and the router were about half a core at 300 s,
+# docs/scale.md) and leaves drift that no watch notices uncorrected for longer.
+MAAS_DRIFT_CHECK_PERIOD = env_float("MAAS_DRIFT_CHECK_PERIOD", 300.0)
+if MAAS_DRIFT_CHECK_PERIOD < MAAS_RESYNC_INTERVAL:
+    raise RuntimeError("MAAS_DRIFT_CHECK_PERIOD must be at least MAAS_RESYNC_INTERVAL "
+                       f"({MAAS_RESYNC_INTERVAL:g} s), not {MAAS_DRIFT_CHECK_PERIOD:g}")
 
 # RabbitMQ: the broker of the tenants' address spaces.
 RABBITMQ_API_URL = env("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")

@@ -25,9 +25,12 @@ from .dispatch import notify_space
 
 logger = logging.getLogger(__name__)
 
-# Every reconcile is a full one (query actual, diff, apply), so a space that changes often is
-# checked for drift all the time; a quiet one is checked at least every this many resyncs.
-DRIFT_CHECK_EVERY = 5
+
+def drift_check_ticks() -> int:
+    """Every reconcile is a full one (query actual, diff, apply), so a space that changes often
+    is checked for drift all the time; a quiet one at least once in this many resync ticks
+    (MAAS_DRIFT_CHECK_PERIOD over MAAS_RESYNC_INTERVAL: 5 by default)."""
+    return max(1, round(settings.MAAS_DRIFT_CHECK_PERIOD / settings.MAAS_RESYNC_INTERVAL))
 
 
 class AgentTask(Task):
@@ -165,7 +168,7 @@ def resync_candidates(now) -> tuple[list, list]:
         elif states:
             quiet.append((min(s[1] for s in states), uid))
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
-    share = math.ceil(len(spaces) / DRIFT_CHECK_EVERY)
+    share = math.ceil(len(spaces) / drift_check_ticks())
     drifting = [uid for at, uid in sorted(quiet) if at < fresh][:share]
     return behind, drifting
 

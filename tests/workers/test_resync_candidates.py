@@ -1,8 +1,12 @@
 """Which spaces the resync tick queues as behind: besides those with an unapplied change, those
 an agent left an address error to retry (an autoLink not active yet, a queue not verified),
 so the next tick retries them rather than their drift check minutes later; never those whose
-errors are all permanent."""
+errors are all permanent. And how many quiet ones it checks for drift (MAAS_DRIFT_CHECK_PERIOD)."""
+import os
+import subprocess
+import sys
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -49,3 +53,46 @@ def test_a_space_whose_change_is_not_applied_is_behind_whatever_its_errors(space
                               applied_sequence=space.last_sequence - 1,
                               applied_at=timezone.now(), address_errors={})
     assert space.uid in resync_candidates(timezone.now())[0]
+
+
+def quiet_spaces(tenant, n: int, applied_at) -> set:
+    """n brokered spaces whose storage agent applied everything at `applied_at`, no errors."""
+    uids = set()
+    for _ in range(n):
+        made = services.create_address_space(ctx=CTX, tenant=tenant,
+                                             name=f"q{uuid.uuid4().hex[:5]}", type="brokered",
+                                             plan="brokered-single-broker")
+        made.refresh_from_db()
+        AgentState.objects.create(space_uid=made.uid, kind="storage",
+                                  applied_sequence=made.last_sequence, applied_at=applied_at,
+                                  address_errors={})
+        uids.add(made.uid)
+    return uids
+
+
+@pytest.mark.parametrize("period, share", [(300.0, 2), (600.0, 1)])
+def test_a_tick_checks_the_drift_period_s_share_of_the_quiet_spaces(tenant, settings, period,
+                                                                     share):
+    """Ten spaces, three of them reconciled just now: a tick checks a fifth of all spaces with
+    the 300 s default (2), a tenth with 600 s (1); the longest unchecked first, never one
+    reconciled within the last interval."""
+    settings.MAAS_DRIFT_CHECK_PERIOD = period
+    now = timezone.now()
+    old = quiet_spaces(tenant, 6, now - timedelta(hours=1))
+    oldest = quiet_spaces(tenant, 1, now - timedelta(hours=2))
+    recent = quiet_spaces(tenant, 3, now)
+    behind, drifting = resync_candidates(now)
+    assert not (old | oldest | recent) & set(behind)
+    assert len(drifting) == share  # ceil(10 spaces / ticks of the period)
+    assert drifting[0] in oldest and not set(drifting) & recent
+
+
+def test_a_drift_period_shorter_than_the_resync_interval_is_refused_at_start():
+    """A period under one tick would mean every space every tick: said plainly, not rounded."""
+    env = dict(os.environ, MAAS_DRIFT_CHECK_PERIOD="30", DJANGO_SETTINGS_MODULE="maas.settings")
+    done = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env,
+                          capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode != 0
+    assert "MAAS_DRIFT_CHECK_PERIOD must be at least MAAS_RESYNC_INTERVAL (60 s), not 30" \
+        in done.stderr

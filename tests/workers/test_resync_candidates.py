@@ -19,8 +19,7 @@ from workers.tasks import resync_candidates
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def space(tenant):
+def brokered_space(tenant):
     made = services.create_address_space(ctx=CTX, tenant=tenant,
                                          name=f"r{uuid.uuid4().hex[:5]}", type="brokered",
                                          plan="brokered-single-broker")
@@ -28,10 +27,16 @@ def space(tenant):
     return made
 
 
-def applied(space, errors: dict) -> None:
-    """The storage agent applied every change of the space, leaving these address errors."""
+@pytest.fixture
+def space(tenant):
+    return brokered_space(tenant)
+
+
+def applied(space, errors: dict, at=None) -> None:
+    """The storage agent applied every change of the space (now, or `at`), leaving these
+    address errors."""
     AgentState.objects.update_or_create(space_uid=space.uid, kind="storage", defaults={
-        "applied_sequence": space.last_sequence, "applied_at": timezone.now(),
+        "applied_sequence": space.last_sequence, "applied_at": at or timezone.now(),
         "address_errors": errors})
 
 
@@ -57,17 +62,10 @@ def test_a_space_whose_change_is_not_applied_is_behind_whatever_its_errors(space
 
 def quiet_spaces(tenant, n: int, applied_at) -> set:
     """n brokered spaces whose storage agent applied everything at `applied_at`, no errors."""
-    uids = set()
-    for _ in range(n):
-        made = services.create_address_space(ctx=CTX, tenant=tenant,
-                                             name=f"q{uuid.uuid4().hex[:5]}", type="brokered",
-                                             plan="brokered-single-broker")
-        made.refresh_from_db()
-        AgentState.objects.create(space_uid=made.uid, kind="storage",
-                                  applied_sequence=made.last_sequence, applied_at=applied_at,
-                                  address_errors={})
-        uids.add(made.uid)
-    return uids
+    spaces = [brokered_space(tenant) for _ in range(n)]
+    for made in spaces:
+        applied(made, {}, at=applied_at)
+    return {made.uid for made in spaces}
 
 
 @pytest.mark.parametrize("period, share", [(300.0, 2), (600.0, 1)])

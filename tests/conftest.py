@@ -37,6 +37,16 @@ def django_db_setup(django_db_setup, django_db_blocker):
                        " WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_unpermitted_users():
+    """Each test's first drift check reads the broker's users without permissions anew: a
+    process reuses that list for a minute (workers/storage/rabbitmq_reconciler.py), and a
+    test that makes a stale user expects the next drift check to find it."""
+    from workers.storage.rabbitmq_reconciler import forget_unpermitted
+
+    forget_unpermitted()
+
+
 def make_user(username: str, staff: bool = False):
     return get_user_model().objects.create_user(username=username, password="pw-unused-123",
                                                 is_staff=staff)

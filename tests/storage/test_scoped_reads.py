@@ -11,6 +11,7 @@ from urllib.parse import quote, unquote
 
 import pytest
 
+from workers.storage import rabbitmq_reconciler
 from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 from workers.storage.rabbitmq import (
     OWNER_TAG,
@@ -19,6 +20,7 @@ from workers.storage.rabbitmq import (
     broker_username,
     hash_password,
 )
+from workers.storage.rabbitmq_reconciler import forget_unpermitted
 
 from .clients import API_PASSWORD, API_URL, API_USER
 
@@ -150,6 +152,7 @@ def test_a_reconcile_reads_the_same_rows_with_50_users_of_other_spaces_as_withou
 
     others = make_other_spaces(admin, vhosts, vhost)
     api.reads.clear()
+    forget_unpermitted()  # read again, as the first drift check of a minute does
     result = reconciler.apply(state)
     crowded = list(api.reads)
 
@@ -197,6 +200,7 @@ def test_a_stale_owned_user_is_removed_with_or_without_permissions(
     gone = broker_username(other_vhost, "gone")
     admin.put_user(gone, HASH, (OWNER_TAG,))  # another space's stale user: left to its own
 
+    forget_unpermitted()  # the next drift check, a minute on (the list is reused till then)
     result = reconciler.apply(space_state(vhost, "app"))  # bob, carol and dave were deleted
 
     assert result.ok, result
@@ -240,3 +244,28 @@ def test_an_apply_that_is_not_thorough_reads_nothing_but_its_own_space(
     api.reads.clear()
     assert reconciler.apply(state).ok  # a resync: thorough
     assert [p for p, _ in api.reads if not scoped(p, vhost)] == [UNPERMITTED]
+
+
+def test_drift_checks_reuse_the_brokers_users_without_permissions_for_a_while(
+    api, reconciler, vhost, monkeypatch
+):
+    """RabbitMQ works that list out from all its users, the same for every space of the
+    broker: a process reads it once per UNPERMITTED_TTL for all their drift checks. A
+    teardown, the last chance to find a vhost's stale users, always reads it."""
+    state = space_state(vhost, "app")
+    assert reconciler.apply(state).ok
+    assert reconciler.apply(state).ok
+    assert [p for p, _ in api.reads].count(UNPERMITTED) == 1
+
+    monkeypatch.setattr(rabbitmq_reconciler, "UNPERMITTED_TTL", 0.0)
+    api.reads.clear()
+    assert reconciler.apply(state).ok
+    assert reconciler.apply(state).ok
+    assert [p for p, _ in api.reads].count(UNPERMITTED) == 2
+
+    monkeypatch.setattr(rabbitmq_reconciler, "UNPERMITTED_TTL", 3600.0)
+    api.reads.clear()
+    assert reconciler.apply(state).ok  # the list read a moment ago
+    assert [p for p, _ in api.reads].count(UNPERMITTED) == 0
+    assert reconciler.teardown(vhost).ok
+    assert [p for p, _ in api.reads].count(UNPERMITTED) == 1

@@ -226,6 +226,14 @@ class RabbitMQApi:
         self.request("DELETE", f"/policies/{_q(vhost)}/{_q(name)}", missing_ok=True)
 
     # definitions
+    def vhost_definitions(self, vhost: str) -> dict:
+        """The vhost's `queues`, `exchanges`, `bindings` and `policies` in one read, without
+        statistics. Unlike the lists: RabbitMQ's own exchanges (the default one and `amq.*`)
+        are left out, a binding has no `properties_key` and a queue no `type` (its
+        `x-queue-type` argument says it). On a node of 250 vhosts it cost about half the
+        broker's CPU of the four lists (docs/scale.md, "Cheaper drift checks")."""
+        return self.request("GET", f"/definitions/{_q(vhost)}") or {}
+
     def import_definitions(self, vhost: str, definitions: dict) -> None:
         """Creates the `queues`, `exchanges`, `bindings` and `policies` of `definitions` in the
         vhost in one call (RabbitMQ imports policies first, then queues, exchanges, bindings).

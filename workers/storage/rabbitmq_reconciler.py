@@ -44,6 +44,11 @@ VHOST_DESCRIPTION = "Managed by MaaS (storage controller)"
 _USER = "user:"  # `_observe`'s key of a desired user's GET among its reads
 TOPIC_TYPE_TTL = 300.0  # seconds a broker's answer to "has it x-maas-topic?" is reused
 _topic_types: dict[str, tuple[float, str]] = {}  # broker API URL -> (monotonic expiry, type)
+# Seconds a broker's users without permissions are reused by the drift checks of its spaces:
+# RabbitMQ works that list out from all its users (15 ms of a node's CPU at 250 vhosts), and a
+# round of drift checks read it once per space, the same list each time.
+UNPERMITTED_TTL = 60.0
+_unpermitted: dict[str, tuple[float, list]] = {}  # broker API URL -> (monotonic read at, rows)
 
 
 def topic_type(api: RabbitMQApi) -> str:
@@ -64,6 +69,36 @@ def topic_type(api: RabbitMQApi) -> str:
         log.warning("storage.rabbitmq.no_maas_topic_type", extra={"broker": api.base_url})
     _topic_types[api.base_url] = (now + TOPIC_TYPE_TTL, kind)
     return kind
+
+
+def users_without_permissions(api: RabbitMQApi, fresh: bool = False) -> list[dict]:
+    """The broker's users that hold no permissions, read at most once per UNPERMITTED_TTL
+    by this process unless `fresh`. A row up to that old is harmless: the apply only deletes
+    the vhost's own stale users among them (a DELETE of one gone meanwhile is a no-op), and
+    one that turned stale since is found by the next drift check."""
+    now = time.monotonic()
+    cached = _unpermitted.get(api.base_url)
+    if cached and now - cached[0] < UNPERMITTED_TTL and not fresh:
+        return cached[1]
+    rows = api.list_users_without_permissions()
+    _unpermitted[api.base_url] = (now, rows)
+    return rows
+
+
+def forget_unpermitted() -> None:
+    """Drops every cached list of users without permissions (tests)."""
+    _unpermitted.clear()
+
+
+def _objects(definitions: dict) -> dict:
+    """`_Actual`'s queues, exchanges, bindings (not of the default exchange) and policies
+    of the vhost, from its definitions (`RabbitMQApi.vhost_definitions`)."""
+    return {
+        "queues": {q["name"]: q for q in definitions.get("queues") or []},
+        "exchanges": {x["name"]: x for x in definitions.get("exchanges") or []},
+        "bindings": [b for b in definitions.get("bindings") or [] if b["source"]],
+        "policies": {p["name"]: p for p in definitions.get("policies") or []},
+    }
 
 
 # --- what the vhost has ----------------------------------------------------------------
@@ -250,7 +285,9 @@ class BrokerReconciler:
         """Delete what MaaS owns for the vhost: its users, and the vhost if MaaS made it
         (otherwise only MaaS's objects inside it)."""
         desired = DesiredObjects()
-        actual = self._observe(vhost, desired)
+        # The users without permissions as they are now: a vhost deleted by hand left its
+        # users so, and this is their last chance to be found.
+        actual = self._observe(vhost, desired, fresh=True)
         result = ApplyResult(vhost=vhost)
         if actual.vhost_owned:
             # Users are global: deleting the vhost would only drop their permissions.
@@ -268,21 +305,21 @@ class BrokerReconciler:
     # observing
 
     def _observe(self, vhost: str, desired: DesiredObjects, thorough: bool = True,
-                 info: dict | None = None) -> _Actual:
+                 info: dict | None = None, fresh: bool = False) -> _Actual:
         """A handful of reads of the vhost and one GET per desired user, at the same time
         (the broker answers them in parallel: the time of the slowest, not of all); raises
         BrokerError if the broker cannot be read. Nothing that grows with the other spaces of
-        the broker is read, except the users without permissions when `thorough` (`_users`).
+        the broker is read, except the users without permissions when `thorough` (`_users`;
+        a list this process read within UNPERMITTED_TTL, unless `fresh`).
         `info`: the vhost, when the caller has just read it."""
         info = info if info is not None else self.api.get_vhost(vhost)
         calls = {_USER + name: partial(self.api.get_user, name) for name in desired.users}
-        calls["unpermitted"] = self.api.list_users_without_permissions if thorough else list
+        calls["unpermitted"] = (partial(users_without_permissions, self.api, fresh)
+                                if thorough else list)
         if info is not None:
             calls.update({
-                "queues": lambda: {q["name"]: q for q in self.api.list_queues(vhost)},
-                "exchanges": lambda: {x["name"]: x for x in self.api.list_exchanges(vhost)},
-                "bindings": lambda: [b for b in self.api.list_bindings(vhost) if b["source"]],
-                "policies": lambda: {p["name"]: p for p in self.api.list_policies(vhost)},
+                # Queues, exchanges, bindings and policies in one read of the definitions.
+                "objects": lambda: _objects(self.api.vhost_definitions(vhost)),
                 "permissions": lambda: {p["user"]: p for p in self.api.list_permissions(vhost)},
                 "limits": lambda: self.api.get_vhost_limits(vhost),
                 "topic_permissions": lambda: {
@@ -296,7 +333,8 @@ class BrokerReconciler:
         users = self._users(vhost, named, permissions, read.pop("unpermitted"))
         if info is None:
             return _Actual(None, {}, {}, [], {}, users, {}, {})
-        return _Actual(vhost=info, users=users, permissions=permissions, **read)
+        return _Actual(vhost=info, users=users, permissions=permissions, **read.pop("objects"),
+                       **read)
 
     def _observe_named(self, vhost: str, desired: DesiredObjects, users: bool = False) -> _Actual:
         """The desired exchanges, queues and bindings alone, each read by name, at the same
@@ -336,13 +374,16 @@ class BrokerReconciler:
         if "vhost" in touched:
             return self._observe(vhost, desired, thorough)
         calls = {}
-        if "queue" in touched:
+        if len(touched & {"queue", "exchange", "binding", "policy"}) > 1:
+            # e.g. a new queue, its binding and policy: one read instead of three lists
+            calls["objects"] = lambda: _objects(self.api.vhost_definitions(vhost))
+        elif "queue" in touched:
             calls["queues"] = lambda: {q["name"]: q for q in self.api.list_queues(vhost)}
-        if "exchange" in touched:
+        elif "exchange" in touched:
             calls["exchanges"] = lambda: {x["name"]: x for x in self.api.list_exchanges(vhost)}
-        if "binding" in touched:  # a new queue's bindings are created (touched) after it
+        elif "binding" in touched:  # a new queue's bindings are created (touched) after it
             calls["bindings"] = lambda: [b for b in self.api.list_bindings(vhost) if b["source"]]
-        if "policy" in touched:
+        elif "policy" in touched:
             calls["policies"] = lambda: {p["name"]: p for p in self.api.list_policies(vhost)}
         written = [label.split(":", 1)[1] for label in result.created + result.updated
                    if label.startswith("user:")]  # only the users this apply wrote: a GET each
@@ -357,6 +398,7 @@ class BrokerReconciler:
         if "limit" in touched:
             calls["limits"] = lambda: self.api.get_vhost_limits(vhost)
         read = _concurrently(calls)  # the calls do not nest: the pool is small
+        read.update(read.pop("objects", {}))
         fresh = {name: read.pop(_USER + name) for name in written}
         if written:
             read["users"] = {**actual.users, **{n: u for n, u in fresh.items() if u is not None}}
@@ -367,10 +409,11 @@ class BrokerReconciler:
         """The users MaaS must know of for the vhost, without listing the broker's users
         (they are global: that list grows with every space): the desired ones (`named`, one
         GET each), those named for the vhost that hold permissions on it (one GET each of
-        those not desired: stale ones, or someone else's), and those named for it among the users
-        that hold no permissions anywhere (on a healthy broker: few or none; RabbitMQ works
-        that list out from all its users: 400 ms at 600 vhosts, so only a thorough apply, a
-        resync, reads it). That last read finds a stale user of the vhost without permissions: created, then the agent stopped
+        those not desired: stale ones, or someone else's), and those named for it among the
+        users that hold no permissions anywhere (on a healthy broker: few or none; RabbitMQ
+        works that list out from all its users: 400 ms at 600 vhosts, so only a thorough
+        apply, a resync, reads it, and reuses it for UNPERMITTED_TTL). That last read finds a
+        stale user of the vhost without permissions: created, then the agent stopped
         before granting it and the user was deleted before the next apply; a permission PUT
         that failed; a teardown whose user delete failed but whose vhost delete did not; a
         vhost deleted by hand. MaaS grants a user on its own vhost only, so no user of the
@@ -556,6 +599,21 @@ class BrokerReconciler:
                  name, previous.get("configure", ""), previous.get("write", ""),
                  previous.get("read", ""), user=name)
 
+    def _delete_binding(self, v: str, row: dict) -> None:
+        """Deletes the binding `row`; one read from the definitions has no `properties_key`
+        (RabbitMQ's name for it, with a hash of its arguments): the bindings between its two
+        ends are read for it first (rare: only a stale binding is deleted)."""
+        key = row.get("properties_key")
+        if key is None:
+            key = next((b["properties_key"] for b in self.api.list_bindings_between(
+                v, row["source"], row["destination"], row["destination_type"])
+                if b["routing_key"] == row["routing_key"]
+                and (b.get("arguments") or {}) == (row.get("arguments") or {})), None)
+            if key is None:
+                return  # gone meanwhile
+        self.api.delete_binding(v, row["source"], row["destination"], key,
+                                row["destination_type"])
+
     def _delete_stale(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         owned_sources = {n for n, x in actual.exchanges.items() if _owned(x)}
         for row in actual.bindings:
@@ -565,9 +623,8 @@ class BrokerReconciler:
             if row["destination_type"] not in ("queue", "exchange") or not ours:
                 continue
             if row["source"] in owned_sources and key not in desired.bindings:
-                self._do(result, "deleted", _binding_label(key), None, self.api.delete_binding,
-                         v, row["source"], row["destination"], row["properties_key"],
-                         row["destination_type"])
+                self._do(result, "deleted", _binding_label(key), None, self._delete_binding,
+                         v, row)
         for name, q in actual.queues.items():
             if _owned(q) and name not in desired.queues:
                 self._do(result, "deleted", "queue:" + name, None, self.api.delete_queue, v, name)

@@ -60,9 +60,11 @@ def queue(space, name, **kw):
 
 
 def listed(api, vhost) -> list[str]:
-    """The vhost-wide lists among the calls (what the short path never reads)."""
+    """The vhost-wide reads among the calls (what the short path never reads): the lists,
+    and the vhost's definitions that the full apply reads instead of them."""
     return [path for method, path in api.calls if method == "GET" and path in (
-        f"/queues/{vhost}", f"/exchanges/{vhost}", f"/bindings/{vhost}")]
+        f"/queues/{vhost}", f"/exchanges/{vhost}", f"/bindings/{vhost}",
+        f"/definitions/{vhost}")]
 
 
 def phases(space) -> dict:

@@ -600,9 +600,9 @@ class BrokerReconciler:
                  previous.get("read", ""), user=name)
 
     def _delete_binding(self, v: str, row: dict) -> None:
-        """Deletes the binding `row`; one read from the definitions has no `properties_key`
-        (RabbitMQ's name for it, with a hash of its arguments): the bindings between its two
-        ends are read for it first (rare: only a stale binding is deleted)."""
+        """Deletes the binding `row`. A binding read from the definitions has no
+        `properties_key` (RabbitMQ's name for it, with a hash of its arguments): the bindings
+        between its two ends are read for it first (rare: only a stale binding is deleted)."""
         key = row.get("properties_key")
         if key is None:
             key = next((b["properties_key"] for b in self.api.list_bindings_between(

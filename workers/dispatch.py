@@ -48,11 +48,12 @@ def notify_space(space_uid, *, only_behind: bool = False) -> bool:
     return True
 
 
-def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = False) -> bool:
+def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = False,
+                    countdown: float = 0.0) -> bool:
     """Queues `reconcile_space` unless one for the space already waits; True if queued.
 
     Changes go to the default queue; `resync` tasks to a queue of their own, so a change never
-    waits behind resync work."""
+    waits behind resync work. `countdown`: the task is not run before that many seconds."""
     key = _pending_key(space_uid, resync)
     ttl = RESYNC_PENDING_RUNS * settings.MAAS_RESYNC_INTERVAL if resync \
         else CHANGE_PENDING_SECONDS
@@ -60,7 +61,8 @@ def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = Fals
         return False
     kwargs = {"resync": resync, "only_behind": only_behind}
     try:
-        current_app.send_task(RECONCILE_TASK, (str(space_uid),), kwargs, queue=_queue(resync))
+        current_app.send_task(RECONCILE_TASK, (str(space_uid),), kwargs, queue=_queue(resync),
+                              countdown=countdown or None)
     except Exception:
         _redis().delete(key)  # nothing is pending after all
         raise

@@ -22,6 +22,16 @@ def waiting(queue: str, space_uid=None) -> list[tuple[str, list, dict]]:
     return tasks
 
 
+def etas(queue: str) -> dict[str, str | None]:
+    """{first argument (a space's uid): the task's ETA, None if due at once} of each message."""
+    due = {}
+    for raw in _client().lrange(queue, 0, -1):
+        message = json.loads(raw)
+        args, _, _ = json.loads(base64.b64decode(message["body"]))
+        due[args[0]] = message["headers"].get("eta")
+    return due
+
+
 def take_all(queue: str) -> None:
     """Empties the queue, as a worker that took every task would."""
     _client().delete(queue)

@@ -13,7 +13,7 @@ from config_service.models import AgentState
 from tests.conftest import CTX
 from tests.workers import celery_queue, rabbit
 from workers.agents import base
-from workers.tasks import reconcile_space, resync_all
+from workers.tasks import drift_check_countdowns, reconcile_space, resync_all
 
 RESYNC = settings.MAAS_RESYNC_QUEUE
 
@@ -61,6 +61,27 @@ def test_resync_skips_up_to_date_spaces_but_for_a_share_of_drift_checks(spaces):
         "behind": {"resync": True, "only_behind": True},
         "quieter": {"resync": True, "only_behind": False},
     }
+
+
+def test_a_tick_spreads_its_drift_checks_over_the_interval_but_repairs_at_once(spaces,
+                                                                              settings):
+    """With a drift period of one interval every quiet space is due: the longest unchecked at
+    once, the next ones later, none after the next tick; the space behind at once."""
+    settings.MAAS_DRIFT_CHECK_PERIOD = settings.MAAS_RESYNC_INTERVAL
+    celery_queue.take_all(RESYNC)
+    before = timezone.now()
+    resync_all()
+    due = {name: celery_queue.etas(RESYNC)[str(s.uid)] for name, s in spaces.items()
+           if name != "fresh"}
+    assert due["behind"] is None and due["quieter"] is None
+    quiet_at = datetime.datetime.fromisoformat(due["quiet"])
+    assert before < quiet_at < before + datetime.timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
+
+
+@pytest.mark.parametrize("n, countdowns", [(0, []), (1, [0.0]), (4, [0.0, 15.0, 30.0, 45.0])])
+def test_drift_checks_are_due_evenly_over_the_interval(settings, n, countdowns):
+    settings.MAAS_RESYNC_INTERVAL = 60.0
+    assert drift_check_countdowns(n) == countdowns
 
 
 def test_a_space_still_waiting_for_its_resync_is_not_queued_again(spaces):

@@ -148,7 +148,11 @@ def drift_check_countdowns(n: int) -> list[float]:
     on two cores, and the API's creates waited for a CPU behind them and the broker listings
     they asked for (docs/scale.md, "Drift checks spread over the minute"); one after another
     they take the same CPU, about one core less at any moment."""
-    step = settings.MAAS_RESYNC_INTERVAL / n if n else 0.0
+    # Within half Redis's visibility timeout too: a task not acknowledged by then is delivered
+    # again, and a waiting countdown is not acknowledged (a resync interval of minutes).
+    span = min(settings.MAAS_RESYNC_INTERVAL,
+               settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600) / 2)
+    step = span / n if n else 0.0
     return [round(i * step, 3) for i in range(n)]
 
 

@@ -78,9 +78,13 @@ def test_a_tick_spreads_its_drift_checks_over_the_interval_but_repairs_at_once(s
     assert before < quiet_at < before + datetime.timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
 
 
-@pytest.mark.parametrize("n, countdowns", [(0, []), (1, [0.0]), (4, [0.0, 15.0, 30.0, 45.0])])
-def test_drift_checks_are_due_evenly_over_the_interval(settings, n, countdowns):
-    settings.MAAS_RESYNC_INTERVAL = 60.0
+@pytest.mark.parametrize("interval, n, countdowns", [
+    (60.0, 0, []), (60.0, 1, [0.0]), (60.0, 4, [0.0, 15.0, 30.0, 45.0]),
+    (600.0, 2, [0.0, 75.0]),  # within half the visibility timeout (300 s here): never redelivered
+])
+def test_drift_checks_are_due_evenly_over_the_interval(settings, interval, n, countdowns):
+    settings.MAAS_RESYNC_INTERVAL = interval
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
     assert drift_check_countdowns(n) == countdowns
 
 

@@ -1,6 +1,6 @@
 """The agent runner holds no database transaction (and no row lock) while an agent talks to
 its target, still runs one reconcile per (space, kind) at a time across connections, and
-records what it applied in a short transaction of its own (real PostgreSQL)."""
+records what it applied in one statement of its own (real PostgreSQL)."""
 import threading
 import time
 
@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from config_service import services
-from config_service.models import AgentState
+from config_service.models import AgentState, AppliedEvent, Outbox
 from tests.conftest import CTX
 from workers.agents import base
 
@@ -80,3 +80,44 @@ def test_an_invalidation_that_came_during_a_reconcile_is_kept(space):
     base.run(space.uid, "storage", ProbeAgent())  # the restore that follows
     state.refresh_from_db()
     assert state.invalidated == "" and state.invalidated_at is None
+
+
+@pytest.fixture
+def standard(transactional_db, tenant):
+    made = services.create_address_space(ctx=CTX, tenant=tenant, name="std", type="standard",
+                                         plan="standard-unlimited")
+    services.create_address(ctx=CTX, space=made, address="orders", type="queue",
+                            plan="standard-small-queue")
+    made.refresh_from_db()
+    return made
+
+
+def kind_agent(kind: str, errors: dict | None = None) -> ProbeAgent:
+    agent = ProbeAgent()
+    agent.kind = kind
+    agent.reconcile = lambda space: base.Report(address_errors=errors or {})
+    return agent
+
+
+def test_the_record_covers_each_event_once_and_acknowledges_once_every_agent_applied(
+        standard):
+    """One agent's record: its errors, an AppliedEvent per event with its latency; the outbox
+    acknowledged only when the router agent has applied too; an older sequence recorded later
+    (a slow duplicate) moves nothing back and counts nothing twice."""
+    last = standard.last_sequence
+    errors = {"orders": {"message": "Not yet verified", "permanent": False}}
+    base.run(standard.uid, "storage", kind_agent("storage", errors))
+    state = AgentState.objects.get(space_uid=standard.uid, kind="storage")
+    assert (state.applied_sequence, state.address_errors) == (last, errors)
+    applied = AppliedEvent.objects.filter(event__stream_id=standard.uid, kind="storage")
+    assert sorted(applied.values_list("event__sequence", flat=True)) == list(range(1, last + 1))
+    assert all(0 <= a.latency_seconds < 60 for a in applied)
+    pending = Outbox.objects.filter(stream_uid=standard.uid, acked_at__isnull=True)
+    assert pending.count() == last  # the router agent has applied nothing yet
+    base.run(standard.uid, "router", kind_agent("router"))
+    assert pending.count() == 0
+
+    base._record(standard, "storage", 1, base.Report(), timezone.now())
+    state.refresh_from_db()
+    assert (state.applied_sequence, state.address_errors) == (last, {})
+    assert applied.count() == last

@@ -146,8 +146,9 @@ def drift_check_countdowns(n: int) -> list[float]:
     """When each of a tick's n drift checks is due, in seconds from now: spread evenly over the
     resync interval. Queued at once, two checks ran at a time for half of every minute at 100k
     on two cores, and the API's creates waited for a CPU behind them and the broker listings
-    they asked for (docs/scale.md, "Drift checks spread over the minute"); one after another
-    they take the same CPU, about one core less at any moment."""
+    they asked for; spread, where they fit in the interval, about one runs at a time. Where
+    they do not fit (a slower machine), they run back to back either way (docs/scale.md,
+    "Drift checks spread over the minute")."""
     # Within half Redis's visibility timeout too: a task not acknowledged by then is delivered
     # again, and a waiting countdown is not acknowledged (a resync interval of minutes).
     span = min(settings.MAAS_RESYNC_INTERVAL,

@@ -189,9 +189,9 @@ def _record(space: AddressSpace, kind: str, target: int, report: Report, started
     backwards), errors, an AppliedEvent per newly covered event with its latency, and the
     outbox rows every installed agent of the space has now applied acknowledged.
 
-    One statement, not a transaction of six round trips (lock the state, insert, update,
-    acknowledge): at 20 creates a second that was two to three of them per change, with their
-    CPU in this process and in PostgreSQL. The state's row is locked first (FOR UPDATE), so two
+    One statement, not a transaction of six round trips through the ORM (lock the state,
+    insert, save, acknowledge), which two or three agents ran per change: 7 ms of the agents'
+    CPU per anycast create (docs/scale.md). The state's row is locked first (FOR UPDATE), so two
     records of one agent kind never interleave; an invalidation (its router restarted empty)
     from before this reconcile started is repaired by it, one that came while it ran may have
     wiped what it applied and is kept (router_watch)."""

@@ -1,6 +1,6 @@
 """The agent runner holds no database transaction (and no row lock) while an agent talks to
 its target, still runs one reconcile per (space, kind) at a time across connections, and
-records what it applied in one statement of its own (real PostgreSQL)."""
+records what it applied in a short transaction of its own (real PostgreSQL)."""
 import threading
 import time
 

@@ -153,8 +153,7 @@ def drift_check_countdowns(n: int) -> list[float]:
     # again, and a waiting countdown is not acknowledged (a resync interval of minutes).
     span = min(settings.MAAS_RESYNC_INTERVAL,
                settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600) / 2)
-    step = span / n if n else 0.0
-    return [round(i * step, 3) for i in range(n)]
+    return [round(i * span / n, 3) for i in range(n)]
 
 
 def resync_candidates(now) -> tuple[list, list]:

@@ -71,8 +71,8 @@ def test_a_tick_spreads_its_drift_checks_over_the_interval_but_repairs_at_once(s
     celery_queue.take_all(RESYNC)
     before = timezone.now()
     resync_all()
-    due = {name: celery_queue.etas(RESYNC)[str(s.uid)] for name, s in spaces.items()
-           if name != "fresh"}
+    etas = celery_queue.etas(RESYNC)
+    due = {name: etas[str(s.uid)] for name, s in spaces.items() if name != "fresh"}
     assert due["behind"] is None and due["quieter"] is None
     quiet_at = datetime.datetime.fromisoformat(due["quiet"])
     assert before < quiet_at < before + datetime.timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)

@@ -1,6 +1,6 @@
 """The agent runner holds no database transaction (and no row lock) while an agent talks to
 its target, still runs one reconcile per (space, kind) at a time across connections, and
-records what it applied in a short transaction of its own (real PostgreSQL)."""
+records what it applied in one statement of its own (real PostgreSQL)."""
 import threading
 import time
 
@@ -102,8 +102,9 @@ def kind_agent(kind: str, errors: dict | None = None) -> ProbeAgent:
 def test_the_record_covers_each_event_once_and_acknowledges_once_every_agent_applied(
         standard):
     """One agent's record: its errors, an AppliedEvent per event with its latency; the outbox
-    acknowledged only when the router agent has applied too; an older sequence recorded later
-    (a slow duplicate) moves nothing back and counts nothing twice."""
+    acknowledged only when the router agent has applied too and neither has an error left to
+    retry; an older sequence recorded later (a slow duplicate) moves nothing back and counts
+    nothing twice."""
     last = standard.last_sequence
     errors = {"orders": {"message": "Not yet verified", "permanent": False}}
     base.run(standard.uid, "storage", kind_agent("storage", errors))
@@ -115,9 +116,37 @@ def test_the_record_covers_each_event_once_and_acknowledges_once_every_agent_app
     pending = Outbox.objects.filter(stream_uid=standard.uid, acked_at__isnull=True)
     assert pending.count() == last  # the router agent has applied nothing yet
     base.run(standard.uid, "router", kind_agent("router"))
+    assert pending.count() == last  # the storage agent has an error to retry: the relay re-sends
+    base.run(standard.uid, "storage", kind_agent("storage"), only_if_behind=True)
     assert pending.count() == 0
+    assert applied.count() == last
 
     base._record(standard, "storage", 1, base.Report(), timezone.now())
     state.refresh_from_db()
     assert (state.applied_sequence, state.address_errors) == (last, {})
     assert applied.count() == last
+
+
+@pytest.mark.parametrize("errors, space_error, acknowledged", [
+    ({}, "", True),
+    ({"orders": {"message": "Plan refused", "permanent": True}}, "", True),
+    ({"orders": {"message": "Router autoLink to the broker is not active",
+                 "permanent": False}}, "", False),
+    ({"orders": {"message": "Router autoLink to the broker is not active"}}, "", False),
+    ({}, "Router policy not yet verified", False),
+])
+def test_an_event_is_acknowledged_only_once_no_agent_has_it_to_retry(
+        standard, errors, space_error, acknowledged):
+    """Left unacknowledged, the relay re-sends the event within MAAS_RELAY_AFTER_SECONDS and
+    the agent retries; acknowledged, only the next resync would. Whichever agent records last,
+    the other's state counts as well as its own outcome."""
+    pending = Outbox.objects.filter(stream_uid=standard.uid, acked_at__isnull=True)
+    router = kind_agent("router")
+    router.reconcile = lambda space: base.Report(address_errors=errors, space_error=space_error)
+    base.run(standard.uid, "router", router)
+    base.run(standard.uid, "storage", kind_agent("storage"))
+    assert (pending.count() == 0) is acknowledged
+    base._ack_outbox(standard.uid, standard)  # the runner's own check when nothing is behind
+    assert (pending.count() == 0) is acknowledged
+    base.run(standard.uid, "router", kind_agent("router"), only_if_behind=True)  # the retry
+    assert pending.count() == 0

@@ -189,9 +189,8 @@ def resync_candidates(now) -> tuple[list, list]:
 
 # Whether an agent state holds an address error not marked permanent (base._settled's test,
 # in SQL: the errors themselves, thousands during a fill, are not loaded).
-_RETRYABLE = RawSQL(f'jsonb_path_exists("{AgentState._meta.db_table}"."address_errors", '
-                    "'$.* ? (!exists(@.permanent ? (@ == true)))')", [],
-                    output_field=BooleanField())
+_RETRYABLE = RawSQL(base.RETRYABLE_ERRORS.format(
+    column=f'"{AgentState._meta.db_table}"."address_errors"'), [], output_field=BooleanField())
 
 
 def _applied_by_space() -> dict:

@@ -130,7 +130,8 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
 def _settled(state: AgentState) -> bool:
     """Nothing left to retry in what the agent applied: not invalidated, and every error it
     reported permanent (an autoLink not active yet, a configuration not yet verified, are
-    retried by the next run, a relayed one included)."""
+    retried by the next run, a relayed one included). The same test in SQL: `_ACK`, with
+    `RETRYABLE_ERRORS`."""
     return not state.invalidated and not state.space_error and all(
         error.get("permanent") for error in state.address_errors.values())
 
@@ -255,6 +256,10 @@ WITH old AS (
 )
 """
 
+# Whether a state's address errors hold one not marked permanent (`_settled`'s test in SQL, so
+# that thousands of errors during a fill are not loaded): `.format(column=...)`.
+RETRYABLE_ERRORS = "jsonb_path_exists({column}, '$.* ? (!exists(@.permanent ? (@ == true)))')"
+
 # Acknowledged: up to the lowest sequence the space's installed agents applied, the recording
 # one's new sequence and outcome counted (the statement's snapshot holds its old ones); none
 # while one of them has no state yet, when the type has no agent installed here, or while one
@@ -271,10 +276,9 @@ WHERE stream_uid = %(uid)s AND acked_at IS NULL AND %(nkinds)s > 0 AND sequence 
     HAVING COUNT(DISTINCT kind) = %(nkinds)s AND BOOL_AND(CASE
         WHEN kind = %(kind)s THEN %(settled)s
             AND (invalidated_at IS NULL OR invalidated_at < %(started)s)
-        ELSE invalidated = '' AND space_error = ''
-            AND NOT jsonb_path_exists(address_errors, '$.* ? (!(@.permanent == true))') END)
+        ELSE invalidated = '' AND space_error = '' AND NOT {retryable} END)
 )
-"""
+""".replace("{retryable}", RETRYABLE_ERRORS.format(column="address_errors"))
 
 
 def _all_torn_down(space: AddressSpace) -> bool:

@@ -37,13 +37,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 10.0) -> None:
+def wait_port(port: int, timeout: float = 10.0, process=None) -> None:
+    """Waits until something listens on `port`; gives up early once `process` has exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
         except OSError:
+            if process is not None and process.poll() is not None:
+                break
             time.sleep(0.05)
     raise RuntimeError(f"port {port} not listening")
 
@@ -109,23 +112,40 @@ class RouterProcess:
     def __init__(self, extra_args=(), auth_port: int | None = None):
         self.own_auth = FixedAuthService() if auth_port is None else None
         self.auth_port = auth_port if auth_port is not None else self.own_auth.port
+        self._pick_ports()
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.started = False
+
+    def _pick_ports(self) -> None:
         self.amqp_port = free_port()
         self.amqps_port = free_port()
         self.mgmt_port = free_port()
         self.metrics_port = free_port()
-        self.extra_args = list(extra_args)
-        self.proc = None
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-m", "workers.router", "--amqp-port", str(self.amqp_port),
-               "--amqps-port", str(self.amqps_port), "--management-port", str(self.mgmt_port),
-               "--metrics-port", str(self.metrics_port), "--log-level", "WARNING",
-               "--admin-user", ADMIN_USER, "--auth-service", f"127.0.0.1:{self.auth_port}",
-               *self.extra_args]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
-        wait_port(self.amqp_port)
-        wait_port(self.mgmt_port)
+        """Starts the router and waits for its listeners. free_port's port is free when picked,
+        not when the router binds it: another process's outgoing connection may take it
+        meanwhile (seen once in CI: "Address already in use", the router gone). A first start
+        whose router exited so picks new ports and tries again; a restart keeps its ports."""
+        for attempt in range(3):
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            cmd = [sys.executable, "-m", "workers.router", "--amqp-port", str(self.amqp_port),
+                   "--amqps-port", str(self.amqps_port), "--management-port",
+                   str(self.mgmt_port), "--metrics-port", str(self.metrics_port),
+                   "--log-level", "WARNING", "--admin-user", ADMIN_USER,
+                   "--auth-service", f"127.0.0.1:{self.auth_port}", *self.extra_args]
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+            try:
+                wait_port(self.amqp_port, process=self.proc)
+                wait_port(self.mgmt_port, process=self.proc)
+            except RuntimeError:
+                if self.started or self.proc.poll() is None or attempt == 2:
+                    raise
+                self._pick_ports()
+                continue
+            self.started = True
+            return
 
     def stop(self) -> None:
         """Stops the router; its own auth service, if any, stays for a restart."""

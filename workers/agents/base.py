@@ -132,8 +132,12 @@ def _settled(state: AgentState) -> bool:
     reported permanent (an autoLink not active yet, a configuration not yet verified, are
     retried by the next run, a relayed one included). The same test in SQL: `_ACK`, with
     `RETRYABLE_ERRORS`."""
-    return not state.invalidated and not state.space_error and all(
-        error.get("permanent") for error in state.address_errors.values())
+    return not state.invalidated and _clean(state.address_errors, state.space_error)
+
+
+def _clean(address_errors: dict, space_error: str) -> bool:
+    """No space error, and every address error permanent."""
+    return not space_error and all(error.get("permanent") for error in address_errors.values())
 
 
 def invalidate(kind: str, states, reason: str) -> int:
@@ -197,10 +201,9 @@ def _record(space: AddressSpace, kind: str, target: int, report: Report, started
     records of one agent kind never interleave; an invalidation (its router restarted empty)
     from before this reconcile started is repaired by it, one that came while it ran may have
     wiped what it applied and is kept (router_watch)."""
-    settled = (not report.space_error
-               and all(e.get("permanent") for e in report.address_errors.values()))
+    settled = _clean(report.address_errors, report.space_error)
     with connection.cursor() as cursor:
-        cursor.execute((_RECORD + _ACK).format(**_TABLES), {
+        cursor.execute(_RECORD_SQL, {
             **_ack_params(space, kind, target, settled, started),
             "errors": json.dumps(report.address_errors), "space_error": report.space_error,
             "terminating": space.terminating,
@@ -215,8 +218,7 @@ def _ack_outbox(space_uid, space: AddressSpace | None) -> None:
             acked_at=timezone.now())
         return
     with connection.cursor() as cursor:
-        cursor.execute(_ACK.format(**_TABLES),
-                       _ack_params(space, "", 0, True, None))
+        cursor.execute(_ACK_SQL, _ack_params(space, "", 0, True, None))
 
 
 def _ack_params(space: AddressSpace, kind: str, target: int, settled: bool, started) -> dict:
@@ -278,7 +280,10 @@ WHERE stream_uid = %(uid)s AND acked_at IS NULL AND %(nkinds)s > 0 AND sequence 
             AND (invalidated_at IS NULL OR invalidated_at < %(started)s)
         ELSE invalidated = '' AND space_error = '' AND NOT {retryable} END)
 )
-""".replace("{retryable}", RETRYABLE_ERRORS.format(column="address_errors"))
+"""
+
+_ACK_SQL = _ACK.format(**_TABLES, retryable=RETRYABLE_ERRORS.format(column="address_errors"))
+_RECORD_SQL = _RECORD.format(**_TABLES) + _ACK_SQL
 
 
 def _all_torn_down(space: AddressSpace) -> bool:

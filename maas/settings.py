@@ -276,6 +276,10 @@ MAAS_WORKER_CONCURRENCY = env_int("MAAS_WORKER_CONCURRENCY", 4)
 # More processes for `manage.py runplatform`, e.g. the embedded router: {name: argv}.
 MAAS_EXTRA_PROCESSES: dict[str, list[str]] = {}
 MAAS_RELAY_AFTER_SECONDS = env_float("MAAS_RELAY_AFTER_SECONDS", 10.0)
+# The relay's longest wait between two re-sends of a space's unacknowledged events: each wait
+# is twice the one before (an agent that fails on a change every time is retried at 10, 20,
+# 40 ... s, then every 5 minutes, not every 10 s for ever; workers/tasks.py).
+MAAS_RELAY_MAX_BACKOFF_SECONDS = env_float("MAAS_RELAY_MAX_BACKOFF_SECONDS", 300.0)
 MAAS_RESYNC_INTERVAL = env_float("MAAS_RESYNC_INTERVAL", 60.0)
 # How often a quiet space is checked for drift, in seconds: each resync tick checks that share
 # of the spaces (workers/tasks.py). A longer period costs less at rest (at 100k on two cores

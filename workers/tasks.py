@@ -10,9 +10,10 @@ from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.db import close_old_connections
-from django.db.models import BooleanField, F
+from django.db import close_old_connections, connection
+from django.db.models import BooleanField, Max, Q
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from config_service.models import AddressSpace, AgentState, Outbox
@@ -108,23 +109,54 @@ def agent_kinds(space_type: str) -> list[str]:
 
 @shared_task(name="maas.workers.relay_outbox")
 def relay_outbox() -> int:
-    """Re-sends events whose delivery was not acknowledged in time (worker or Redis down)."""
-    cutoff = timezone.now() - timedelta(seconds=settings.MAAS_RELAY_AFTER_SECONDS)
-    stale = Outbox.objects.filter(acked_at__isnull=True, created_at__lt=cutoff).exclude(
-        last_sent_at__gte=cutoff
-    )
+    """Re-sends the spaces whose events were not acknowledged in time (worker or Redis down, or
+    an agent with something left to retry), with a back-off (`resend_due`)."""
     # Unacknowledged mostly means waiting behind a backlog: by the time the task runs, the
     # first one has usually applied the change, and a full diff again would be wasted (the
     # 100k fill ended with 212 such tasks, 1-3 s each). Agents still behind run in full. Only
     # what went out counts as sent: with Redis down the next tick tries again.
-    spaces = [uid for uid in stale.values_list("stream_uid", flat=True).distinct()[:500]
+    spaces = [uid for uid in due_spaces(timezone.now())[:500]
               if notify_space(uid, only_behind=True)]
     if spaces:
-        Outbox.objects.filter(stream_uid__in=spaces, acked_at__isnull=True).update(
-            attempts=F("attempts") + 1, last_sent_at=timezone.now()
-        )
+        # Every unacknowledged row of a space went out again with the task: they all take the
+        # space's count of re-sends plus one.
+        with connection.cursor() as cursor:
+            cursor.execute(_RESENT, [timezone.now(), [str(uid) for uid in spaces]])
         logger.info("outbox.relayed", extra={"spaces": len(spaces)})
     return len(spaces)
+
+
+_RESENT = f"""
+UPDATE {Outbox._meta.db_table} AS pending SET attempts = sent.most + 1, last_sent_at = %s
+FROM (SELECT stream_uid, max(attempts) AS most FROM {Outbox._meta.db_table}
+      WHERE acked_at IS NULL AND stream_uid = ANY(%s::uuid[]) GROUP BY stream_uid) AS sent
+WHERE pending.stream_uid = sent.stream_uid AND pending.acked_at IS NULL"""
+
+
+def due_spaces(now):
+    """The spaces with unacknowledged events due a re-send, longest waiting first. A space was
+    last sent when the relay last re-sent it or a change to it was written since (its own
+    notification asked the agents for the whole space as a re-send does); it is due once that
+    is longer ago than `resend_due` allows for its count of re-sends."""
+    return (Outbox.objects.filter(acked_at__isnull=True).values("stream_uid")
+            .annotate(sent=Max(Coalesce("last_sent_at", "created_at")), count=Max("attempts"))
+            .filter(resend_due(now)).order_by("sent").values_list("stream_uid", flat=True))
+
+
+def resend_due(now) -> Q:
+    """Whether a space (`due_spaces`' `sent` and `count`) is due: `MAAS_RELAY_AFTER_SECONDS`
+    after it was last sent, doubled with each re-send (10, 20, 40 ... s), up to
+    `MAAS_RELAY_MAX_BACKOFF_SECONDS`. A space whose agent keeps failing on a change (a broker
+    that keeps refusing a queue) then costs a full reconcile every few minutes, not every 10 s
+    for ever, and a space waiting minutes behind a backlog (a 100k fill) has its rows rewritten
+    a handful of times, not every 10 s (1.56 million row updates during one such fill)."""
+    after = settings.MAAS_RELAY_AFTER_SECONDS
+    longest = max(after, settings.MAAS_RELAY_MAX_BACKOFF_SECONDS)
+    due, count = Q(), 0
+    while 0 < after < longest:  # a term per doubling (a handful), then the longest wait
+        due |= Q(count=count, sent__lt=now - timedelta(seconds=after))
+        after, count = after * 2, count + 1
+    return due | Q(count__gte=count, sent__lt=now - timedelta(seconds=min(after, longest)))
 
 
 @shared_task(name="maas.workers.resync_all")

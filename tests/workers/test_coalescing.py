@@ -160,3 +160,44 @@ def test_the_relay_counts_a_resend_only_once_it_went_out(space, redis_server):
     assert relay_outbox() == 1
     assert all(r.attempts == 1 and r.last_sent_at is not None for r in rows.all())
     assert len(celery_queue.waiting(QUEUE, space.uid)) == 1
+
+
+@pytest.mark.parametrize("longest", [300, 45])
+def test_the_relay_backs_off_from_a_space_it_keeps_resending(space, settings, longest):
+    """A space whose agent keeps failing on a change (nothing acknowledged) is re-sent 10 s
+    after the change, then after twice the wait before each time, up to the longest wait; its
+    rows all take the space's count, so a change written since does not bring the next one
+    forward."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from config_service.models import Outbox
+    from workers.tasks import relay_outbox
+
+    settings.MAAS_RELAY_AFTER_SECONDS, settings.MAAS_RELAY_MAX_BACKOFF_SECONDS = 10, longest
+    queue(space, "orders")
+    rows = Outbox.objects.filter(stream_uid=space.uid, acked_at__isnull=True)
+    assert relay_outbox() == 0  # written just now: its own notification is on its way
+    rows.update(created_at=timezone.now() - timedelta(seconds=11))
+    assert relay_outbox() == 1
+    waits = []
+    for _ in range(6):
+        assert relay_outbox() == 0  # just sent
+        wait = 10
+        while True:  # the shortest whole number of seconds after which it is due again
+            rows.update(last_sent_at=timezone.now() - timedelta(seconds=wait + 1))
+            if relay_outbox():
+                break
+            wait += 5
+        waits.append(wait)
+        if len(waits) == 2:
+            queue(space, "late")  # a change written since: attempts 0, not yet due
+            rows.filter(attempts=0).update(created_at=timezone.now() - timedelta(seconds=11))
+    assert waits == [min(w, longest) for w in (20, 40, 80, 160, 320, 640)]
+    attempts = set(rows.values_list("attempts", flat=True))
+    assert attempts == {7} and rows.count() == space_events(space)
+
+
+def space_events(space) -> int:
+    return ConfigEvent.objects.filter(stream_id=space.uid).count()

@@ -37,6 +37,24 @@ def lock_stream(uid) -> EventStream:
     return EventStream.objects.select_for_update().get(uid=uid)
 
 
+# The stream's next sequence, the event and (for a space's stream) its outbox row in one round
+# trip: a create's statements each wait for a core again on a loaded machine.
+_APPEND = f"""
+WITH moved AS (UPDATE {EventStream._meta.db_table} SET last_sequence = %(sequence)s
+               WHERE uid = %(stream)s),
+     event AS (INSERT INTO {ConfigEvent._meta.db_table} (stream_id, tenant_id, sequence, type,
+                   schema_version, payload, actor, request_id, created_at)
+               VALUES (%(stream)s, %(tenant)s, %(sequence)s, %(type)s, %(version)s,
+                   %(payload)s, %(actor)s, %(request_id)s, %(at)s)
+               RETURNING position),
+     queued AS (INSERT INTO {Outbox._meta.db_table} (event_id, stream_uid, sequence, created_at,
+                    attempts)
+                SELECT position, %(stream)s, %(sequence)s, %(at)s, 0 FROM event
+                WHERE %(queued)s)
+SELECT position FROM event"""
+_PAYLOAD = ConfigEvent._meta.get_field("payload")
+
+
 def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
            request_id: str = "", space=None) -> ConfigEvent:
     """Appends one event to a locked stream, applies it to the projections, and queues it.
@@ -45,22 +63,23 @@ def append(stream: EventStream, type_name: str, payload: dict, *, actor: str,
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("append() must run inside the service function's transaction")
     event_type = validate(type_name, payload)
-    stream.last_sequence += 1
-    stream.save(update_fields=["last_sequence"])
-    event = ConfigEvent.objects.create(
-        stream=stream,
-        tenant_id=stream.tenant_id,
-        sequence=stream.last_sequence,
-        type=type_name,
-        schema_version=event_type.version,
-        payload=payload,
-        actor=actor,
-        request_id=request_id,
-        created_at=timezone.now(),
-    )
+    event = ConfigEvent(stream=stream, tenant_id=stream.tenant_id,
+                        sequence=stream.last_sequence + 1, type=type_name,
+                        schema_version=event_type.version, payload=payload, actor=actor,
+                        request_id=request_id, created_at=timezone.now())
+    queued = stream.kind == EventStream.ADDRESS_SPACE
+    connection = transaction.get_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(_APPEND, {
+            "stream": stream.uid, "tenant": event.tenant_id, "sequence": event.sequence,
+            "type": type_name, "version": event.schema_version, "actor": actor,
+            "payload": _PAYLOAD.get_db_prep_save(payload, connection),
+            "request_id": request_id, "at": event.created_at, "queued": queued})
+        event.position = cursor.fetchone()[0]
+    event._state.adding, event._state.db = False, connection.alias  # as if created: immutable
+    stream.last_sequence = event.sequence
     event.projected = projections.apply(event, space)
-    if stream.kind == EventStream.ADDRESS_SPACE:
-        Outbox.objects.create(event=event, stream_uid=stream.uid, sequence=event.sequence)
+    if queued:
         transaction.on_commit(lambda: fanout.notify_space(stream.uid), robust=True)
     logger.info(
         "config_event.appended",

@@ -30,10 +30,15 @@ def tenant_for(user, slug: str, action: Action) -> Tenant:
                   if user.is_authenticated else None)
     if membership is None:
         raise Http404("No such tenant.")
-    if not role_allows(membership.role, action):
-        raise PermissionDenied(f"Your role '{membership.role}' in tenant '{slug}' does not allow "
-                               f"{action.value}.")
+    check_role(membership.role, slug, action)
     return membership.tenant
+
+
+def check_role(role: str, slug: str, action: Action) -> None:
+    """403 unless a member of tenant `slug` with `role` may do `action`."""
+    if not role_allows(role, action):
+        raise PermissionDenied(f"Your role '{role}' in tenant '{slug}' does not allow "
+                               f"{action.value}.")
 
 
 def visible_tenants(user):

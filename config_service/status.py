@@ -8,6 +8,8 @@ invalidated since it was applied (its router restarted empty) does not count unt
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from .models import Address, AddressSpace, AgentState
 
@@ -18,13 +20,27 @@ PHASES = ("Pending", "Configuring", "Active", "Failed", "Terminating")
 
 
 def agents_needed(space_type: str) -> tuple[str, ...]:
-    """The agent kinds a space of the type needs, read from the settings at every call (not
-    fixed at import): a standard space also needs the router agent, and on Kubernetes the infra
-    agent that runs its router, brokers and agent pod (workers/infra)."""
-    if space_type != "standard":
-        return ("storage",)
-    infra = ("infra",) if settings.MAAS_INFRA_BACKEND == "kubernetes" else ()
-    return ("storage", "router") + infra
+    """The agent kinds a space of the type needs: a standard space also needs the router agent,
+    and on Kubernetes the infra agent that runs its router, brokers and agent pod
+    (workers/infra). Kept per type until the settings change (not fixed at import): a scrape
+    asks it thousands of times, and each read of Django's lazy settings costs microseconds."""
+    needed = _NEEDED.get(space_type)
+    if needed is None:
+        needed = ("storage",)
+        if space_type == "standard":
+            infra = ("infra",) if settings.MAAS_INFRA_BACKEND == "kubernetes" else ()
+            needed = ("storage", "router") + infra
+        _NEEDED[space_type] = needed
+    return needed
+
+
+_NEEDED: dict[str, tuple[str, ...]] = {}
+
+
+@receiver(setting_changed)
+def _settings_changed(setting, **kwargs):
+    if setting == "MAAS_INFRA_BACKEND":
+        _NEEDED.clear()
 
 
 def agents_for_address(space_type: str, address_type: str) -> tuple[str, ...]:

@@ -14,11 +14,12 @@ and whether permanently. Spaces and agent states are read as tuples. The per-spa
 """
 import threading
 import uuid
-from datetime import datetime
 from itertools import combinations
 from typing import NamedTuple
 
 from django.db import connection
+from django.db.models import BooleanField, ExpressionWrapper, JSONField, Q
+from django.db.models.expressions import RawSQL
 from django.http import HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
@@ -66,7 +67,7 @@ class ScrapedState(NamedTuple):
     tuples of all)."""
     kind: str
     applied_sequence: int
-    applied_at: datetime | None
+    applied_at: bool | None  # True once the agent applied anything: all a status reads of it
     address_errors: dict
     space_error: str
     torn_down: bool
@@ -79,9 +80,17 @@ def scrape() -> bytes:
         "pk", "uid", "name", "type", "resource_version", "last_sequence", "terminating",
         "tenant__slug")]
     states: dict = {}  # {space uid: {kind: state}}, as agent_states gives them
-    for space_uid, *fields in AgentState.objects.values_list("space_uid", *ScrapedState._fields):
-        state = ScrapedState(*fields)
-        states.setdefault(space_uid, {})[state.kind] = state
+    # Of 2,000 states at 100k, parsing every applied_at and decoding every empty address_errors
+    # was a fifth of the scrape's Python: whether it was applied, and the errors where any.
+    fields = [*ScrapedState._fields]
+    fields[fields.index("applied_at")] = "applied"
+    fields[fields.index("address_errors")] = "errors"
+    for space_uid, kind, sequence, applied, errors, *rest in AgentState.objects.annotate(
+            applied=ExpressionWrapper(Q(applied_at__isnull=False), output_field=BooleanField()),
+            errors=RawSQL("nullif(address_errors, '{}'::jsonb)", [], output_field=JSONField()),
+    ).values_list("space_uid", *fields):
+        states.setdefault(space_uid, {})[kind] = ScrapedState(kind, sequence, applied or None,
+                                                              errors or {}, *rest)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(spaces, states))
     return per_space_text(spaces, states) + generate_latest(registry)

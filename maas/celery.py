@@ -2,7 +2,13 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging, task_postrun, task_prerun
+from celery.signals import (
+    setup_logging,
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_ready,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "maas.settings")
 
@@ -22,6 +28,16 @@ def close_old_connections(sender=None, **kwargs) -> None:
     from django.db import close_old_connections as close
 
     close()
+
+
+@worker_ready.connect
+@worker_process_init.connect
+def freeze_heap(**kwargs) -> None:
+    """Once a worker (its main process, then each pool process) has loaded the tasks and Django:
+    collections no longer walk what start-up made (maas.heap)."""
+    from maas.heap import freeze_startup_heap
+
+    freeze_startup_heap()
 
 
 @setup_logging.connect

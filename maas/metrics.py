@@ -81,7 +81,7 @@ def scrape() -> bytes:
         "tenant__slug")]
     states: dict = {}  # {space uid: {kind: state}}, as agent_states gives them
     # Of 2,000 states at 100k, parsing every applied_at and decoding every empty address_errors
-    # was a fifth of the scrape's Python: whether it was applied, and the errors where any.
+    # was a seventh of the scrape: whether it was applied, and the errors where there are any.
     fields = [*ScrapedState._fields]
     fields[fields.index("applied_at")] = "applied"
     fields[fields.index("address_errors")] = "errors"

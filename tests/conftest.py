@@ -230,6 +230,14 @@ def redis_server():
         server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_redis(redis_server):
+    """The tests' Redis is Django's cache too, which the agents use (the broker's topic
+    exchange type, the router watch): up for every test, not only once a test that asked for
+    it ran (seven test files failed when run alone)."""
+    return redis_server
+
+
 class Worker:
     """A real Celery worker process using the test database, running every agent."""
 

@@ -16,7 +16,7 @@ from workers.storage import rabbitmq
 
 
 @pytest.fixture
-def live_space(tenant, redis_server):  # the storage controller caches in Redis
+def live_space(tenant):
     """A brokered space with a queue and a messaging user, applied on RabbitMQ."""
     space = services.create_address_space(ctx=CTX, tenant=tenant, name=f"s{uuid.uuid4().hex[:6]}",
                                           type="brokered", plan="brokered-single-broker")

@@ -27,7 +27,7 @@ def _old_router_password(vhost: str) -> str:
 
 
 @pytest.fixture
-def standard_space(tenant, redis_server):  # the storage controller caches in Redis
+def standard_space(tenant):
     space = services.create_address_space(ctx=CTX, tenant=tenant, name="victim",
                                           type="standard", plan="standard-small")
     services.create_address(ctx=CTX, space=space, address="payroll", type="queue",

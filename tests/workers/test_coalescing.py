@@ -166,8 +166,7 @@ def test_the_relay_counts_a_resend_only_once_it_went_out(space, redis_server):
 def test_the_relay_backs_off_from_a_space_it_keeps_resending(space, settings, longest):
     """A space whose agent keeps failing on a change (nothing acknowledged) is re-sent 10 s
     after the change, then after twice the wait before each time, up to the longest wait; its
-    rows all take the space's count, so a change written since does not bring the next one
-    forward."""
+    rows all take the space's count, so a row with fewer re-sends does not make it due sooner."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -185,14 +184,16 @@ def test_the_relay_backs_off_from_a_space_it_keeps_resending(space, settings, lo
     for _ in range(6):
         assert relay_outbox() == 0  # just sent
         wait = 10
-        while True:  # the shortest whole number of seconds after which it is due again
+        while True:  # the shortest wait, in steps of 5 s, after which it is due again
             rows.update(last_sent_at=timezone.now() - timedelta(seconds=wait + 1))
             if relay_outbox():
                 break
             wait += 5
         waits.append(wait)
         if len(waits) == 2:
-            queue(space, "late")  # a change written since: attempts 0, not yet due
+            # A change whose row was written before the last re-send (attempts 0): not due on
+            # its own, and counted with the space's rows from the next re-send on.
+            queue(space, "late")
             rows.filter(attempts=0).update(created_at=timezone.now() - timedelta(seconds=11))
     assert waits == [min(w, longest) for w in (20, 40, 80, 160, 320, 640)]
     attempts = set(rows.values_list("attempts", flat=True))

@@ -82,13 +82,11 @@ def scrape() -> bytes:
     states: dict = {}  # {space uid: {kind: state}}, as agent_states gives them
     # Of 2,000 states at 100k, parsing every applied_at and decoding every empty address_errors
     # was a seventh of the scrape: whether it was applied, and the errors where there are any.
-    fields = [*ScrapedState._fields]
-    fields[fields.index("applied_at")] = "applied"
-    fields[fields.index("address_errors")] = "errors"
     for space_uid, kind, sequence, applied, errors, *rest in AgentState.objects.annotate(
             applied=ExpressionWrapper(Q(applied_at__isnull=False), output_field=BooleanField()),
             errors=RawSQL("nullif(address_errors, '{}'::jsonb)", [], output_field=JSONField()),
-    ).values_list("space_uid", *fields):
+    ).values_list("space_uid", "kind", "applied_sequence", "applied", "errors", "space_error",
+                  "torn_down", "invalidated"):
         states.setdefault(space_uid, {})[kind] = ScrapedState(kind, sequence, applied or None,
                                                               errors or {}, *rest)
     registry = CollectorRegistry(auto_describe=False)

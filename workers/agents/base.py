@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -98,33 +99,48 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         # The row exists before the agent talks to its target: a router restart meanwhile
         # invalidates it, and _record keeps that invalidation (router_watch).
         state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
-        if only_if_behind and state.applied_sequence >= target and not space.terminating \
-                and _settled(state):
-            # Applied, though perhaps never acknowledged: two agents recording at once each
-            # see the other's older sequence, and the outbox relay would re-send for ever.
-            _ack_outbox(space_uid, space)
-            return target
-        if space.terminating:
-            try:
-                agent.teardown(space)
-            except TransientError as exc:
-                # Keep the space (Terminating, with the reason in its status) and retry: it is
-                # removed only once every agent has really torn its objects down.
-                error = f"Cleaning up failed, retrying: {exc}"[:500]
-                AgentState.objects.filter(pk=state.pk).update(space_error=error, torn_down=False)
-                logger.warning("agent.teardown_failed", extra={
-                    "space": str(space_uid), "agent": kind, "tenant": space.tenant.slug,
-                    "vhost": space.vhost, "error": error})
-                raise TransientError(error) from exc
-            report = Report()
-        else:
-            report = agent.reconcile(space)
+        ran = _run.set(_Run(space.uid, kind, state))
+        try:
+            if _done(space, state, target, only_if_behind):
+                return target
+            report = _reconcile_or_teardown(agent, space, state, kind)
+        finally:
+            _run.reset(ran)
         _record(space, kind, target, report, started)
     logger.info("agent.applied", extra={"space": str(space_uid), "agent": kind,
                                         "tenant": space.tenant.slug, "sequence": target})
     if space.terminating and _all_torn_down(space):
         services.remove_address_space(uid=space.uid)
     return target
+
+
+def _done(space: AddressSpace, state: AgentState, target: int, only_if_behind: bool) -> bool:
+    """Whether an `only_if_behind` run has nothing to do (and acknowledges what it applied)."""
+    if only_if_behind and state.applied_sequence >= target and not space.terminating \
+            and _settled(state):
+        # Applied, though perhaps never acknowledged: two agents recording at once each see
+        # the other's older sequence, and the outbox relay would re-send for ever.
+        _ack_outbox(space.uid, space)
+        return True
+    return False
+
+
+def _reconcile_or_teardown(agent: Agent, space: AddressSpace, state: AgentState,
+                           kind: str) -> Report:
+    if not space.terminating:
+        return agent.reconcile(space)
+    try:
+        agent.teardown(space)
+    except TransientError as exc:
+        # Keep the space (Terminating, with the reason in its status) and retry: it is
+        # removed only once every agent has really torn its objects down.
+        error = f"Cleaning up failed, retrying: {exc}"[:500]
+        AgentState.objects.filter(pk=state.pk).update(space_error=error, torn_down=False)
+        logger.warning("agent.teardown_failed", extra={
+            "space": str(space.uid), "agent": kind, "tenant": space.tenant.slug,
+            "vhost": space.vhost, "error": error})
+        raise TransientError(error) from exc
+    return Report()
 
 
 def _settled(state: AgentState) -> bool:
@@ -164,13 +180,48 @@ def invalidated_spaces(kind: str) -> list:
 
 def pending_events(space_uid, kind: str, limit: int = 100) -> list[tuple[str, dict]] | None:
     """(type, payload) of the space's events the agent kind has not applied yet, oldest
-    first; None if there are more than `limit` (a big batch: no shortcut is worth it)."""
+    first; None if there are more than `limit` (a big batch: no shortcut is worth it).
+    Within the agent's own run (`run`), read once, after the state the run read."""
+    current = _run.get(None)
+    if current is not None and current.key == (str(space_uid), kind) and limit == 100:
+        if current.events is _UNREAD:
+            current.events = _events_after(space_uid, current.state.applied_sequence, limit)
+        return current.events
     applied = AgentState.objects.filter(space_uid=space_uid, kind=kind).values(
         "applied_sequence")[:1]
-    events = list(ConfigEvent.objects.filter(
-        stream_id=space_uid, sequence__gt=Coalesce(Subquery(applied), 0),
-    ).order_by("sequence").values_list("type", "payload")[:limit + 1])
+    return _events_after(space_uid, Coalesce(Subquery(applied), 0), limit)
+
+
+def _events_after(space_uid, sequence, limit: int) -> list[tuple[str, dict]] | None:
+    events = list(ConfigEvent.objects.filter(stream_id=space_uid, sequence__gt=sequence)
+                  .order_by("sequence").values_list("type", "payload")[:limit + 1])
     return None if len(events) > limit else events
+
+
+def agent_state(space_uid, kind: str) -> AgentState | None:
+    """The agent kind's state of the space: within the agent's own run, the one the run read
+    under its lock (nothing else moves its sequence meanwhile: only this kind's runs record,
+    one at a time), else read now."""
+    current = _run.get(None)
+    if current is not None and current.key == (str(space_uid), kind):
+        return current.state
+    return AgentState.objects.filter(space_uid=space_uid, kind=kind).first()
+
+
+_UNREAD = object()
+
+
+class _Run:
+    """What `run` read of the space for the agent it runs, so that the agent does not read it
+    again (two queries of the twenty-one of an anycast create's agents)."""
+
+    def __init__(self, space_uid, kind: str, state: AgentState):
+        self.key = (str(space_uid), kind)
+        self.state = state
+        self.events = _UNREAD
+
+
+_run: ContextVar[_Run] = ContextVar("agent_run")
 
 
 @contextmanager

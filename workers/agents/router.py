@@ -14,14 +14,14 @@ import time
 
 from django.conf import settings
 
-from config_service.models import Address, AddressSpace, AgentState, MessagingUser
+from config_service.models import Address, AddressSpace, MessagingUser
 from config_service.status import ROUTER_ONLY_TYPES
 from tenants.models import AddressSpacePlan, TenantQuota
 
 from .. import credentials, endpoints
 from ..naming import broker_username
 from . import router_config as rc
-from .base import Agent, Report, TransientError, pending_events
+from .base import Agent, Report, TransientError, agent_state, pending_events
 from .qdr import QUERY_PAGE, Management, ManagementError, RouterUnreachable
 
 logger = logging.getLogger(__name__)
@@ -286,11 +286,9 @@ class RouterAgent(Agent):
         if not events or any(t != "address.created" or p.get("type") not in ROUTER_ONLY_TYPES
                              for t, p in events):
             return None
-        state = (AgentState.objects.filter(space_uid=space.uid, kind=self.kind)
-                 .values("applied_sequence", "address_errors", "space_error", "invalidated")
-                 .first())
-        if (not state or not state["applied_sequence"] or state["address_errors"]
-                or state["space_error"] or state["invalidated"]):
+        state = agent_state(space.uid, self.kind)
+        if (not state or not state.applied_sequence or state.address_errors
+                or state.space_error or state.invalidated):
             return None
         names = [p["name"] for _, p in events]
         new = list(Address.objects.filter(space=space, name__in=names, scheduled=True))

@@ -16,7 +16,7 @@ from config_service.status import ROUTER_ONLY_TYPES
 from tenants.models import TenantQuota
 
 from .. import credentials, endpoints
-from ..agents.base import Agent, Report, TransientError, pending_events
+from ..agents.base import Agent, Report, TransientError, agent_state, pending_events
 from ..naming import broker_username
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -186,7 +186,7 @@ class StorageController(Agent):
 
     def reconcile(self, space: AddressSpace) -> Report:
         events = pending_events(space.uid, self.kind)
-        state = AgentState.objects.filter(space_uid=space.uid, kind=self.kind).first()
+        state = agent_state(space.uid, self.kind)
         unchanged = nothing_to_store(events, state)
         if unchanged is not None:
             return unchanged
@@ -329,8 +329,8 @@ def purges_to_carry_out(space: AddressSpace) -> list[str]:
     the events after the sequence it last applied. That sequence is recorded in the same
     transaction that follows this reconcile, so a duplicate delivery or a resync after it
     never purges again."""
-    applied = AgentState.objects.filter(space_uid=space.uid, kind="storage").values_list(
-        "applied_sequence", flat=True).first() or 0
+    state = agent_state(space.uid, "storage")
+    applied = state.applied_sequence if state else 0
     events = ConfigEvent.objects.filter(stream_id=space.uid, type="address.purged",
                                         sequence__gt=applied, sequence__lte=space.last_sequence)
     return list(dict.fromkeys(e.payload["name"] for e in events.order_by("sequence")))

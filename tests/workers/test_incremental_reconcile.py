@@ -71,6 +71,10 @@ def test_a_run_reads_the_agent_state_and_the_pending_events_once(mgmt, space):
         with CaptureQueriesContext(connection) as queries:
             run(space.uid, kind, agent)
         sql = [q["sql"] for q in queries.captured_queries]
+        # The lock, the space, the state, the events, (the router: the new addresses, the
+        # users, its credential on the broker, the throttle with the plan's policy,) the record
+        # and the unlock.
+        assert len(sql) == {"storage": 6, "router": 10}[kind], "\n".join(sql)
         assert sum(s.startswith('SELECT "config_service_agentstate"') for s in sql) == 1, kind
         assert sum('FROM "config_service_configevent"' in s for s in sql) == 1, kind
     assert phases(space)["once"] == "Active"

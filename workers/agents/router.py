@@ -13,10 +13,11 @@ import threading
 import time
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef, Subquery
 
 from config_service.models import Address, AddressSpace, MessagingUser
 from config_service.status import ROUTER_ONLY_TYPES
-from tenants.models import AddressSpacePlan, TenantQuota
+from tenants.models import AddressSpacePlan, Tenant, TenantQuota
 
 from .. import credentials, endpoints
 from ..naming import broker_username
@@ -215,11 +216,7 @@ class RouterAgent(Agent):
             host = settings.MAAS_VHOST_RELAY_HOST
             port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
         login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password)
-        throttled = TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
-        # Read at every reconcile, so an operator's change of the plan reaches the routers at
-        # the next resync without a config event.
-        plan_policy = (AddressSpacePlan.objects.filter(name=space.plan)
-                       .values_list("router_policy", flat=True).first())
+        throttled, plan_policy = _throttle_and_plan_policy(space)
         return addresses, *rc.desired_entities(space, addresses, users, login, throttled,
                                                plan_policy=plan_policy, features=features)
 
@@ -346,6 +343,18 @@ class RouterAgent(Agent):
             raise TransientError(str(exc)) from exc
         finally:
             self._release(mgmt, broken)
+
+
+def _throttle_and_plan_policy(space: AddressSpace) -> tuple[bool, dict | None]:
+    """Whether the space's tenant is throttled, and its plan's router policy, in one query.
+    Read at every reconcile, so an operator's change of the plan reaches the routers at the
+    next resync without a config event."""
+    row = (Tenant.objects.filter(pk=space.tenant_id).annotate(
+        throttled=Exists(TenantQuota.objects.filter(tenant_id=OuterRef("pk"), throttled=True)),
+        plan_policy=Subquery(AddressSpacePlan.objects.filter(name=space.plan)
+                             .values("router_policy")[:1]),
+    ).values_list("throttled", "plan_policy").first())
+    return row if row is not None else (False, None)
 
 
 def _take_pooled(router: endpoints.RouterEndpoint) -> Management | None:

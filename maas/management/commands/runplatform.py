@@ -22,6 +22,10 @@ from django.core.management.base import BaseCommand
 from maas.supervisor import Supervisor
 from workers import endpoints, qdrouterd
 
+# Nothing here reads Celery's worker events or needs workers to know of each other: without
+# them a worker neither sends a heartbeat event every 2 s nor reads every other worker's.
+QUIET = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+
 
 def processes(bind: str) -> dict[str, list[str]]:
     py = sys.executable
@@ -30,18 +34,18 @@ def processes(bind: str) -> dict[str, list[str]]:
                 str(settings.MAAS_WEB_WORKERS), "--access-logfile", "-"],
         "worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
                    "--concurrency", str(settings.MAAS_WORKER_CONCURRENCY), "-Q",
-                   settings.CELERY_TASK_DEFAULT_QUEUE, "-n", "agents@%h"],
+                   settings.CELERY_TASK_DEFAULT_QUEUE, "-n", "agents@%h", *QUIET],
         # Resync, usage sampling and the usage job: never in the way of a change, in its own
         # queue and at a lower CPU priority (on one machine, a full resync of every space
         # would otherwise take the cores from the changes that arrive meanwhile).
         "background-worker": ["nice", "-n", "10", py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
                               "--concurrency", "2", "-Q",
                               f"{settings.MAAS_RESYNC_QUEUE},{settings.MAAS_USAGE_QUEUE}",
-                              "-n", "background@%h"],
+                              "-n", "background@%h", *QUIET],
         # The router watch: one tick at a time, nothing else in its way (workers.tasks).
         "watch-worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
                          "--concurrency", "1", "-Q", settings.MAAS_WATCH_QUEUE,
-                         "-n", "watch@%h"],
+                         "-n", "watch@%h", *QUIET],
         "beat": [py, "-m", "celery", "-A", "maas", "beat", "--loglevel", "INFO",
                  "--schedule", str(settings.BASE_DIR / "var" / "celerybeat-schedule")],
     }

@@ -178,12 +178,16 @@ def invalidated_spaces(kind: str) -> list:
     ).exclude(invalidated="").order_by("applied_at").values_list("space_uid", flat=True))
 
 
-def pending_events(space_uid, kind: str, limit: int = 100) -> list[tuple[str, dict]] | None:
+PENDING_LIMIT = 100  # events past which `pending_events` answers None
+
+
+def pending_events(space_uid, kind: str,
+                   limit: int = PENDING_LIMIT) -> list[tuple[str, dict]] | None:
     """(type, payload) of the space's events the agent kind has not applied yet, oldest
     first; None if there are more than `limit` (a big batch: no shortcut is worth it).
     Within the agent's own run (`run`), read once, after the state the run read."""
     current = _run.get(None)
-    if current is not None and current.key == (str(space_uid), kind) and limit == 100:
+    if current is not None and current.key == (str(space_uid), kind) and limit == PENDING_LIMIT:
         if current.events is _UNREAD:
             current.events = _events_after(space_uid, current.state.applied_sequence, limit)
         return current.events

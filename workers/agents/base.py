@@ -99,10 +99,10 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         # The row exists before the agent talks to its target: a router restart meanwhile
         # invalidates it, and _record keeps that invalidation (router_watch).
         state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
+        if _done(space, state, target, only_if_behind):
+            return target
         ran = _run.set(_Run(space.uid, kind, state))
         try:
-            if _done(space, state, target, only_if_behind):
-                return target
             report = _reconcile_or_teardown(agent, space, state, kind)
         finally:
             _run.reset(ran)

@@ -54,11 +54,21 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
     dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
     space = AddressSpace.objects.filter(uid=space_uid).only("type", "terminating").first()
     kinds = agent_kinds(space.type) if space else list(base.installed_agents())
-    if space is None or space.terminating or len(kinds) < 2 or not _router_only(space_uid):
+    events = None if space is None or space.terminating or len(kinds) < 2 else \
+        base.pending_events(space_uid, "router")
+    if not _router_only(events):
         # In order: the broker's queues exist before the router's autoLinks attach to them,
         # and in a teardown the last agent done removes the space.
         for kind in kinds:
             base.run(space_uid, kind, only_if_behind=only_behind)
+        return
+    # An agent these changes leave alone (the storage controller and new anycast addresses)
+    # is recorded as having applied them, without a run of its own (`record_unaffected`).
+    kinds = [kind for kind in kinds
+             if not (_creates_only(events, kind) and base.record_unaffected(
+                 space_uid, space.type, kind) is not None)]
+    if len(kinds) == 1:
+        base.run(space_uid, kinds[0], only_if_behind=only_behind)
         return
     # Changes that need nothing of the broker first (anycast and multicast addresses, users):
     # the agents run at once (each has its own lock, target and state), so the address is
@@ -71,11 +81,10 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
         raise failures[0]  # a TransientError retries the space (the others' runs are idempotent)
 
 
-def _router_only(space_uid) -> bool:
-    """Whether every event the router agent has not applied yet creates an anycast or
-    multicast address, deletes an address or changes a messaging user (no event: a resync,
-    which keeps the order)."""
-    events = base.pending_events(space_uid, "router")
+def _router_only(events: list | None) -> bool:
+    """Whether every event the router agent has not applied yet (`events`, from
+    `pending_events`) creates an anycast or multicast address, deletes an address or changes a
+    messaging user (no event: a resync, which keeps the order)."""
     if not events:
         return False
     for event_type, payload in events:
@@ -85,6 +94,15 @@ def _router_only(space_uid) -> bool:
             continue
         return False
     return True
+
+
+def _creates_only(events: list, kind: str) -> bool:
+    """Whether every event in `events` creates an address the agent `kind` has nothing to do
+    for (its `unaffected_types`): worth asking `record_unaffected`, which checks the agent's own
+    pending events under its lock."""
+    types = base.installed_agents()[kind].unaffected_types
+    return bool(types) and all(t == "address.created" and p.get("type") in types
+                               for t, p in events)
 
 
 def _run_agent(space_uid, kind: str, only_behind: bool) -> None:

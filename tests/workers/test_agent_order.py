@@ -1,12 +1,15 @@
 """The agents of a standard space run at once for changes that need nothing of the broker
-first, and one after the other (storage, then router) for everything else."""
+first, and one after the other (storage, then router) for everything else; an agent a change
+leaves alone (the storage controller and new anycast addresses) is recorded without a run."""
 import threading
 import uuid
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from config_service import services
-from config_service.models import AddressSpace
+from config_service.models import AddressSpace, AgentState, AppliedEvent, Outbox
 from tests.conftest import CTX, b64
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases
@@ -40,26 +43,33 @@ def runs(monkeypatch):
     return seen
 
 
-def test_router_only_changes_run_the_agents_at_once(space):
-    add(space, "a1", "anycast", "standard-small-anycast")
-    add(space, "m1", "multicast", "standard-small-multicast")
-    services.create_messaging_user(ctx=CTX, space=space, username="app",
+def pending(space):
+    return base.pending_events(space.uid, "router")
+
+
+def make_user(space, username="app"):
+    services.create_messaging_user(ctx=CTX, space=space, username=username,
                                    authentication={"type": "password", "password": b64("app-password")},
                                    authorization=[{"addresses": ["*"],
                                                    "operations": ["send", "recv"]}])
-    assert tasks._router_only(space.uid)
+
+
+def test_router_only_changes_run_the_agents_at_once(space):
+    add(space, "a1", "anycast", "standard-small-anycast")
+    add(space, "m1", "multicast", "standard-small-multicast")
+    make_user(space)
+    assert tasks._router_only(pending(space))
     add(space, "q1", "queue", "standard-small-queue")
-    assert not tasks._router_only(space.uid)  # its autoLinks need the broker's queue first
+    assert not tasks._router_only(pending(space))  # its autoLinks need the broker's queue first
 
 
 def test_a_resync_keeps_the_order(space):
-    assert not tasks._router_only(space.uid)  # nothing new: a drift check
+    assert not tasks._router_only(pending(space))  # nothing new: a drift check
 
 
-def test_an_anycast_change_runs_both_agents_each_in_its_thread(space, runs):
-    add(space, "fast", "anycast", "standard-small-anycast")
+def test_a_user_change_runs_both_agents_each_in_its_thread(space, runs):
+    make_user(space, "fast")
     tasks.reconcile_space(str(space.uid))
-    assert phases(space) == {"fast": "Active"}
     assert sorted(kind for kind, _ in runs) == ["router", "storage"]
     assert all(thread is not threading.main_thread() for _, thread in runs)
     assert runs[0][1] is not runs[1][1]
@@ -85,9 +95,8 @@ def test_the_agents_threads_keep_their_database_sessions(space, monkeypatch):
 
     monkeypatch.setattr(base, "run", run)
     for name in ("k1", "k2", "k3"):
-        add(space, name, "anycast", "standard-small-anycast")
+        make_user(space, name)
         tasks.reconcile_space(str(space.uid))
-    assert phases(space) == {"k1": "Active", "k2": "Active", "k3": "Active"}
     first = set(sessions[:2])
     assert len(sessions) == 6 and set(sessions[2:]) <= first  # the same threads, same backends
 
@@ -108,3 +117,81 @@ def test_the_storage_agent_asks_the_broker_only_when_something_stored_changed(
     assert asked == [space.name]
     base.run(space.uid, "storage")  # no new event: a resync, which checks the broker
     assert asked == [space.name, space.name]
+
+
+def storage_state(space):
+    return AgentState.objects.get(space_uid=space.uid, kind="storage")
+
+
+def test_an_anycast_change_records_the_storage_controller_without_running_it(space, runs):
+    """Nothing of the broker changes: the storage controller's state moves to the new
+    sequence, with its AppliedEvent and the outbox acknowledged, in one statement under its
+    lock, and the router agent runs alone in the task's thread."""
+    add(space, "fast", "anycast", "standard-small-anycast")
+    add(space, "multi", "multicast", "standard-small-multicast")
+    last = AddressSpace.objects.get(uid=space.uid).last_sequence
+    with CaptureQueriesContext(connection) as queries:
+        assert base.record_unaffected(space.uid, "standard", "storage") == last
+    assert len(queries.captured_queries) == 3  # the lock, the record, the unlock
+    assert storage_state(space).applied_sequence == last
+    assert set(AppliedEvent.objects.filter(event__stream_id=space.uid, kind="storage",
+                                           event__sequence__gt=last - 2)
+               .values_list("event__sequence", flat=True)) == {last - 1, last}
+
+    add(space, "faster", "anycast", "standard-small-anycast")
+    tasks.reconcile_space(str(space.uid))
+    assert [(kind, thread) for kind, thread in runs] == [("router", threading.main_thread())]
+    assert phases(space) == {"fast": "Active", "multi": "Active", "faster": "Active"}
+    assert storage_state(space).applied_sequence == space_last(space)
+    assert not Outbox.objects.filter(stream_uid=space.uid, acked_at__isnull=True).exists()
+
+
+def space_last(space):
+    return AddressSpace.objects.get(uid=space.uid).last_sequence
+
+
+def test_the_storage_controller_runs_when_its_own_events_need_the_broker(space):
+    """The router agent's events decide whether to ask; the storage controller's own, read
+    under its lock, decide: a queue it has not applied yet (the router ran ahead) needs it."""
+    before = storage_state(space).applied_sequence
+    add(space, "q", "queue", "standard-small-queue")
+    add(space, "any", "anycast", "standard-small-anycast")
+    assert base.record_unaffected(space.uid, "standard", "storage") is None
+    assert storage_state(space).applied_sequence == before
+    assert not AppliedEvent.objects.filter(event__stream_id=space.uid, kind="storage",
+                                           event__sequence__gt=before).exists()
+
+
+@pytest.mark.parametrize("state_of", [
+    {"invalidated": "broker restarted"},  # a run repairs the vhost first
+    {"applied_at": None},  # never ran: the vhost may not exist
+])
+def test_a_storage_state_to_repair_is_run_not_recorded(space, runs, state_of):
+    AgentState.objects.filter(space_uid=space.uid, kind="storage").update(**state_of)
+    add(space, "any", "anycast", "standard-small-anycast")
+    assert base.record_unaffected(space.uid, "standard", "storage") is None
+    tasks.reconcile_space(str(space.uid))
+    assert sorted(kind for kind, _ in runs) == ["router", "storage"]
+    assert storage_state(space).applied_sequence == space_last(space)
+    assert storage_state(space).invalidated == ""
+
+
+def test_a_terminating_space_is_run_not_recorded(space):
+    add(space, "any", "anycast", "standard-small-anycast")
+    AddressSpace.objects.filter(uid=space.uid).update(terminating=True)
+    assert base.record_unaffected(space.uid, "standard", "storage") is None
+    AddressSpace.objects.filter(uid=space.uid).update(terminating=False)
+
+
+def test_the_storage_errors_stay_and_keep_the_outbox_unacknowledged(space):
+    """As the run would (`nothing_to_store` reports the last errors again): an error left to
+    retry keeps the event unacknowledged, so the relay sends the space again."""
+    errors = {f"{space.name}.q": {"message": "Not yet verified on the broker",
+                                  "permanent": False}}
+    AgentState.objects.filter(space_uid=space.uid, kind="storage").update(address_errors=errors)
+    add(space, "any", "anycast", "standard-small-anycast")
+    base.run(space.uid, "router")
+    assert base.record_unaffected(space.uid, "standard", "storage") == space_last(space)
+    assert storage_state(space).address_errors == errors
+    assert Outbox.objects.filter(stream_uid=space.uid, acked_at__isnull=True,
+                                 sequence=space_last(space)).exists()

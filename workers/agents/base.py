@@ -42,6 +42,9 @@ class Report:
 
 class Agent:
     kind = ""
+    # Address types whose creation leaves this agent's target as it is: a space's events that
+    # only create such addresses are recorded as applied without running it (`record_unaffected`).
+    unaffected_types: tuple[str, ...] = ()
 
     def reconcile(self, space: AddressSpace) -> Report:  # pragma: no cover - interface
         raise NotImplementedError
@@ -112,6 +115,34 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     if space.terminating and _all_torn_down(space):
         services.remove_address_space(uid=space.uid)
     return target
+
+
+def record_unaffected(space_uid, space_type: str, kind: str) -> int | None:
+    """Records the agent `kind` as having applied the space's events up to its last sequence
+    without running it, when each event it has not applied creates an address of its
+    `unaffected_types` (the storage controller and an anycast address: nothing of the broker
+    changes) and its last run left nothing to repair: it ran before, is not invalidated, and the
+    space is not being deleted. Its errors stay as they were, as the run would have reported
+    them again (`nothing_to_store`), and the outbox is acknowledged as `_record` does.
+
+    One statement under the agent's lock, where a run took four more (the space, the state,
+    the events, the record) and the Python to build them. Returns the sequence recorded, or
+    None: nothing was recorded, and the agent is to run."""
+    types = installed_agents()[kind].unaffected_types
+    if not types:
+        return None
+    kinds = installed_kinds(space_type)
+    with serialised(space_uid, kind):
+        with connection.cursor() as cursor:
+            cursor.execute(_UNAFFECTED_SQL, {
+                "uid": space_uid, "kind": kind, "types": list(types), "now": timezone.now(),
+                "kinds": kinds, "nkinds": len(set(kinds))})
+            row = cursor.fetchone()
+    if row is None:
+        return None
+    logger.info("agent.applied", extra={"space": str(space_uid), "agent": kind,
+                                        "sequence": row[0], "unaffected": True})
+    return row[0]
 
 
 def _done(space: AddressSpace, state: AgentState, target: int, only_if_behind: bool) -> bool:
@@ -283,7 +314,7 @@ def _ack_params(space: AddressSpace, kind: str, target: int, settled: bool, star
             "nkinds": len(set(kinds))}
 
 
-_TABLES = {"state": AgentState._meta.db_table, "applied": AppliedEvent._meta.db_table,
+_TABLES = {"state": AgentState._meta.db_table, "spaces": AddressSpace._meta.db_table, "applied": AppliedEvent._meta.db_table,
            "events": ConfigEvent._meta.db_table, "outbox": Outbox._meta.db_table}
 
 _RECORD = """
@@ -337,6 +368,50 @@ WHERE stream_uid = %(uid)s AND acked_at IS NULL AND %(nkinds)s > 0 AND sequence 
 )
 """
 
+# `record_unaffected`: the state moved to the space's last sequence if every event after its
+# own creates an address of %(types)s and the state is clean of what a run would repair, with
+# the AppliedEvent rows and the outbox acknowledged (`_ACK`, this state's new sequence counted,
+# its errors as they are); the sequence recorded, or no row.
+_UNAFFECTED = """
+WITH old AS (
+    SELECT s.id, s.applied_sequence, sp.last_sequence AS target
+    FROM {state} s JOIN {spaces} sp ON sp.uid = s.space_uid
+    WHERE s.space_uid = %(uid)s AND s.kind = %(kind)s AND NOT sp.terminating
+      AND s.applied_at IS NOT NULL AND s.invalidated = ''
+      AND s.applied_sequence < sp.last_sequence
+      AND NOT EXISTS (
+          SELECT 1 FROM {events} e
+          WHERE e.stream_id = %(uid)s AND e.sequence > s.applied_sequence
+            AND e.sequence <= sp.last_sequence
+            AND (e.type <> 'address.created'
+                 OR COALESCE(e.payload ->> 'type', '') <> ALL(%(types)s)))
+    FOR UPDATE OF s
+), recorded AS (
+    UPDATE {state} s SET applied_sequence = old.target, applied_at = %(now)s
+    FROM old WHERE s.id = old.id
+    RETURNING old.applied_sequence AS after, old.target
+), applied AS (
+    INSERT INTO {applied} (event_id, kind, applied_at, latency_seconds)
+    SELECT e.position, %(kind)s, %(now)s, EXTRACT(EPOCH FROM %(now)s - e.created_at)::float8
+    FROM {events} e, recorded
+    WHERE e.stream_id = %(uid)s AND e.sequence > recorded.after AND e.sequence <= recorded.target
+    ON CONFLICT DO NOTHING
+), acked AS (
+    UPDATE {outbox} SET acked_at = %(now)s
+    WHERE stream_uid = %(uid)s AND acked_at IS NULL AND EXISTS (SELECT 1 FROM recorded)
+      AND sequence <= (
+        SELECT MIN(CASE WHEN kind = %(kind)s
+                        THEN GREATEST(applied_sequence, (SELECT target FROM recorded))
+                        ELSE applied_sequence END)
+        FROM {state} WHERE space_uid = %(uid)s AND kind = ANY(%(kinds)s)
+        HAVING COUNT(DISTINCT kind) = %(nkinds)s
+           AND BOOL_AND(invalidated = '' AND space_error = '' AND NOT {retryable}))
+)
+SELECT target FROM recorded
+"""
+
+_UNAFFECTED_SQL = _UNAFFECTED.format(
+    **_TABLES, retryable=RETRYABLE_ERRORS.format(column="address_errors"))
 _ACK_SQL = _ACK.format(**_TABLES, retryable=RETRYABLE_ERRORS.format(column="address_errors"))
 _RECORD_SQL = _RECORD.format(**_TABLES) + _ACK_SQL
 

@@ -183,6 +183,7 @@ def topic_kind(api: rabbitmq.RabbitMQApi) -> str:
 
 class StorageController(Agent):
     kind = "storage"
+    unaffected_types = ROUTER_ONLY_TYPES  # the router alone carries them (`nothing_to_store`)
 
     def reconcile(self, space: AddressSpace) -> Report:
         events = pending_events(space.uid, self.kind)

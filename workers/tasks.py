@@ -52,10 +52,12 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
     """Runs the space's agents; `only_behind`: only those that have not applied its last
     sequence (a resync that is no drift check)."""
     dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
-    space = AddressSpace.objects.filter(uid=space_uid).only("type", "terminating").first()
+    # The router agent's pending events decide whether the agents may run at once: read with
+    # the space, for the types whose spaces have more than one agent here.
+    space = base.space_to_run(space_uid, "router", tuple(
+        t for t in SPACE_TYPES if len(agent_kinds(t)) > 1))
     kinds = agent_kinds(space.type) if space else list(base.installed_agents())
-    events = None if space is None or space.terminating or len(kinds) < 2 else \
-        base.pending_events(space_uid, "router")
+    events = space.events if space else None
     if not _router_only(events):
         # In order: the broker's queues exist before the router's autoLinks attach to them,
         # and in a teardown the last agent done removes the space.

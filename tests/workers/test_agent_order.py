@@ -195,3 +195,36 @@ def test_the_storage_errors_stay_and_keep_the_outbox_unacknowledged(space):
     assert storage_state(space).address_errors == errors
     assert Outbox.objects.filter(stream_uid=space.uid, acked_at__isnull=True,
                                  sequence=space_last(space)).exists()
+
+
+def test_the_task_reads_the_space_and_the_router_agents_events_in_one_statement(space, tenant):
+    add(space, "e1", "anycast", "standard-small-anycast")
+    make_user(space, "u1")
+    with CaptureQueriesContext(connection) as queries:
+        read = base.space_to_run(space.uid, "router", ("standard",))
+    assert len(queries.captured_queries) == 1
+    assert (read.type, read.terminating) == ("standard", False)
+    assert read.events == pending(space) and [t for t, _ in read.events] == [
+        "address.created", "messaging_user.created"]
+    assert read.events[0][1]["type"] == "anycast"
+
+    assert base.space_to_run(space.uid, "router", ("brokered",)).events is None  # not asked
+    assert base.space_to_run(space.uid, "router", ()).events is None  # (only infra on k8s)
+    for i in range(base.PENDING_LIMIT):
+        add(space, f"many{i}", "anycast", "standard-small-anycast")
+    assert pending(space) is None and base.space_to_run(space.uid, "router", ("standard",)).events is None
+    AddressSpace.objects.filter(uid=space.uid).update(terminating=True)
+    assert base.space_to_run(space.uid, "router", ("standard",)).events is None
+    AddressSpace.objects.filter(uid=space.uid).update(terminating=False)
+    assert base.space_to_run(uuid.uuid4(), "router", ("standard",)) is None
+
+
+def test_an_anycast_create_costs_the_task_fourteen_statements(space):
+    """The space with the router agent's events (1), the storage controller recorded (3: the
+    lock, the record, the unlock), the router agent's run (10: see test_incremental_reconcile)."""
+    add(space, "counted", "anycast", "standard-small-anycast")
+    with CaptureQueriesContext(connection) as queries:
+        tasks.reconcile_space(str(space.uid))
+    assert len(queries.captured_queries) == 14, "\n".join(
+        q["sql"][:120] for q in queries.captured_queries)
+    assert phases(space) == {"counted": "Active"}

@@ -233,6 +233,34 @@ def _events_after(space_uid, sequence, limit: int) -> list[tuple[str, dict]] | N
     return None if len(events) > limit else events
 
 
+@dataclass
+class SpaceToRun:
+    """What a reconcile task reads of a space before running its agents (`space_to_run`)."""
+
+    type: str
+    terminating: bool
+    events: list[tuple[str, dict]] | None  # `pending_events` of the kind asked, if asked
+
+
+def space_to_run(space_uid, kind: str, events_for: tuple[str, ...]) -> SpaceToRun | None:
+    """The space's type, whether it is terminating and, for a space of a type in `events_for`
+    that is not, the events the agent `kind` has not applied (as `pending_events` outside a run
+    gives them): one statement, where the ORM took two and compiled a subquery for the second
+    (a few ms of a create's CPU). None: no such space."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SPACE_TO_RUN_SQL, {"uid": space_uid, "kind": kind,
+                                           "types": list(events_for),
+                                           "limit": PENDING_LIMIT + 1})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    space_type, terminating, asked, events = row
+    if not asked:
+        return SpaceToRun(space_type, terminating, None)
+    events = [(t, p) for t, p in events or []]
+    return SpaceToRun(space_type, terminating, None if len(events) > PENDING_LIMIT else events)
+
+
 def agent_state(space_uid, kind: str) -> AgentState | None:
     """The agent kind's state of the space: within the agent's own run, the one the run read
     under its lock (nothing else moves its sequence meanwhile: only this kind's runs record,
@@ -410,6 +438,21 @@ WITH old AS (
 SELECT target FROM recorded
 """
 
+# `space_to_run`: the events as `_events_after` orders and limits them, in a JSON array.
+_SPACE_TO_RUN = """
+SELECT sp.type, sp.terminating, asked.yes, CASE WHEN asked.yes THEN (
+    SELECT json_agg(json_build_array(e.type, e.payload) ORDER BY e.sequence) FROM (
+        SELECT type, payload, sequence FROM {events}
+        WHERE stream_id = sp.uid AND sequence > COALESCE((
+            SELECT applied_sequence FROM {state} WHERE space_uid = sp.uid AND kind = %(kind)s
+        ), 0)
+        ORDER BY sequence LIMIT %(limit)s) e
+) END
+FROM {spaces} sp, LATERAL (SELECT NOT sp.terminating AND sp.type = ANY(%(types)s) AS yes) asked
+WHERE sp.uid = %(uid)s
+"""
+
+_SPACE_TO_RUN_SQL = _SPACE_TO_RUN.format(**_TABLES)
 _UNAFFECTED_SQL = _UNAFFECTED.format(
     **_TABLES, retryable=RETRYABLE_ERRORS.format(column="address_errors"))
 _ACK_SQL = _ACK.format(**_TABLES, retryable=RETRYABLE_ERRORS.format(column="address_errors"))

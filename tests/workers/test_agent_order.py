@@ -176,7 +176,7 @@ def test_a_storage_state_to_repair_is_run_not_recorded(space, runs, state_of):
     assert storage_state(space).invalidated == ""
 
 
-def test_a_terminating_space_is_run_not_recorded(space):
+def test_a_terminating_space_is_not_recorded(space):
     add(space, "any", "anycast", "standard-small-anycast")
     AddressSpace.objects.filter(uid=space.uid).update(terminating=True)
     assert base.record_unaffected(space.uid, "standard", "storage") is None
@@ -197,7 +197,7 @@ def test_the_storage_errors_stay_and_keep_the_outbox_unacknowledged(space):
                                  sequence=space_last(space)).exists()
 
 
-def test_the_task_reads_the_space_and_the_router_agents_events_in_one_statement(space, tenant):
+def test_the_task_reads_the_space_and_the_router_agents_events_in_one_statement(space):
     add(space, "e1", "anycast", "standard-small-anycast")
     make_user(space, "u1")
     with CaptureQueriesContext(connection) as queries:

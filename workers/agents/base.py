@@ -125,9 +125,9 @@ def record_unaffected(space_uid, space_type: str, kind: str) -> int | None:
     space is not being deleted. Its errors stay as they were, as the run would have reported
     them again (`nothing_to_store`), and the outbox is acknowledged as `_record` does.
 
-    One statement under the agent's lock, where a run took four more (the space, the state,
-    the events, the record) and the Python to build them. Returns the sequence recorded, or
-    None: nothing was recorded, and the agent is to run."""
+    One statement under the agent's lock, where a run took four (the space, its state, its
+    events, the record), the Python to build them and a thread of the pool. Returns the
+    sequence recorded, or None: nothing was recorded, and the agent is to run."""
     types = installed_agents()[kind].unaffected_types
     if not types:
         return None
@@ -342,8 +342,9 @@ def _ack_params(space: AddressSpace, kind: str, target: int, settled: bool, star
             "nkinds": len(set(kinds))}
 
 
-_TABLES = {"state": AgentState._meta.db_table, "spaces": AddressSpace._meta.db_table, "applied": AppliedEvent._meta.db_table,
-           "events": ConfigEvent._meta.db_table, "outbox": Outbox._meta.db_table}
+_TABLES = {"state": AgentState._meta.db_table, "spaces": AddressSpace._meta.db_table,
+           "applied": AppliedEvent._meta.db_table, "events": ConfigEvent._meta.db_table,
+           "outbox": Outbox._meta.db_table}
 
 _RECORD = """
 WITH old AS (

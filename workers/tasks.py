@@ -67,8 +67,8 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
     # An agent these changes leave alone (the storage controller and new anycast addresses)
     # is recorded as having applied them, without a run of its own (`record_unaffected`).
     kinds = [kind for kind in kinds
-             if not (_creates_only(events, kind) and base.record_unaffected(
-                 space_uid, space.type, kind) is not None)]
+             if not (base.only_creates(events, base.installed_agents()[kind].unaffected_types)
+                     and base.record_unaffected(space_uid, space.type, kind) is not None)]
     if len(kinds) == 1:
         base.run(space_uid, kinds[0], only_if_behind=only_behind)
         return
@@ -96,15 +96,6 @@ def _router_only(events: list | None) -> bool:
             continue
         return False
     return True
-
-
-def _creates_only(events: list, kind: str) -> bool:
-    """Whether every event in `events` creates an address the agent `kind` has nothing to do
-    for (its `unaffected_types`): worth asking `record_unaffected`, which checks the agent's own
-    pending events under its lock."""
-    types = base.installed_agents()[kind].unaffected_types
-    return bool(types) and all(t == "address.created" and p.get("type") in types
-                               for t, p in events)
 
 
 def _run_agent(space_uid, kind: str, only_behind: bool) -> None:

@@ -227,6 +227,13 @@ def pending_events(space_uid, kind: str,
     return _events_after(space_uid, Coalesce(Subquery(applied), 0), limit)
 
 
+def only_creates(events: list | None, address_types) -> bool:
+    """Whether there are `events` (from `pending_events`) and each creates an address of one
+    of `address_types`: what an agent's short path, or not running it at all, rests on."""
+    return bool(events) and all(t == "address.created" and p.get("type") in address_types
+                                for t, p in events)
+
+
 def _events_after(space_uid, sequence, limit: int) -> list[tuple[str, dict]] | None:
     events = list(ConfigEvent.objects.filter(stream_id=space_uid, sequence__gt=sequence)
                   .order_by("sequence").values_list("type", "payload")[:limit + 1])
@@ -364,14 +371,18 @@ WITH old AS (
                               THEN NULL ELSE s.invalidated_at END
     FROM old WHERE s.id = old.id
     RETURNING old.applied_sequence AS after
-), applied AS (
+), {applied_events}
+"""
+
+# An AppliedEvent per event the `recorded` CTE newly covers (after it, up to `{target}`), with
+# its latency: `.format(target=...)`, then into a statement as its `applied_events`.
+_APPLIED = """applied AS (
     INSERT INTO {applied} (event_id, kind, applied_at, latency_seconds)
     SELECT e.position, %(kind)s, %(now)s, EXTRACT(EPOCH FROM %(now)s - e.created_at)::float8
     FROM {events} e, recorded
-    WHERE e.stream_id = %(uid)s AND e.sequence > recorded.after AND e.sequence <= %(target)s
+    WHERE e.stream_id = %(uid)s AND e.sequence > recorded.after AND e.sequence <= {target}
     ON CONFLICT DO NOTHING
-)
-"""
+)"""
 
 # Whether a state's address errors hold one not marked permanent (`_settled`'s test in SQL, so
 # that thousands of errors during a fill are not loaded): `.format(column=...)`.
@@ -383,24 +394,28 @@ RETRYABLE_ERRORS = "jsonb_path_exists({column}, '$.* ? (!exists(@.permanent ? (@
 # of them has something to retry (`_settled`: invalidated, a space error, an address error
 # not permanent). So the relay re-sends an event until its addresses are really configured:
 # an autoLink still inactive after the router agent's wait is retried within
-# MAAS_RELAY_AFTER_SECONDS, not at the next resync.
+# MAAS_RELAY_AFTER_SECONDS, not at the next resync. `{target}` is the recording kind's new
+# sequence and `{own_clean}` whether its outcome leaves nothing to retry.
 _ACK = """
 UPDATE {outbox} SET acked_at = %(now)s
 WHERE stream_uid = %(uid)s AND acked_at IS NULL AND %(nkinds)s > 0 AND sequence <= (
-    SELECT MIN(CASE WHEN kind = %(kind)s THEN GREATEST(applied_sequence, %(target)s)
+    SELECT MIN(CASE WHEN kind = %(kind)s THEN GREATEST(applied_sequence, {target})
                     ELSE applied_sequence END)
     FROM {state} WHERE space_uid = %(uid)s AND kind = ANY(%(kinds)s)
     HAVING COUNT(DISTINCT kind) = %(nkinds)s AND BOOL_AND(CASE
-        WHEN kind = %(kind)s THEN %(settled)s
-            AND (invalidated_at IS NULL OR invalidated_at < %(started)s)
-        ELSE invalidated = '' AND space_error = '' AND NOT {retryable} END)
+        WHEN kind = %(kind)s THEN {own_clean} ELSE {clean} END)
 )
 """
+
+# A state with nothing to retry, as its row stands (`_settled`).
+_CLEAN = ("invalidated = '' AND space_error = '' AND NOT "
+          + RETRYABLE_ERRORS.format(column="address_errors"))
 
 # `record_unaffected`: the state moved to the space's last sequence if every event after its
 # own creates an address of %(types)s and the state is clean of what a run would repair, with
 # the AppliedEvent rows and the outbox acknowledged (`_ACK`, this state's new sequence counted,
-# its errors as they are); the sequence recorded, or no row.
+# its errors as they are, and nothing acknowledged when nothing was recorded); the sequence
+# recorded, or no row.
 _UNAFFECTED = """
 WITH old AS (
     SELECT s.id, s.applied_sequence, sp.last_sequence AS target
@@ -419,23 +434,7 @@ WITH old AS (
     UPDATE {state} s SET applied_sequence = old.target, applied_at = %(now)s
     FROM old WHERE s.id = old.id
     RETURNING old.applied_sequence AS after, old.target
-), applied AS (
-    INSERT INTO {applied} (event_id, kind, applied_at, latency_seconds)
-    SELECT e.position, %(kind)s, %(now)s, EXTRACT(EPOCH FROM %(now)s - e.created_at)::float8
-    FROM {events} e, recorded
-    WHERE e.stream_id = %(uid)s AND e.sequence > recorded.after AND e.sequence <= recorded.target
-    ON CONFLICT DO NOTHING
-), acked AS (
-    UPDATE {outbox} SET acked_at = %(now)s
-    WHERE stream_uid = %(uid)s AND acked_at IS NULL AND EXISTS (SELECT 1 FROM recorded)
-      AND sequence <= (
-        SELECT MIN(CASE WHEN kind = %(kind)s
-                        THEN GREATEST(applied_sequence, (SELECT target FROM recorded))
-                        ELSE applied_sequence END)
-        FROM {state} WHERE space_uid = %(uid)s AND kind = ANY(%(kinds)s)
-        HAVING COUNT(DISTINCT kind) = %(nkinds)s
-           AND BOOL_AND(invalidated = '' AND space_error = '' AND NOT {retryable}))
-)
+), {applied_events}, acked AS ({ack})
 SELECT target FROM recorded
 """
 
@@ -454,10 +453,14 @@ WHERE sp.uid = %(uid)s
 """
 
 _SPACE_TO_RUN_SQL = _SPACE_TO_RUN.format(**_TABLES)
+_ACK_SQL = _ACK.format(**_TABLES, target="%(target)s", clean=_CLEAN, own_clean=(
+    "%(settled)s AND (invalidated_at IS NULL OR invalidated_at < %(started)s)"))
+_RECORD_SQL = _RECORD.format(
+    **_TABLES, applied_events=_APPLIED.format(**_TABLES, target="%(target)s")) + _ACK_SQL
 _UNAFFECTED_SQL = _UNAFFECTED.format(
-    **_TABLES, retryable=RETRYABLE_ERRORS.format(column="address_errors"))
-_ACK_SQL = _ACK.format(**_TABLES, retryable=RETRYABLE_ERRORS.format(column="address_errors"))
-_RECORD_SQL = _RECORD.format(**_TABLES) + _ACK_SQL
+    **_TABLES, applied_events=_APPLIED.format(**_TABLES, target="recorded.target"),
+    ack=_ACK.format(**_TABLES, target="(SELECT target FROM recorded)", clean=_CLEAN,
+                    own_clean="EXISTS (SELECT 1 FROM recorded) AND " + _CLEAN))
 
 
 def _all_torn_down(space: AddressSpace) -> bool:

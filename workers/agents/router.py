@@ -22,7 +22,7 @@ from tenants.models import AddressSpacePlan, Tenant, TenantQuota
 from .. import credentials, endpoints
 from ..naming import broker_username
 from . import router_config as rc
-from .base import Agent, Report, TransientError, agent_state, pending_events
+from .base import Agent, Report, TransientError, agent_state, only_creates, pending_events
 from .qdr import QUERY_PAGE, Management, ManagementError, RouterUnreachable
 
 logger = logging.getLogger(__name__)
@@ -280,8 +280,7 @@ class RouterAgent(Agent):
         if self.snapshot is not None:
             return None
         events = pending_events(space.uid, self.kind)
-        if not events or any(t != "address.created" or p.get("type") not in ROUTER_ONLY_TYPES
-                             for t, p in events):
+        if not only_creates(events, ROUTER_ONLY_TYPES):
             return None
         state = agent_state(space.uid, self.kind)
         if (not state or not state.applied_sequence or state.address_errors

@@ -16,7 +16,7 @@ from config_service.status import ROUTER_ONLY_TYPES
 from tenants.models import TenantQuota
 
 from .. import credentials, endpoints
-from ..agents.base import Agent, Report, TransientError, agent_state, pending_events
+from ..agents.base import Agent, Report, TransientError, agent_state, only_creates, pending_events
 from ..naming import broker_username
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -295,8 +295,7 @@ def nothing_to_store(events: list | None, state: AgentState | None) -> Report | 
     applied (`events`, from `pending_events`) creates an anycast or multicast address (nothing
     of the broker changes; the router agent runs meanwhile); None otherwise. A resync has no
     new event: it checks the broker."""
-    if not events or any(t != "address.created" or p.get("type") not in ROUTER_ONLY_TYPES
-                         for t, p in events):
+    if not only_creates(events, ROUTER_ONLY_TYPES):
         return None
     if state is None or state.applied_at is None or state.invalidated:
         return None

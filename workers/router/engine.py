@@ -135,11 +135,15 @@ class Engine:
         etype = L.pn_event_type
         dispatch = self._dispatch
         null = ffi.NULL
+        transport, mark, connection_of = L.PN_TRANSPORT, self.loop.mark, L.pn_event_connection
         while True:
             event = peek(collector)
             if event == null:
                 return
-            handler = dispatch.get(etype(event))
+            kind = etype(event)
+            if kind == transport:  # proton has output for this connection: flush() writes it
+                mark(connection_of(event))
+            handler = dispatch.get(kind)
             if handler is not None:
                 try:
                     handler(event)

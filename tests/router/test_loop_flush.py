@@ -1,8 +1,8 @@
 """The embedded router's loop looks only at the connections that have something to do: what
 was read, what the engine gave output (PN_TRANSPORT) and, once a second, all of them for their
 heartbeats. Before, every turn of the loop wrote every connection, and 800 idle connectors
-cost a tenth of a core at rest (tests/bench/bench_router_idle.py). In process, over real
-sockets (socket pairs) and real proton transports."""
+cost about a tenth of a core more at rest (tests/bench/bench_router_idle.py). In process,
+over real sockets (socket pairs) and real proton transports."""
 
 import socket
 from types import SimpleNamespace

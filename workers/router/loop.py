@@ -77,8 +77,8 @@ class Loop:
         self.collector = L.pn_collector()
         self.conns: dict = {}  # pn_connection cdata -> Conn
         # Connections that may have output to write or input proton had no room for: what
-        # flush() looks at. With every connection looked at on every turn, 800 idle connectors
-        # (the standard spaces of the 100k fleet) cost a tenth of a core at rest (docs/scale.md).
+        # flush() looks at. Looking at every connection on every turn, 800 idle connectors
+        # (the 100k fleet's standard spaces) cost a tenth of a core more at rest (docs/scale.md).
         self.dirty: set = set()
         self._timers: list = []
         self._seq = itertools.count()

@@ -38,6 +38,10 @@ def broker_state(vhost: str) -> dict:
     }
 
 
+def user_names() -> set[str]:
+    return {u["name"] for u in api("/users").json()}
+
+
 def delete_queue(vhost: str, name: str) -> None:
     requests.delete(f"{settings.RABBITMQ_API_URL}/queues/{quote(vhost, safe='')}/"
                     f"{quote(name, safe='')}",

@@ -1,18 +1,22 @@
 """Rotating the router's broker credential (manage.py rotate_secrets): the agents carry the new
 one to RabbitMQ and the real embedded router, the old one stops working, and queues behind the
 router keep every message."""
+import time
 import uuid
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from proton import ConnectionException, Message
 
 from config_service import services
+from config_service.models import AgentState
 from tests.conftest import CTX
 from tests.workers import rabbit
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import connect, receive_bodies, user
-from workers import credentials
+from workers import credentials, tasks
+from workers.agents import base
 
 pytestmark = pytest.mark.slow
 
@@ -48,4 +52,36 @@ def test_a_rotated_router_credential_reaches_broker_and_router_and_messages_stil
     conn.create_sender("orders").send(Message(body="after"))
     receiver = conn.create_receiver("orders", credit=10)
     assert receive_bodies(receiver, 2, timeout=10) == ["before", "after"]
+    conn.close()
+
+
+def test_a_credential_lost_with_the_secret_key_heals_by_the_resync_alone(
+        router, space, settings):
+    """SECRET_KEY lost with var/, the platform restarted: the router agent's restore replaces
+    the unreadable credential and gives its connector a login the broker does not know yet, so
+    its autoLinks stay in error, to be retried. The storage controller, which would carry the
+    login to RabbitMQ, had applied every event: only a drift check runs it. The space must not
+    be kept out of its drift check by the errors the check would mend (seen at 100k: 800
+    spaces stuck for good)."""
+    settings.SECRET_KEY = "another key, as after var/ was lost"
+    settings.MAAS_RESYNC_INTERVAL = settings.MAAS_DRIFT_CHECK_PERIOD = 1.0
+    router.restart()  # as the platform restarts: the router comes back empty
+    base.run(space.uid, "router")  # its restore (router_watch): the router agent alone
+    new_user, _ = credentials.router_broker(space.vhost)
+    assert new_user == "$router-2"
+    assert AgentState.objects.get(space_uid=space.uid, kind="router").address_errors
+
+    time.sleep(1.1)  # every state is now older than a resync interval
+    for _ in range(3):  # resync ticks, their tasks run here as a worker runs them
+        behind, drifting = tasks.resync_candidates(timezone.now())
+        for uid in drifting:
+            tasks.reconcile_space(str(uid), resync=True)
+        for uid in behind:
+            tasks.reconcile_space(str(uid), resync=True, only_behind=True)
+    assert f"{new_user}@{space.vhost}" in rabbit.user_names()
+    assert AgentState.objects.get(space_uid=space.uid, kind="router").address_errors == {}
+    conn = connect(router, space)
+    conn.create_sender("orders").send(Message(body="after"))
+    receiver = conn.create_receiver("orders", credit=10)
+    assert receive_bodies(receiver, 1, timeout=10) == ["after"]
     conn.close()

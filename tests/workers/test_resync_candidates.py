@@ -1,7 +1,8 @@
 """Which spaces the resync tick queues as behind: besides those with an unapplied change, those
 an agent left an address error to retry (an autoLink not active yet, a queue not verified),
 so the next tick retries them rather than their drift check minutes later; never those whose
-errors are all permanent. And how many quiet ones it checks for drift (MAAS_DRIFT_CHECK_PERIOD)."""
+errors are all permanent. And how many quiet ones it checks for drift (MAAS_DRIFT_CHECK_PERIOD),
+those retrying an error included."""
 import os
 import subprocess
 import sys
@@ -94,3 +95,17 @@ def test_a_drift_period_shorter_than_the_resync_interval_is_refused_at_start():
     assert done.returncode != 0
     assert "MAAS_DRIFT_CHECK_PERIOD must be at least MAAS_RESYNC_INTERVAL (60 s), not 30" \
         in done.stderr
+
+
+def test_a_space_retrying_an_error_is_still_due_its_drift_check_and_queued_once(space):
+    """The error may be one only the drift check mends (an agent that is not behind must act:
+    tests/workers/test_credential_rotation.py); when the space's turn comes, the check, which
+    runs every agent, is what the tick queues for it, not a retry besides."""
+    now = timezone.now()
+    applied(space, {"orders": {"message": "Not yet verified", "permanent": False}},
+            at=now - timedelta(hours=1))
+    behind, drifting = resync_candidates(now)
+    assert space.uid in drifting and space.uid not in behind
+    applied(space, {"orders": {"message": "Not yet verified", "permanent": False}}, at=now)
+    behind, drifting = resync_candidates(now)  # checked just now: retried, not checked again
+    assert space.uid in behind and space.uid not in drifting

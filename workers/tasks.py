@@ -6,7 +6,7 @@ errors of a target (broker unreachable) are retried, with backoff.
 import logging
 import math
 from concurrent.futures import wait
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
@@ -28,9 +28,10 @@ logger = logging.getLogger(__name__)
 
 
 def drift_check_ticks() -> int:
-    """Every reconcile is a full one (query actual, diff, apply), so a space that changes often
-    is checked for drift all the time; a quiet one at least once in this many resync ticks
-    (MAAS_DRIFT_CHECK_PERIOD over MAAS_RESYNC_INTERVAL: 5 by default)."""
+    """A space is checked for drift (every agent compares the whole space with its target) at
+    least once in this many resync ticks, busy or quiet: its changes mostly take the short
+    paths, which compare only what they add (MAAS_DRIFT_CHECK_PERIOD over
+    MAAS_RESYNC_INTERVAL: 5 by default)."""
     return max(1, round(settings.MAAS_DRIFT_CHECK_PERIOD / settings.MAAS_RESYNC_INTERVAL))
 
 
@@ -225,16 +226,26 @@ def resync_candidates(now) -> tuple[list, list]:
             # Its drift check stays due all the same: the error may be one only the check
             # mends, in an agent that is not behind. A router login replaced because it no
             # longer decrypted (SECRET_KEY lost) keeps the router's autoLinks in error until
-            # the storage controller, which applied every event, gives RabbitMQ that login:
-            # left out of their drift checks, 800 spaces stayed so for good at 100k.
-            quiet.append((min(s[1] for s in states), uid))
+            # the storage controller, which applied every event, gives RabbitMQ that login
+            # (tests/workers/test_credential_rotation.py); left out of the drift checks, a
+            # restarted 100k platform's standard spaces stayed in error.
+            quiet.append((_checked(by_kind), uid))
         elif states:
-            quiet.append((min(s[1] for s in states), uid))
+            quiet.append((_checked(by_kind), uid))
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
     share = math.ceil(len(spaces) / drift_check_ticks())
     drifting = [uid for at, uid in sorted(quiet) if at < fresh][:share]
     checked = set(drifting)  # a drift check runs every agent: the space is queued once
     return [uid for uid in behind if uid not in checked], drifting
+
+
+def _checked(by_kind: dict):
+    """When the space was last compared whole with every target (`AgentState.checked_at`):
+    the earliest of its agents', never being earliest of all. Not when it last applied a
+    change: the short paths (new addresses alone) apply most changes of a busy space, and
+    check nothing else of it."""
+    never = datetime.min.replace(tzinfo=UTC)
+    return min((state[4] or never) for state in by_kind.values())
 
 
 # Whether an agent state holds an address error not marked permanent (base._settled's test,
@@ -245,13 +256,13 @@ _RETRYABLE = RawSQL(base.RETRYABLE_ERRORS.format(
 
 def _applied_by_space() -> dict:
     """{space uid: {agent kind: (applied sequence, applied at, invalidated, an address error
-    to retry)}} of the existing spaces."""
+    to retry, checked at)}} of the existing spaces."""
     applied: dict = {}
     states = AgentState.objects.filter(space_uid__in=AddressSpace.objects.values("uid"))
-    for uid, kind, sequence, at, invalidated, retry in states.annotate(
-            retry=_RETRYABLE).values_list(
-            "space_uid", "kind", "applied_sequence", "applied_at", "invalidated", "retry"):
-        applied.setdefault(uid, {})[kind] = (sequence, at, invalidated, retry)
+    for uid, kind, sequence, at, invalidated, retry, checked in states.annotate(
+            retry=_RETRYABLE).values_list("space_uid", "kind", "applied_sequence", "applied_at",
+                                          "invalidated", "retry", "checked_at"):
+        applied.setdefault(uid, {})[kind] = (sequence, at, invalidated, retry, checked)
     return applied
 
 

@@ -14,7 +14,10 @@ class AgentState(models.Model):
     address_errors = models.JSONField(default=dict, blank=True)
     space_error = models.CharField(max_length=500, blank=True)
     torn_down = models.BooleanField(default=False)
-    last_resync_at = models.DateTimeField(null=True, blank=True)
+    # When the agent last compared the whole space with its target (a full diff): the drift
+    # check's clock. The short paths (only the new addresses, or none of the agent's) move
+    # `applied_at` but not this, so a busy space still gets its drift check.
+    checked_at = models.DateTimeField(null=True, blank=True)
     # Why what the agent applied no longer holds (its router restarted empty), shown as the
     # status message; the agent's next reconcile clears it. Empty: the state counts.
     invalidated = models.CharField(max_length=200, blank=True)

@@ -13,7 +13,9 @@ messaging user, and waits until every address is Active. Then, with creates flow
 1. SIGKILL of the agents' worker, restarted after `--down` seconds;
 2. SIGKILL of the router, restarted empty on the same ports;
 3. a restart of Redis, empty (the queued tasks are gone);
-4. only with `--rabbitmq`, as RabbitMQ is shared on this machine: `rabbitmqctl stop_app`, then
+4. SIGKILL of the router and every Celery process, all started again with another secret key
+   (`var/` lost: the internal credentials no longer decrypt and are replaced, docs/security.md);
+5. only with `--rabbitmq`, as RabbitMQ is shared on this machine: `rabbitmqctl stop_app`, then
    `start_app`.
 
 Before each fault `--messages` acknowledged messages go through the router to `queue0` of every
@@ -359,10 +361,25 @@ def faults(args, platform: Platform, router, redis) -> list[tuple]:
         rabbitmqctl(args.rabbitmq_node, "start_app")
         rabbitmqctl(args.rabbitmq_node, "await_startup")
 
+    def stop_all():
+        kill_router()
+        for name in platform.commands:
+            platform.kill(name)
+
+    def start_all_with_another_secret_key():
+        from django.conf import settings
+
+        # var/ lost: every internal credential stops decrypting. This process reads them
+        # too (comparing the router with the projections), so it takes the new key as well.
+        os.environ["MAAS_SECRET_KEY"] = settings.SECRET_KEY = f"bench-{uuid.uuid4().hex}"
+        router.start()
+        platform.start()
+
     chosen = [("agents' worker SIGKILLed", lambda: platform.kill("agents"),
                lambda: platform.start("agents")),
               ("router SIGKILLed, back empty", kill_router, router.start),
-              ("Redis restarted empty", redis.stop, redis.start)]
+              ("Redis restarted empty", redis.stop, redis.start),
+              ("all restarted, secret key lost", stop_all, start_all_with_another_secret_key)]
     if args.rabbitmq:
         chosen.append(("RabbitMQ restarted (stop_app, start_app)",
                        lambda: rabbitmqctl(args.rabbitmq_node, "stop_app"), restart_rabbitmq))

@@ -228,3 +228,36 @@ def test_an_anycast_create_costs_the_task_fourteen_statements(space):
     assert len(queries.captured_queries) == 14, "\n".join(
         q["sql"][:120] for q in queries.captured_queries)
     assert phases(space) == {"counted": "Active"}
+
+
+def checked(space) -> dict:
+    """{agent kind: (applied_at, checked_at)} of the space."""
+    return {kind: (applied, at) for kind, applied, at in AgentState.objects.filter(
+        space_uid=space.uid).values_list("kind", "applied_at", "checked_at")}
+
+
+def test_only_a_comparison_of_the_whole_space_moves_its_drift_check_clock(space):
+    """A drift check (a resync) compares the whole space with each target: `checked_at`. The
+    short paths apply a change from its new addresses alone (the router agent's new anycast
+    entities, the storage controller recorded unaffected or adding a queue): `applied_at`
+    moves and `checked_at` stays, so the space's drift check still comes round."""
+    tasks.reconcile_space(str(space.uid), resync=True)
+    first = checked(space)
+    assert all(at is not None for _, at in first.values())
+
+    add(space, "fast", "anycast", "standard-small-anycast")
+    tasks.reconcile_space(str(space.uid))
+    add(space, "q", "queue", "standard-small-queue")
+    tasks.reconcile_space(str(space.uid))
+    assert phases(space) == {"fast": "Active", "q": "Active"}
+    after = checked(space)
+    assert after["storage"][0] > first["storage"][0] and after["router"][0] > first["router"][0]
+    assert after["storage"][1] == first["storage"][1]  # recorded, then the queue alone added
+    assert after["router"][1] > first["router"][1]  # the queue's autoLinks: a full diff
+
+    add(space, "faster", "anycast", "standard-small-anycast")
+    tasks.reconcile_space(str(space.uid))
+    assert checked(space)["router"][1] == after["router"][1]  # the new entities alone
+
+    tasks.reconcile_space(str(space.uid), resync=True)
+    assert all(checked(space)[kind][1] > after[kind][1] for kind in ("storage", "router"))

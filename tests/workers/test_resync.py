@@ -36,10 +36,16 @@ def spaces(redis_server, tenant):
     made = {name: new_space(tenant, name) for name in ("quiet", "quieter", "fresh", "behind")}
     for s in made.values():
         base.run(s.uid, "storage")
-    an_hour_ago = timezone.now() - datetime.timedelta(hours=1)
-    AgentState.objects.filter(space_uid=made["quiet"].uid).update(applied_at=an_hour_ago)
+    # Each compared whole with the broker when it last applied (a space's first apply is a
+    # change's, not yet a drift check: `checked_at` is set here)
+    an_hour_ago, now = timezone.now() - datetime.timedelta(hours=1), timezone.now()
+    AgentState.objects.filter(space_uid=made["fresh"].uid).update(checked_at=now)
+    AgentState.objects.filter(space_uid=made["behind"].uid).update(checked_at=now)
+    AgentState.objects.filter(space_uid=made["quiet"].uid).update(applied_at=an_hour_ago,
+                                                                  checked_at=an_hour_ago)
     AgentState.objects.filter(space_uid=made["quieter"].uid).update(
-        applied_at=an_hour_ago - datetime.timedelta(minutes=1))
+        applied_at=an_hour_ago - datetime.timedelta(minutes=1),
+        checked_at=an_hour_ago - datetime.timedelta(minutes=1))
     queue(made["behind"], "orders")
     yield made
     for s in made.values():

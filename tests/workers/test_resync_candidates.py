@@ -33,12 +33,13 @@ def space(tenant):
     return brokered_space(tenant)
 
 
-def applied(space, errors: dict, at=None) -> None:
+def applied(space, errors: dict, at=None, checked_at=None) -> None:
     """The storage agent applied every change of the space (now, or `at`), leaving these
-    address errors."""
+    address errors, and last compared the whole space with the broker then (or `checked_at`)."""
+    at = at or timezone.now()
     AgentState.objects.update_or_create(space_uid=space.uid, kind="storage", defaults={
-        "applied_sequence": space.last_sequence, "applied_at": at or timezone.now(),
-        "address_errors": errors})
+        "applied_sequence": space.last_sequence, "applied_at": at,
+        "checked_at": checked_at or at, "address_errors": errors})
 
 
 @pytest.mark.parametrize("errors, queued", [
@@ -109,3 +110,19 @@ def test_a_space_retrying_an_error_is_still_due_its_drift_check_and_queued_once(
     applied(space, {"orders": {"message": "Not yet verified", "permanent": False}}, at=now)
     behind, drifting = resync_candidates(now)  # checked just now: retried, not checked again
     assert space.uid in behind and space.uid not in drifting
+
+
+def test_the_drift_check_goes_by_the_last_whole_comparison_not_the_last_change(tenant,
+                                                                               settings):
+    """A busy space's changes take the short paths (its new addresses alone), which check
+    nothing else of it: one whose changes are all recent but whose last full comparison is old
+    is due first; one never compared whole (a state from before `checked_at`) before that."""
+    settings.MAAS_DRIFT_CHECK_PERIOD = settings.MAAS_RESYNC_INTERVAL  # all due ones, in order
+    now = timezone.now()
+    busy, never, quiet = brokered_space(tenant), brokered_space(tenant), brokered_space(tenant)
+    applied(busy, {}, at=now - timedelta(seconds=5), checked_at=now - timedelta(hours=2))
+    applied(never, {}, at=now - timedelta(seconds=5))
+    AgentState.objects.filter(space_uid=never.uid).update(checked_at=None)
+    applied(quiet, {}, at=now - timedelta(hours=1))
+    behind, drifting = resync_candidates(now)
+    assert drifting[:3] == [never.uid, busy.uid, quiet.uid] and not behind

@@ -38,6 +38,9 @@ class Report:
 
     address_errors: dict = field(default_factory=dict)  # name -> {"message", "permanent"}
     space_error: str = ""
+    # The whole space was compared with the target (`AgentState.checked_at`); False for a
+    # short path that looked at the new addresses alone, or a run that compared nothing.
+    checked: bool = True
 
 
 class Agent:
@@ -327,7 +330,7 @@ def _record(space: AddressSpace, kind: str, target: int, report: Report, started
         cursor.execute(_RECORD_SQL, {
             **_ack_params(space, kind, target, settled, started),
             "errors": json.dumps(report.address_errors), "space_error": report.space_error,
-            "terminating": space.terminating,
+            "terminating": space.terminating, "checked": report.checked,
         })
 
 
@@ -361,6 +364,7 @@ WITH old AS (
     UPDATE {state} s SET
         applied_sequence = GREATEST(old.applied_sequence, %(target)s),
         applied_at = %(now)s,
+        checked_at = CASE WHEN %(checked)s THEN %(now)s ELSE s.checked_at END,
         address_errors = %(errors)s::jsonb,
         space_error = %(space_error)s,
         torn_down = s.torn_down OR %(terminating)s,

@@ -254,7 +254,7 @@ class RouterAgent(Agent):
                     if (rc.AUTO_LINK, row["name"]) in actual:
                         actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row["operStatus"]
         except ManagementError as exc:  # a QUERY or the schema: nothing could be compared
-            return Report(space_error=f"Router refused the configuration: {exc}")
+            return Report(space_error=f"Router refused the configuration: {exc}", checked=False)
         except RouterUnreachable as exc:
             broken = True
             raise TransientError(str(exc)) from exc
@@ -300,7 +300,7 @@ class RouterAgent(Agent):
         actual = apply(mgmt, desired, rc.owner_prefix(space.vhost), actual={}, refused=refused)
         if refused:
             return None  # a name taken (the router holds more than the agent knew): full diff
-        return self._verify(desired, by_address, actual)
+        return self._verify(desired, by_address, actual, checked=False)
 
     @staticmethod
     def _inactive(actual: dict) -> set:
@@ -308,7 +308,7 @@ class RouterAgent(Agent):
                 if key[0] == rc.AUTO_LINK and row.get("operStatus") != "active"
                 and not rc.is_usage_hold(key[1])}
 
-    def _verify(self, desired, by_address, actual, refused=None) -> Report:
+    def _verify(self, desired, by_address, actual, refused=None, checked=True) -> Report:
         refused = refused or {}
         missing = {k for k in desired if k not in actual or rc.differs(desired[k], actual[k])}
         inactive = self._inactive(actual)
@@ -328,7 +328,7 @@ class RouterAgent(Agent):
         space_missing = [k for k in space_keys if k in missing]
         space_error = ("; ".join(said) if said
                        else "Router policy not yet verified" if space_missing else "")
-        return Report(address_errors=errors, space_error=space_error)
+        return Report(address_errors=errors, space_error=space_error, checked=checked)
 
     def teardown(self, space: AddressSpace) -> None:
         self._on_connection(endpoints.of(space), lambda mgmt: self._teardown(space, mgmt))

@@ -196,7 +196,7 @@ class StorageController(Agent):
             return added
         # A resync (no new event) or an invalidated state looks for drift the events cannot
         # tell of: stale users without permissions, found by a read of all the broker's users.
-        thorough = events == [] or (state is not None and state.invalidated)
+        thorough = events == [] or bool(state is not None and state.invalidated)
         addresses = stored_addresses(space)
         try:
             api = _api(space)
@@ -205,7 +205,7 @@ class StorageController(Agent):
         except rabbitmq.BrokerError as exc:
             if exc.transient:
                 raise TransientError(str(exc)) from exc
-            return Report(space_error=f"Broker refused the configuration: {exc}")
+            return Report(space_error=f"Broker refused the configuration: {exc}", checked=False)
         if result.transient:
             raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
         wire_to_name = {a.broker_object_name: a.name for a in addresses}
@@ -217,7 +217,9 @@ class StorageController(Agent):
         }
         errors.update(purge_errors)
         problems = result.vhost_errors + [f"user {u}: {m}" for u, m in result.user_errors.items()]
-        return Report(address_errors=errors, space_error="; ".join(problems)[:500])
+        # Only a thorough apply is a drift check: a change's own apply leaves stale users be.
+        return Report(address_errors=errors, space_error="; ".join(problems)[:500],
+                      checked=thorough)
 
     @staticmethod
     def _add_queues(space: AddressSpace, names: list[str] | None) -> Report | None:
@@ -252,7 +254,7 @@ class StorageController(Agent):
         if result is None or not result.ok or result.transient or any(
                 not result.is_active(a.broker_object_name) for a in new):
             return None
-        return Report(address_errors={}, space_error="")
+        return Report(address_errors={}, space_error="", checked=False)
 
     @staticmethod
     def _purge(api: rabbitmq.RabbitMQApi, space: AddressSpace, by_name: dict) -> dict:
@@ -299,7 +301,8 @@ def nothing_to_store(events: list | None, state: AgentState | None) -> Report | 
         return None
     if state is None or state.applied_at is None or state.invalidated:
         return None
-    return Report(address_errors=state.address_errors, space_error=state.space_error)
+    return Report(address_errors=state.address_errors, space_error=state.space_error,
+                  checked=False)
 
 
 def new_queues_only(events: list | None, state: AgentState | None) -> list[str] | None:

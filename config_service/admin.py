@@ -86,8 +86,8 @@ class ConfigEventAdmin(ReadOnlyAdmin):
 
 @admin.register(AgentState)
 class AgentStateAdmin(ReadOnlyAdmin):
-    list_display = ["space_uid", "kind", "applied_sequence", "applied_at", "torn_down",
-                    "space_error", "invalidated"]
+    list_display = ["space_uid", "kind", "applied_sequence", "applied_at", "checked_at",
+                    "torn_down", "space_error", "invalidated"]
     list_filter = ["kind", "torn_down"]
 
 

@@ -59,11 +59,12 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
         t for t in SPACE_TYPES if len(agent_kinds(t)) > 1))
     kinds = agent_kinds(space.type) if space else list(base.installed_agents())
     events = space.events if space else None
-    if not _router_only(events):
+    check = resync and not only_behind  # a drift check: every agent compares the whole space
+    if check or not _router_only(events):
         # In order: the broker's queues exist before the router's autoLinks attach to them,
         # and in a teardown the last agent done removes the space.
         for kind in kinds:
-            base.run(space_uid, kind, only_if_behind=only_behind)
+            base.run(space_uid, kind, only_if_behind=only_behind, check=check)
         return
     # An agent these changes leave alone (the storage controller and new anycast addresses)
     # is recorded as having applied them, without a run of its own (`record_unaffected`).

@@ -240,7 +240,8 @@ def test_only_a_comparison_of_the_whole_space_moves_its_drift_check_clock(space)
     """A drift check (a resync) compares the whole space with each target: `checked_at`. The
     short paths apply a change from its new addresses alone (the router agent's new anycast
     entities, the storage controller recorded unaffected or adding a queue): `applied_at`
-    moves and `checked_at` stays, so the space's drift check still comes round."""
+    moves and `checked_at` stays, so the space's drift check still comes round; and the
+    check takes none of them, whatever is pending."""
     tasks.reconcile_space(str(space.uid), resync=True)
     first = checked(space)
     assert all(at is not None for _, at in first.values())
@@ -259,5 +260,8 @@ def test_only_a_comparison_of_the_whole_space_moves_its_drift_check_clock(space)
     tasks.reconcile_space(str(space.uid))
     assert checked(space)["router"][1] == after["router"][1]  # the new entities alone
 
+    # A drift check with a change pending (a busy space) compares the whole space all the same
+    add(space, "fastest", "anycast", "standard-small-anycast")
     tasks.reconcile_space(str(space.uid), resync=True)
     assert all(checked(space)[kind][1] > after[kind][1] for kind in ("storage", "router"))
+    assert phases(space)["fastest"] == "Active"

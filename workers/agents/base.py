@@ -79,11 +79,12 @@ def installed_kinds(space_type: str) -> list[str]:
 
 
 def run(space_uid, kind: str, agent: Agent | None = None, *,
-        only_if_behind: bool = False) -> int | None:
+        only_if_behind: bool = False, check: bool = False) -> int | None:
     """Reconciles one space with one agent; returns the sequence applied (None: space gone).
 
     `only_if_behind`: nothing to do if the agent already applied the space's last sequence and
-    has nothing to retry (`_settled`).
+    has nothing to retry (`_settled`). `check`: a drift check, which compares the whole space
+    with the target whatever changes are pending (`drift_check`).
     Not for wake-ups: a tenant throttle or an operator's resync changes no sequence.
 
     Serialised per (space, kind) by a PostgreSQL advisory lock, held on this process's
@@ -107,7 +108,7 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
         if _done(space, state, target, only_if_behind):
             return target
-        ran = _run.set(_Run(space.uid, kind, state))
+        ran = _run.set(_Run(space.uid, kind, state, check))
         try:
             report = _reconcile_or_teardown(agent, space, state, kind)
         finally:
@@ -219,15 +220,24 @@ def pending_events(space_uid, kind: str,
                    limit: int = PENDING_LIMIT) -> list[tuple[str, dict]] | None:
     """(type, payload) of the space's events the agent kind has not applied yet, oldest
     first; None if there are more than `limit` (a big batch: no shortcut is worth it).
-    Within the agent's own run (`run`), read once, after the state the run read."""
+    Within the agent's own run (`run`), read once, after the state the run read; None in a
+    drift check, which takes no shortcut either."""
     current = _run.get(None)
     if current is not None and current.key == (str(space_uid), kind) and limit == PENDING_LIMIT:
+        if current.check:
+            return None
         if current.events is _UNREAD:
             current.events = _events_after(space_uid, current.state.applied_sequence, limit)
         return current.events
     applied = AgentState.objects.filter(space_uid=space_uid, kind=kind).values(
         "applied_sequence")[:1]
     return _events_after(space_uid, Coalesce(Subquery(applied), 0), limit)
+
+
+def drift_check() -> bool:
+    """Whether the agent's run is a drift check (`run`'s `check`)."""
+    current = _run.get(None)
+    return current is not None and current.check
 
 
 def only_creates(events: list | None, address_types) -> bool:
@@ -288,10 +298,11 @@ class _Run:
     """What `run` read of the space for the agent it runs, so that the agent does not read it
     again (two queries of the twenty-one of an anycast create's agents)."""
 
-    def __init__(self, space_uid, kind: str, state: AgentState):
+    def __init__(self, space_uid, kind: str, state: AgentState, check: bool = False):
         self.key = (str(space_uid), kind)
         self.state = state
         self.events = _UNREAD
+        self.check = check
 
 
 _run: ContextVar[_Run] = ContextVar("agent_run")

@@ -16,7 +16,15 @@ from config_service.status import ROUTER_ONLY_TYPES
 from tenants.models import TenantQuota
 
 from .. import credentials, endpoints
-from ..agents.base import Agent, Report, TransientError, agent_state, only_creates, pending_events
+from ..agents.base import (
+    Agent,
+    Report,
+    TransientError,
+    agent_state,
+    drift_check,
+    only_creates,
+    pending_events,
+)
 from ..naming import broker_username
 from . import rabbitmq
 from .desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -194,9 +202,11 @@ class StorageController(Agent):
         added = self._add_queues(space, new_queues_only(events, state))
         if added is not None:
             return added
-        # A resync (no new event) or an invalidated state looks for drift the events cannot
-        # tell of: stale users without permissions, found by a read of all the broker's users.
-        thorough = events == [] or bool(state is not None and state.invalidated)
+        # A drift check, a resync with no new event or an invalidated state looks for drift the
+        # events cannot tell of: stale users without permissions, found by a read of all the
+        # broker's users.
+        thorough = (events == [] or drift_check()
+                    or bool(state is not None and state.invalidated))
         addresses = stored_addresses(space)
         try:
             api = _api(space)

@@ -33,8 +33,8 @@ class Command(BaseCommand):
                     pubsub = subscribe(space)
                 due = time.monotonic() >= next_resync
                 if due or pubsub.get_message(timeout=1.0):
-                    for k in kinds:
-                        if base.run(space, k) is None:
+                    for k in kinds:  # on the timer, a drift check
+                        if base.run(space, k, check=due) is None:
                             self.stdout.write(f"address space {space} is gone; stopping")
                             return
                     next_resync = time.monotonic() + resync

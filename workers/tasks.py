@@ -175,16 +175,20 @@ def resend_due(now) -> Q:
 @shared_task(name="maas.workers.resync_all")
 def resync_all() -> int:
     """Level-triggered repair, in the resync queue: the spaces whose agents are behind, and a
-    share of the others, those reconciled longest ago (drift, restarted brokers)."""
+    share of all spaces, those compared whole longest ago (drift, restarted brokers)."""
     if settings.MAAS_AGENT_MODE == "process":
         return 0  # each run_agent process resyncs its own space on a timer
     behind, drifting = resync_candidates(timezone.now())
+    # A space both behind and due its drift check is queued once, as the check (which runs
+    # every agent, those behind too), and at once, as a repair is.
+    checks, repairs = set(drifting), set(behind)
     for uid in behind:
-        dispatch.queue_reconcile(uid, resync=True, only_behind=True)
+        if uid not in checks:
+            dispatch.queue_reconcile(uid, resync=True, only_behind=True)
     for uid, countdown in zip(drifting, drift_check_countdowns(len(drifting)), strict=True):
-        dispatch.queue_reconcile(uid, resync=True, countdown=countdown)
+        dispatch.queue_reconcile(uid, resync=True, countdown=0.0 if uid in repairs else countdown)
     logger.info("resync.queued", extra={"behind": len(behind), "drift_checks": len(drifting)})
-    return len(behind) + len(drifting)
+    return len(repairs | checks)
 
 
 def drift_check_countdowns(n: int) -> list[float]:
@@ -202,42 +206,46 @@ def drift_check_countdowns(n: int) -> list[float]:
 
 
 def resync_candidates(now) -> tuple[list, list]:
-    """(spaces some agent has not applied yet, spaces due a drift check), from two queries."""
+    """(spaces some agent has not applied yet or has to retry, spaces due a drift check: the
+    share of the tick, compared whole longest ago, behind or not), from two queries."""
     applied = _applied_by_space()
     kinds = {space_type: agent_kinds(space_type) for space_type in SPACE_TYPES}
     # A live router watch restores invalidated states itself: queueing them here too would
     # double the router's load just when it is busiest.
     watched = router_watch.alive(now)
-    behind, quiet = [], []
+    behind, due = [], []
     spaces = list(AddressSpace.objects.values_list("uid", "type", "last_sequence"))
     for uid, space_type, last_sequence in spaces:
         by_kind = {k: applied.get(uid, {}).get(k) for k in kinds.get(space_type, ())}
         states = list(by_kind.values())
-        if any(s is None or s[0] < last_sequence or s[1] is None for s in states):
+        if any(s is None for s in states):
+            behind.append(uid)  # an agent never ran
+            continue
+        invalidated = [k for k, s in by_kind.items() if s[2]]
+        if any(s[0] < last_sequence or s[1] is None for s in states):
             behind.append(uid)
-        elif any(s[2] for k, s in by_kind.items() if k != router_watch.KIND):
+        elif any(k != router_watch.KIND for k in invalidated):
             behind.append(uid)  # e.g. its broker restarted (storage.broker_watch)
-        elif any(s[2] for s in states):
+        elif invalidated:
             if not watched:
                 behind.append(uid)  # its router restarted and no watch restores it
         elif any(s[3] for s in states):
             # An address error to retry (an autoLink not active yet, a queue not verified):
             # the next tick tries again, rather than the space's drift check minutes later.
             behind.append(uid)
-            # Its drift check stays due all the same: the error may be one only the check
-            # mends, in an agent that is not behind. A router login replaced because it no
-            # longer decrypted (SECRET_KEY lost) keeps the router's autoLinks in error until
-            # the storage controller, which applied every event, gives RabbitMQ that login
-            # (tests/workers/test_credential_rotation.py); left out of the drift checks, a
-            # restarted 100k platform's standard spaces stayed in error.
-            quiet.append((_checked(by_kind), uid))
-        elif states:
-            quiet.append((_checked(by_kind), uid))
+        # Every space's drift check comes round, whatever else it waits for: the error it
+        # retries, or the change a busy space has pending at every tick, may be one only the
+        # check mends, in an agent that is not behind. A router login replaced because it no
+        # longer decrypted (SECRET_KEY lost) keeps the router's autoLinks in error until the
+        # storage controller, which applied every event, gives RabbitMQ that login
+        # (tests/workers/test_credential_rotation.py); left out of the drift checks, a
+        # restarted 100k platform's standard spaces stayed in error. Not while an agent's
+        # target lost what it applied: that restore comes first.
+        if states and not invalidated:
+            due.append((_checked(by_kind), uid))
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
     share = math.ceil(len(spaces) / drift_check_ticks())
-    drifting = [uid for at, uid in sorted(quiet) if at < fresh][:share]
-    checked = set(drifting)  # a drift check runs every agent: the space is queued once
-    return [uid for uid in behind if uid not in checked], drifting
+    return behind, [uid for at, uid in sorted(due) if at < fresh][:share]
 
 
 def _checked(by_kind: dict):

@@ -69,6 +69,21 @@ def test_resync_skips_up_to_date_spaces_but_for_a_share_of_drift_checks(spaces):
     }
 
 
+def test_a_space_behind_and_due_its_drift_check_is_queued_once_as_the_check_at_once(
+        spaces, settings):
+    """The check runs every agent, those behind too: one task, not a repair besides, and not
+    put off by the spreading of the checks over the interval."""
+    settings.MAAS_DRIFT_CHECK_PERIOD = settings.MAAS_RESYNC_INTERVAL  # every due space
+    AgentState.objects.filter(space_uid=spaces["behind"].uid).update(
+        checked_at=timezone.now() - datetime.timedelta(hours=3))
+    celery_queue.take_all(RESYNC)
+    resync_all()
+    assert resync_tasks(spaces)["behind"] == {"resync": True, "only_behind": False}
+    assert celery_queue.etas(RESYNC)[str(spaces["behind"].uid)] is None
+    assert [args[0] for _, args, _ in celery_queue.waiting(RESYNC)].count(
+        str(spaces["behind"].uid)) == 1
+
+
 def test_a_tick_spreads_its_drift_checks_over_the_interval_but_repairs_at_once(spaces,
                                                                               settings):
     """With a drift period of one interval every quiet space is due: the longest unchecked at

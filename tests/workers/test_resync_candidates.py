@@ -98,17 +98,22 @@ def test_a_drift_period_shorter_than_the_resync_interval_is_refused_at_start():
         in done.stderr
 
 
-def test_a_space_retrying_an_error_is_still_due_its_drift_check_and_queued_once(space):
-    """The error may be one only the drift check mends (an agent that is not behind must act:
-    tests/workers/test_credential_rotation.py); when the space's turn comes, the check, which
-    runs every agent, is what the tick queues for it, not a retry besides."""
+@pytest.mark.parametrize("behind_by", ["an error to retry", "a change pending"])
+def test_a_space_behind_is_still_due_its_drift_check(space, behind_by):
+    """The error, or what a busy space's pending change waits on, may be one only the drift
+    check mends (an agent that is not behind must act:
+    tests/workers/test_credential_rotation.py): the space's turn for it comes all the same."""
     now = timezone.now()
-    applied(space, {"orders": {"message": "Not yet verified", "permanent": False}},
-            at=now - timedelta(hours=1))
+    errors = {"orders": {"message": "Not yet verified", "permanent": False}} \
+        if behind_by == "an error to retry" else {}
+    applied(space, errors, at=now - timedelta(hours=1))
+    if behind_by == "a change pending":
+        services.create_address(ctx=CTX, space=space, address="orders", type="queue",
+                                plan="brokered-queue")
     behind, drifting = resync_candidates(now)
-    assert space.uid in drifting and space.uid not in behind
-    applied(space, {"orders": {"message": "Not yet verified", "permanent": False}}, at=now)
-    behind, drifting = resync_candidates(now)  # checked just now: retried, not checked again
+    assert space.uid in drifting and space.uid in behind
+    AgentState.objects.filter(space_uid=space.uid).update(checked_at=now)
+    behind, drifting = resync_candidates(now)  # checked just now: behind, not checked again
     assert space.uid in behind and space.uid not in drifting
 
 

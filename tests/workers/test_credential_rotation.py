@@ -76,7 +76,7 @@ def test_a_credential_lost_with_the_secret_key_heals_by_the_resync_alone(
         behind, drifting = tasks.resync_candidates(timezone.now())
         for uid in drifting:
             tasks.reconcile_space(str(uid), resync=True)
-        for uid in behind:
+        for uid in set(behind) - set(drifting):  # queued once, as the check (resync_all)
             tasks.reconcile_space(str(uid), resync=True, only_behind=True)
     assert f"{new_user}@{space.vhost}" in rabbit.user_names()
     assert AgentState.objects.get(space_uid=space.uid, kind="router").address_errors == {}

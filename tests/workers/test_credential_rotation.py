@@ -61,8 +61,8 @@ def test_a_credential_lost_with_the_secret_key_heals_by_the_resync_alone(
     the unreadable credential and gives its connector a login the broker does not know yet, so
     its autoLinks stay in error, to be retried. The storage controller, which would carry the
     login to RabbitMQ, had applied every event: only a drift check runs it. The space must not
-    be kept out of its drift check by the errors the check would mend (seen at 100k: 800
-    spaces stuck for good)."""
+    be kept out of its drift check by the errors the check would mend (at 100k, a restart
+    from another var/ left the standard spaces in error: docs/scale.md)."""
     settings.SECRET_KEY = "another key, as after var/ was lost"
     settings.MAAS_RESYNC_INTERVAL = settings.MAAS_DRIFT_CHECK_PERIOD = 1.0
     router.restart()  # as the platform restarts: the router comes back empty

@@ -1,8 +1,8 @@
 """Which spaces the resync tick queues as behind: besides those with an unapplied change, those
 an agent left an address error to retry (an autoLink not active yet, a queue not verified),
 so the next tick retries them rather than their drift check minutes later; never those whose
-errors are all permanent. And how many quiet ones it checks for drift (MAAS_DRIFT_CHECK_PERIOD),
-those retrying an error included."""
+errors are all permanent. And how many spaces it checks for drift (MAAS_DRIFT_CHECK_PERIOD), by
+their last comparison of the whole space (`checked_at`), those behind included."""
 import os
 import subprocess
 import sys

@@ -25,10 +25,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.bench.common import cpu_seconds  # noqa: E402
 from workers.storage.rabbitmq_api import RabbitMQApi  # noqa: E402
 
 PREFIX = "maas-bench-stats-"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -106,11 +106,6 @@ def cpu_share(pid: int, window: float) -> float:
     time.sleep(window)
     return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - start)
 
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
 def publish_lag(api: RabbitMQApi) -> float:

@@ -38,6 +38,7 @@ from proton.reactor import AtMostOnce, Container
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench.common import cpu_seconds  # noqa: E402
 from workers import qdrouterd  # noqa: E402
 from workers.agents.qdr import Management  # noqa: E402
 from workers.authservice.server import AuthServer, Identity, Verifier  # noqa: E402
@@ -49,7 +50,6 @@ ADMIN, ADMIN_PASSWORD = "admin", "bench-admin"
 USER, PASSWORD = "bench", "bench"
 BROKER_PASSWORD = "bench-broker"
 PAYLOAD = Message(body=b"x" * 100).encode()
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -57,11 +57,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
 
 
 def rabbit_pid() -> int | None:

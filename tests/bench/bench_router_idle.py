@@ -25,17 +25,12 @@ from proton import Connection, Endpoint, Transport
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench.common import cpu_seconds  # noqa: E402
 from tests.router.conftest import RouterProcess, add_tenant  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"  # size 8, doff 2, AMQP, channel 0: no body
 VHOST, USER, PASSWORD = "idle", "peer", "peer-pw"
 
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Peer:

@@ -1,5 +1,6 @@
 """What several benchmarks set up and tear down alike: a migrated database of their own, kept
-vacuumed where the server does not, and their Celery queues in Redis afterwards."""
+vacuumed where the server does not, and their Celery queues in Redis afterwards; and a
+process's CPU time."""
 import os
 import subprocess
 import sys
@@ -7,6 +8,14 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's own CPU time so far (utime + stime; not its children's)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def ensure_database(name: str) -> str:

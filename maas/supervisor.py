@@ -1,10 +1,16 @@
 """Keeps the platform's processes running on one machine, as Kubernetes would: a process that
 exits on its own is started again after a back-off that doubles with each quick exit (1 s up to
 MAX_BACKOFF) and resets once it has stayed up for STABLE seconds. One crashing process (a
-Celery worker that gave up when Redis went away, say) no longer takes the platform down."""
+Celery worker that gave up when Redis went away, say) no longer takes the platform down.
+
+Each process runs in a session of its own, so that Linux, which shares the CPU between
+sessions first (autogroups) when the machine is busy, gives each of the platform's processes
+the share a container of its own gets on Kubernetes, instead of one share for them all beside
+each RabbitMQ node's and PostgreSQL's (docs/scale.md, "A scheduling group per process")."""
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 30.0
@@ -14,8 +20,8 @@ STABLE = 60.0  # seconds up after which a process counts as healthy again
 class Supervised:
     """One command, its current process and its restart bookkeeping."""
 
-    def __init__(self, name: str, command: list[str], env: dict | None):
-        self.name, self.command, self.env = name, command, env
+    def __init__(self, name: str, command: list[str], env: dict | None, nice: int = 0):
+        self.name, self.command, self.env, self.nice = name, command, env, nice
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
         self.backoff = FIRST_BACKOFF
@@ -23,20 +29,36 @@ class Supervised:
         self.restarts = 0
 
     def start(self, now: float) -> None:
-        self.proc = subprocess.Popen(self.command, env=self.env)
+        command = ["nice", "-n", str(self.nice), *self.command] if self.nice else self.command
+        self.proc = subprocess.Popen(command, env=self.env, start_new_session=True)
+        if self.nice:
+            group_nice(self.proc.pid, self.nice)
         self.started_at, self.restart_at = now, None
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
 
+def group_nice(pid: int, nice: int) -> None:
+    """Gives the scheduling group (autogroup) of `pid`'s session the niceness `nice`: within
+    its own session a process's niceness weighs against nothing. A kernel without autogroups
+    has no such file, and the process's own niceness is all there is."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+    except OSError:
+        pass
+
+
 class Supervisor:
-    """Starts every command, restarts those that exit, and stops them all on request."""
+    """Starts every command, restarts those that exit, and stops them all on request.
+    `nice` runs some at a lower CPU priority: {name: niceness}."""
 
     def __init__(self, commands: dict[str, list[str]], env: dict | None = None,
-                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic):
+                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
+                 nice: dict[str, int] | None = None):
         self.log, self.clock = log, clock
-        self.processes = {name: Supervised(name, cmd, env) for name, cmd in commands.items()}
+        self.processes = {name: Supervised(name, cmd, env, (nice or {}).get(name, 0))
+                          for name, cmd in commands.items()}
 
     def start(self) -> None:
         now = self.clock()

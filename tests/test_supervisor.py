@@ -1,8 +1,11 @@
 """`make run`'s supervisor with real processes: one that exits is started again after a
 back-off that doubles with each quick exit and resets after a stable run; the others keep
-running throughout; stop ends them all, even one that ignores SIGTERM."""
+running throughout; stop ends them all, even one that ignores SIGTERM; each runs in a session
+(a scheduling group) of its own."""
+import os
 import sys
 import time
+from pathlib import Path
 
 from maas import supervisor as sup
 from maas.supervisor import Supervisor
@@ -85,3 +88,33 @@ def test_stop_ends_every_process_even_one_that_ignores_sigterm():
 
     assert all(not p.running() for p in supervisor.processes.values())
     assert time.monotonic() - started < 5
+
+
+def test_each_process_has_a_session_of_its_own_and_a_lowered_one_a_lowered_group():
+    """Linux shares a busy machine's CPU between sessions first (autogroups): a session per
+    process is what makes the web's share its own rather than a slice of the platform's. The
+    lowered process is lowered twice, its own niceness and its group's, or it would weigh as
+    much as the web."""
+    supervisor = Supervisor({"web": SLEEPER, "background": SLEEPER}, log=lambda line: None,
+                            nice={"background": 10})
+    supervisor.start()
+    try:
+        web, background = (supervisor.processes[n].proc.pid for n in ("web", "background"))
+        deadline = time.monotonic() + 10
+        while (not Path(f"/proc/{background}/cmdline").read_bytes().startswith(
+                sys.executable.encode()) and time.monotonic() < deadline):
+            time.sleep(0.05)  # `nice` sets the niceness, then runs the command
+        sessions = {os.getsid(web), os.getsid(background)}
+        own_session = os.getsid(0)
+        niceness = (os.getpriority(os.PRIO_PROCESS, web),
+                    os.getpriority(os.PRIO_PROCESS, background))
+        groups = {pid: Path(f"/proc/{pid}/autogroup") for pid in (web, background)}
+        group_nice = {pid: int(path.read_text().split()[-1]) if path.exists() else None
+                      for pid, path in groups.items()}
+    finally:
+        supervisor.stop()
+
+    assert sessions == {web, background} and own_session not in sessions
+    assert niceness == (os.getpriority(os.PRIO_PROCESS, 0), 10)
+    if Path("/proc/self/autogroup").exists():  # a kernel with autogroups (this machine's)
+        assert group_nice == {web: 0, background: 10}

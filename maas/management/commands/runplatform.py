@@ -27,6 +27,10 @@ from workers import endpoints, qdrouterd
 QUIET = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
 
 
+# Lower CPU priorities (maas.supervisor): {process: niceness}.
+NICE = {"background-worker": 10}
+
+
 def processes(bind: str) -> dict[str, list[str]]:
     py = sys.executable
     procs = {
@@ -36,9 +40,9 @@ def processes(bind: str) -> dict[str, list[str]]:
                    "--concurrency", str(settings.MAAS_WORKER_CONCURRENCY), "-Q",
                    settings.CELERY_TASK_DEFAULT_QUEUE, "-n", "agents@%h", *QUIET],
         # Resync, usage sampling and the usage job: never in the way of a change, in its own
-        # queue and at a lower CPU priority (on one machine, a full resync of every space
-        # would otherwise take the cores from the changes that arrive meanwhile).
-        "background-worker": ["nice", "-n", "10", py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
+        # queue and at a lower CPU priority (NICE: on one machine, a full resync of every
+        # space would otherwise take the cores from the changes that arrive meanwhile).
+        "background-worker": [py, "-m", "celery", "-A", "maas", "worker", "--loglevel", "INFO",
                               "--concurrency", "2", "-Q",
                               f"{settings.MAAS_RESYNC_QUEUE},{settings.MAAS_USAGE_QUEUE}",
                               "-n", "background@%h", *QUIET],
@@ -127,7 +131,7 @@ class Command(BaseCommand):
         # The auth service checks the router admin's password: it gets the one this process
         # settled on (environment or var/secrets), through the environment, not `ps`.
         env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=settings.MAAS_ROUTER_ADMIN_PASSWORD)
-        supervisor = Supervisor(processes(bind), env=env,
+        supervisor = Supervisor(processes(bind), env=env, nice=NICE,
                                 log=lambda line: self.stderr.write(line))
         supervisor.start()
         self.stdout.write(f"MaaS is up: http://{bind}/api/docs/ (admin at /admin/); Ctrl-C stops")
@@ -138,6 +142,9 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
+        # Each process has a session of its own (maas.supervisor): a closed terminal's hangup
+        # reaches this one alone, which stops them all.
+        signal.signal(signal.SIGHUP, on_signal)
         try:
             while not stop["now"]:
                 supervisor.tick()

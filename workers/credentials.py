@@ -5,7 +5,8 @@ stored in `InfraCredential`, encrypted with a key derived from SECRET_KEY (Ferne
 the database alone reveals none of them. `rotate` gives credentials new values and a new
 generation; the agents then carry them to the routers and brokers (`manage.py rotate_secrets`).
 A credential that no longer decrypts (SECRET_KEY lost with `var/`) is replaced by a new one on
-first use and logged: the agents push it out as after a rotation (docs/security.md).
+first use and logged, and the space whose login it is woken: the agents push it out as after a
+rotation (docs/security.md).
 """
 import base64
 import logging
@@ -19,6 +20,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from config_service.models import AddressSpace
+
+from .dispatch import notify_space
 from .models import InfraCredential
 
 logger = logging.getLogger(__name__)
@@ -30,9 +34,12 @@ class Credential:
     generation: int
 
 
+ROUTER_BROKER = "router-broker:"
+
+
 def router_broker_name(vhost: str) -> str:
     """The router's password on a space's broker vhost."""
-    return f"router-broker:{vhost}"
+    return f"{ROUTER_BROKER}{vhost}"
 
 
 def infra_name(purpose: str, infra: str) -> str:
@@ -89,7 +96,22 @@ def _replace_unreadable(name: str) -> Credential:
         row.ciphertext, row.generation = _encrypt(new), row.generation + 1
         row.rotated_at = timezone.now()
         row.save(update_fields=["ciphertext", "generation", "rotated_at"])
+        transaction.on_commit(lambda: _wake_owner(name), robust=True)
         return Credential(new, row.generation)
+
+
+def _wake_owner(name: str) -> None:
+    """Wakes the agents of the space whose router login `name` is, as `rotate_secrets` does:
+    the router agent that replaced it gives its connector the new login at once, but only the
+    storage controller tells RabbitMQ, and with every event applied it would wait for the
+    space's drift check (at 100k after a lost key, about a quarter of an hour: docs/scale.md)."""
+    if not name.startswith(ROUTER_BROKER):
+        return
+    slug, _, space = name.removeprefix(ROUTER_BROKER).partition(".")
+    uid = (AddressSpace.objects.filter(tenant__slug=slug, name=space)
+           .values_list("uid", flat=True).first())
+    if uid is not None:
+        notify_space(uid)
 
 
 def _new_value() -> str:

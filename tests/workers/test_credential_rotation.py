@@ -5,20 +5,22 @@ import time
 import uuid
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.utils import timezone
 from proton import ConnectionException, Message
 
 from config_service import services
 from config_service.models import AgentState
-from tests.conftest import CTX
-from tests.workers import rabbit
+from tests.conftest import CTX, wait_for
+from tests.workers import celery_queue, rabbit
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import connect, receive_bodies, user
-from workers import credentials, tasks
+from workers import credentials, dispatch, tasks
 from workers.agents import base
 
 pytestmark = pytest.mark.slow
+QUEUE = django_settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 @pytest.fixture
@@ -80,6 +82,34 @@ def test_a_credential_lost_with_the_secret_key_heals_by_the_resync_alone(
             tasks.reconcile_space(str(uid), resync=True, only_behind=True)
     assert f"{new_user}@{space.vhost}" in rabbit.user_names()
     assert AgentState.objects.get(space_uid=space.uid, kind="router").address_errors == {}
+    conn = connect(router, space)
+    conn.create_sender("orders").send(Message(body="after"))
+    receiver = conn.create_receiver("orders", credit=10)
+    assert receive_bodies(receiver, 1, timeout=10) == ["after"]
+    conn.close()
+
+
+def test_a_credential_lost_with_the_secret_key_wakes_its_space_at_once(router, space, settings):
+    """The router agent's restore replaces the unreadable login: the space's agents are woken
+    then, as `rotate_secrets` wakes them, and that task alone carries the login to RabbitMQ.
+    Left to the drift checks, the 100k fleet took about a quarter of an hour (docs/scale.md)."""
+    settings.SECRET_KEY = "another key, as after var/ was lost"
+    celery_queue.take_all(QUEUE)
+    dispatch.claim(space.uid)
+    router.restart()
+    base.run(space.uid, "router")  # its restore (router_watch): the router agent alone
+    new_user, _ = credentials.router_broker(space.vhost)
+    assert new_user == "$router-2"
+    assert f"{new_user}@{space.vhost}" not in rabbit.user_names()
+
+    woken = celery_queue.waiting(QUEUE, space.uid)
+    assert len(woken) == 1
+    celery_queue.take_all(QUEUE)
+    tasks.reconcile_space(str(space.uid))  # what the agents' worker does with it
+    assert f"{new_user}@{space.vhost}" in rabbit.user_names()
+    wait_for(lambda: (base.run(space.uid, "router") or True) and not AgentState.objects.get(
+        space_uid=space.uid, kind="router").address_errors, 30,
+        what="the router's autoLinks to attach with the new login")
     conn = connect(router, space)
     conn.create_sender("orders").send(Message(body="after"))
     receiver = conn.create_receiver("orders", credit=10)

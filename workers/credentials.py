@@ -104,7 +104,8 @@ def _wake_owner(name: str) -> None:
     """Wakes the agents of the space whose router login `name` is, as `rotate_secrets` does:
     the router agent that replaced it gives its connector the new login at once, but only the
     storage controller tells RabbitMQ, and with every event applied it would wait for the
-    space's drift check (at 100k after a lost key, about a quarter of an hour: docs/scale.md)."""
+    space's drift check (at 100k after a lost key, not converged after 17 minutes that way:
+    docs/scale.md, "A lost secret key at 100k")."""
     if not name.startswith(ROUTER_BROKER):
         return
     slug, _, space = name.removeprefix(ROUTER_BROKER).partition(".")

@@ -107,7 +107,6 @@ def cpu_share(pid: int, window: float) -> float:
     return 100 * (cpu_seconds(pid) - before) / (time.monotonic() - start)
 
 
-
 def publish_lag(api: RabbitMQApi) -> float:
     vhost = f"{PREFIX}0000"
     started = time.monotonic()

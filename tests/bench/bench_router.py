@@ -58,7 +58,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-
 def rabbit_pid() -> int | None:
     for pid in os.listdir("/proc"):
         if pid.isdigit():

@@ -32,7 +32,6 @@ EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"  # size 8, doff 2, AMQP, chann
 VHOST, USER, PASSWORD = "idle", "peer", "peer-pw"
 
 
-
 class Peer:
     """One AMQP connection: SASL PLAIN and open through a proton transport, then heartbeats
     written straight to the socket (what a broker's idle-timeout keepalive looks like)."""

@@ -288,11 +288,35 @@ def test_an_idle_vhost_is_listed_again_only_once_something_moved(api, vhost, pub
     # From here a listing made right after the change may lag it: only settled ones count.
     monkeypatch.setattr(broker_counters, "SETTLE_SECONDS", 30.0)
     publish(vhost, "amq.default", "orders", 2)
-    after = settle(api, vhost, memory, lambda v: v.queues["orders"].stored_messages == 2)
-    assert after.queues["orders"].messages_in == 2
+    # RabbitMQ copies a queue's stored count and its publish counter apart: wait for both.
+    after = settle(api, vhost, memory, lambda v: v.queues["orders"].stored_messages == 2
+                   and v.queues["orders"].messages_in == 2)
+    assert (after.queues["orders"].stored_messages, after.queues["orders"].messages_in) == (2, 2)
     assert listings() > listed
 
     monkeypatch.setattr(broker_counters, "RELIST_EVERY", 0.0)  # and listed again in time
     before = listings()
     read_broker(api, memory, {vhost})
     assert listings() == before + 2
+
+
+def test_idle_vhosts_listed_together_fall_due_again_spread_over_the_period():
+    """broker_counters.relist_due: a process lists all of a broker's vhosts in its first
+    rounds; each is then due again once per RELIST_EVERY, at a point of its own, so the
+    relistings of 1,000 vhosts listed in one round are spread over the period's minutes
+    instead of falling due in one round, and none waits past a period and a round."""
+    from workers.usage.broker_counters import RELIST_EVERY, relist_due
+
+    vhosts = [f"tenant-{i}.space-{i % 7}" for i in range(1000)]
+    listed_at, minute = 5_000.0, 60.0
+    due_by_round, listed = [], dict.fromkeys(vhosts, listed_at)
+    for k in range(1, 21):  # twenty rounds a minute apart, relisting what is due
+        now = listed_at + k * minute
+        due = [v for v in vhosts if relist_due("http://broker", v, listed[v], now)]
+        listed.update(dict.fromkeys(due, now))
+        due_by_round.append(len(due))
+        assert all(now - listed[v] < RELIST_EVERY + minute for v in vhosts)
+
+    per_period = RELIST_EVERY / minute  # rounds in a period
+    assert sum(due_by_round) == pytest.approx(len(vhosts) * 20 / per_period, rel=0.1)
+    assert max(due_by_round) < 2 * len(vhosts) / per_period  # about a tenth each round, not all

@@ -69,7 +69,9 @@ carries its creation time (`INCARNATION_ARG`, `INCARNATION_TAG_PREFIX`), appende
 from __future__ import annotations
 
 import logging
+import math
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -96,9 +98,9 @@ VHOST_COLUMNS = ("name,tags,recv_oct,send_oct,messages,messages_unacknowledged,"
 # connection come or gone. Octets are not in it: heartbeats move them.
 IDLE_SIGNATURE = ("messages", "messages_unacknowledged")
 IDLE_STATS = ("publish", "ack", "deliver_no_ack", "get_no_ack", "deliver_get")
-# An idle vhost's objects are listed again at least this often (seconds): what no signature
-# field tells, a consumer attached on a connection that was already there, or an object made
-# or deleted with no message moving, shows by then.
+# An idle vhost's objects are listed again once in every such period (seconds), at a point of
+# its own in it: what no signature field tells, a consumer attached on a connection that was
+# already there, or an object made or deleted with no message moving, shows by then.
 RELIST_EVERY = 600.0
 # Statistics show 0-10 s late (below), the vhost's and its objects' apart: a listing made this
 # long after the vhost's signature last changed has caught up with it.
@@ -330,8 +332,9 @@ class IdleVhosts:
     A listing is given again only once it is *settled*: made SETTLE_SECONDS or more after its
     signature was first seen. A vhost's counters and its objects' are emitted apart (each every
     stats interval), so a listing made just after a change may lag it. An idle vhost is listed
-    again every RELIST_EVERY seconds anyway. Per process; a node restart changes every
-    signature (its counters start again)."""
+    again once every RELIST_EVERY seconds anyway, at its own point of the period
+    (`relist_due`). Per process; a node restart changes every signature (its counters start
+    again)."""
 
     def __init__(self) -> None:
         self.first_seen: dict[tuple[str, str], tuple] = {}  # key -> (signature, since)
@@ -345,7 +348,7 @@ class IdleVhosts:
         out = {}
         for vhost, sig in signatures.items():
             kept = self.listed.get((broker, vhost))
-            if kept and kept[0] == sig and kept[4] and now - kept[1] < RELIST_EVERY:
+            if kept and kept[0] == sig and kept[4] and not relist_due(broker, vhost, kept[1], now):
                 out[vhost] = (kept[2], kept[3])
         return out
 
@@ -368,6 +371,20 @@ class IdleVhosts:
         for key in [k for k in self.first_seen if k[0] == broker and k[1] not in signatures]:
             self.first_seen.pop(key, None)  # a vhost deleted, or no longer read here
             self.listed.pop(key, None)
+
+
+def relist_due(broker: str, vhost: str, listed_at: float, now: float) -> bool:
+    """Whether a listing of `vhost` made at `listed_at` has passed the vhost's relisting point,
+    which comes once every RELIST_EVERY seconds at a phase of its own (from its name). A
+    process lists all of a broker's vhosts in its first round: with one period from then for
+    all, every tenth minute's round listed them all again at once and for 15-30 s kept the
+    broker's cores from the API's creates (docs/scale.md, "The sampler's relistings spread").
+    With a phase each, about a tenth of them fall due in any minute."""
+    if RELIST_EVERY <= 0:
+        return True
+    phase = zlib.crc32(f"{broker} {vhost}".encode()) / 2**32 * RELIST_EVERY
+    last_point = math.floor((now - phase) / RELIST_EVERY) * RELIST_EVERY + phase
+    return listed_at < last_point
 
 
 idle = IdleVhosts()

@@ -47,6 +47,19 @@ def space(vhost: str) -> VhostState:
         BrokerQueue("orders", "queue"), BrokerQueue("news::s1", "subscription", topic="news")])
 
 
+@pytest.fixture(autouse=True)
+def fresh_listings(monkeypatch):
+    """Every reading here lists the vhost's objects: these tests check what RabbitMQ counts,
+    not the sampler's reuse of an idle vhost's last listing (IdleVhosts, tested in
+    test_broker_counters_parts.py). A vhost that stayed still for SETTLE_SECONDS would
+    otherwise give its last listing again, and a queue recreated meanwhile with no message
+    moving would keep the old queue's epoch until its relisting."""
+    from workers.usage import broker_counters
+
+    monkeypatch.setattr(broker_counters, "idle", broker_counters.IdleVhosts())
+    monkeypatch.setattr(broker_counters, "SETTLE_SECONDS", float("inf"))
+
+
 @pytest.fixture
 def vhost(api):
     name = "maas-test-meter-" + uuid.uuid4().hex[:8]

@@ -377,8 +377,9 @@ def relist_due(broker: str, vhost: str, listed_at: float, now: float) -> bool:
     """Whether a listing of `vhost` made at `listed_at` has passed the vhost's relisting point,
     which comes once every RELIST_EVERY seconds at a phase of its own (from its name). A
     process lists all of a broker's vhosts in its first round: with one period from then for
-    all, every tenth minute's round listed them all again at once and for 15-30 s kept the
-    broker's cores from the API's creates (docs/scale.md, "The sampler's relistings spread").
+    all, every tenth minute's round listed them all again at once and for 30-50 s at 100k kept
+    the broker's cores from the API's creates (docs/scale.md, "The sampler's relistings
+    spread").
     With a phase each, about a tenth of them fall due in any minute."""
     if RELIST_EVERY <= 0:
         return True

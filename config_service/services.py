@@ -10,13 +10,13 @@ from collections import defaultdict
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Q, Sum
+from django.db.models import Count, Q
 
 from maas.core.context import SYSTEM, Context
 from maas.core.errors import Conflict, Invalid, NotFound, QuotaExceeded, ServiceError
 from tenants.models import AddressPlan, AddressSpacePlan, Tenant, TenantQuota
 
-from . import brokers, fanout, log, plan_specs, scheduling, validation
+from . import brokers, fanout, log, plan_specs, scheduling, statements, validation
 from .models import Address, AddressSpace, EventStream, MessagingUser
 from .passwords import hash_password
 
@@ -40,9 +40,8 @@ def _check_version(current: int, expected: int | None) -> None:
 def _locked_space(space: AddressSpace) -> tuple[EventStream, AddressSpace]:
     """The space's stream, locked, and the space read again under that lock, with its tenant
     and the tenant's quota (`_space_quota`)."""
-    stream = log.lock_stream(space.uid)
-    space = (AddressSpace.objects.select_related("tenant", "tenant__quota")
-             .filter(uid=space.uid).first())
+    stream = statements.lock_stream(space.uid)
+    space = statements.space_with_quota(space.uid) if stream is not None else None
     if space is None:
         raise NotFound("No such address space.")
     return stream, space
@@ -178,10 +177,8 @@ def _refuse_if_terminating(space: AddressSpace) -> None:
 # Addresses ------------------------------------------------------------------------------------
 
 def _address_plan(name, address_type, space: AddressSpace) -> AddressPlan:
-    plan = None
-    if isinstance(name, str):  # one query: the plan, and whether the space's plan offers it
-        offered = AddressSpacePlan.objects.filter(name=space.plan, address_plans=OuterRef("pk"))
-        plan = AddressPlan.objects.filter(name=name).annotate(offered=Exists(offered)).first()
+    # one query: the plan, and whether the space's plan offers it
+    plan = statements.address_plan(name, space.plan) if isinstance(name, str) else None
     if plan is None:
         raise Invalid(f"unknown address plan {name!r}", "spec.plan")
     if plan.address_type != address_type:
@@ -218,8 +215,7 @@ def _usage_groups(addresses, *by: str):
 
 
 def _usage(space: AddressSpace, exclude: str | None = None) -> scheduling.Usage:
-    addresses = Address.objects.filter(space=space).exclude(name=exclude or "")
-    return scheduling.usage_of_groups(_usage_groups(addresses))
+    return scheduling.usage_of_groups(statements.usage_groups(space.pk, exclude or ""))
 
 
 def _tenant_credits(tenant: Tenant, exclude_space: AddressSpace) -> float:
@@ -310,11 +306,9 @@ def _addresses_reach(tenant: Tenant, limit: int) -> bool:
     the first event created the space, so a space has at most `last_sequence - 1` addresses.
     Only a tenant whose bound reaches the limit is counted exactly.
     """
-    bound = AddressSpace.objects.filter(tenant=tenant).aggregate(
-        events=Sum("last_sequence"), spaces=Count("id"))
-    if (bound["events"] or 0) - bound["spaces"] < limit:
+    if statements.addresses_bound(tenant.pk) < limit:
         return False
-    return Address.objects.filter(space__tenant=tenant).count() >= limit
+    return statements.addresses_count(tenant.pk) >= limit
 
 
 def _address_spec(address_type: str, spec: dict) -> dict:
@@ -349,8 +343,7 @@ def create_address(*, ctx: Context, space: AddressSpace, name=None, address=None
     plan_obj = _address_plan(plan, address_type, space)
     refs = _references(space, address_type, topic, deadletter, expiry)
     extra = _address_spec(address_type, spec or {})
-    taken = list(Address.objects.filter(Q(address=wire) | Q(name=name), space=space)
-                 .values_list("name", "address"))  # at most two rows (both are unique)
+    taken = statements.clashes(space.pk, wire, name)
     clash = next((n for n, a in taken if a == wire), None)
     if clash is not None:
         raise Conflict(f"Address {wire!r} already exists with resource name {clash!r}",

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from . import statements
 from .models import Address, AddressSpace, AgentState
 
 SPACE_TYPES = ("brokered", "standard")
@@ -60,7 +61,7 @@ class Status:
 def agent_states(space_uids) -> dict:
     """{space_uid: {kind: AgentState}} in one query."""
     states: dict = {}
-    for state in AgentState.objects.filter(space_uid__in=list(space_uids)):
+    for state in statements.agent_states(list(space_uids)):
         states.setdefault(state.space_uid, {})[state.kind] = state
     return states
 

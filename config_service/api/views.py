@@ -6,7 +6,6 @@ patch (RFC 7386) into it first; plans are everyone's to read and operators' to w
 """
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import F
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -21,7 +20,7 @@ from tenants.access import check_role, tenant_for
 from tenants.models import AddressPlan, AddressSpacePlan
 from tenants.roles import Action
 
-from .. import services
+from .. import services, statements
 from ..events import public_payload
 from ..models import Address, AddressSpace, ConfigEvent, MessagingUser
 from ..status import PHASES, agent_states, phase_filter, space_status
@@ -89,10 +88,7 @@ class SpaceMixin:
         if user.is_authenticated and not user.is_staff:
             # The space, its tenant and the member's role in one query (every call on a space
             # starts here); a miss goes the long way below, which says what is missing.
-            found = (AddressSpace.objects.select_related("tenant")
-                     .filter(name=name, tenant__slug=tenant, tenant__deleted_at__isnull=True,
-                             tenant__memberships__user=user)
-                     .annotate(member_role=F("tenant__memberships__role")).first())
+            found = statements.member_space(user.pk, tenant, name)
             if found is not None:
                 check_role(found.member_role, tenant, action)
                 return found

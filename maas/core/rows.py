@@ -1,0 +1,56 @@
+"""Model instances from hand-written SQL, each value converted as the ORM converts its own.
+
+The few statements every address write runs (`config_service.statements`) are written by hand:
+building one with the ORM costs about a millisecond of the web's CPU, running it about a tenth
+of that, and on a busy machine each millisecond of CPU is several of a request's latency
+(docs/scale.md, "The create's statements by hand"). The rows come back as the ORM's own
+instances, so callers cannot tell them apart from a queryset's.
+"""
+from django.db import connection
+
+
+class Columns:
+    """A model's concrete columns under a table alias: `sql` for a SELECT list, `take` to turn
+    that slice of a row back into an instance."""
+
+    def __init__(self, model, alias: str):
+        self.model = model
+        self.fields = model._meta.concrete_fields
+        quote = connection.ops.quote_name
+        self.sql = ", ".join(f"{alias}.{quote(f.column)}" for f in self.fields)
+        self.names = [f.attname for f in self.fields]
+        self._pk = self.names.index(model._meta.pk.attname)
+        self._converters = None
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def converters(self) -> list:
+        """Per column, the (converter, expression) pairs the ORM would apply: the backend's
+        and the field's own (a JSONField's text -> objects, say). Read once per process."""
+        if self._converters is None:
+            out = []
+            for field in self.fields:
+                col = field.get_col(self.model._meta.db_table)
+                out.append([(c, col) for c in connection.ops.get_db_converters(col)
+                            + col.get_db_converters(connection)])
+            self._converters = out
+        return self._converters
+
+    def take(self, row, start: int = 0):
+        """(the instance from row[start:start + len(self)], the index after it); None for an
+        outer join's all-NULL slice (no primary key)."""
+        end = start + len(self.fields)
+        values = list(row[start:end])
+        if values[self._pk] is None:
+            return None, end
+        for i, pairs in enumerate(self.converters()):
+            for convert, col in pairs:
+                values[i] = convert(values[i], col, connection)
+        return self.model.from_db(connection.alias, self.names, values), end
+
+
+def fetch(sql: str, params) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()

@@ -1,6 +1,7 @@
-"""The create path's hand-written reads (config_service/statements.py, tenants/authentication.py)
-answer as the ORM queries they replace: the same instances, fields decoded (JSON, UUIDs,
-times), related rows cached, and nothing for a row that is missing, deleted or someone else's."""
+"""The create path's hand-written statements (config_service/statements.py,
+tenants/authentication.py) do what the ORM queries they replace did: the same instances, fields
+decoded (JSON, UUIDs, times), related rows cached, nothing for a row that is missing, deleted
+or someone else's, and the same rows written."""
 import uuid
 
 import psycopg
@@ -138,3 +139,19 @@ def test_a_token_comes_with_its_user_and_not_once_revoked(owner):
     PersonalAccessToken.objects.filter(pk=pat.pk).update(revoked=True)
     assert _live_token("d" * 64) is None
     assert _live_token("e" * 64) is None
+
+
+def test_a_new_address_is_inserted_with_its_space_moved_on(space):
+    orm = Address.objects.get(space=space, name="rows.q1")
+    new = Address(**{f.attname: getattr(orm, f.attname) for f in Address._meta.concrete_fields
+                     if not f.primary_key})
+    new.name, new.address, new.placement = "rows.q2", "q2", [{"clusterId": "b1"}]
+    at = timezone.now()
+    saved = statements.insert_address(new, space.uid, 9, at)
+
+    assert saved.pk is not None and not saved._state.adding
+    read = Address.objects.get(pk=saved.pk)
+    assert fields(read) == fields(saved) and read.placement == [{"clusterId": "b1"}]
+    assert isinstance(read.plan_status, dict) and read.plan_status == orm.plan_status
+    moved = AddressSpace.objects.get(pk=space.pk)
+    assert (moved.last_sequence, moved.updated_at) == (9, at)

@@ -15,7 +15,8 @@ then measures:
 
 - API create latency (REST, one at a time) and create -> Active (recorded by the platform:
   AppliedEvent.applied_at of the last agent minus the create call) for creates arriving at
-  --rate per second spread over probe spaces;
+  --rate per second spread over probe spaces, and how many agents' spaces the platform's own
+  drift checks (its resync, spread over the drift period) compared whole meanwhile;
 - the cost of reconciling a one-address change: wall and CPU seconds of the router agent and
   the storage controller run in this process, SQL queries, and router entities or broker rows
   read, median of --repeat;
@@ -227,6 +228,14 @@ def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
         time.sleep(1)
 
 
+def drift_checks_since(began) -> int:
+    """How many agent states were compared whole (a full diff: a drift check or a repair)
+    since `began`: what of the platform's spread resync ran during a measurement."""
+    from config_service.models import AgentState
+
+    return AgentState.objects.filter(checked_at__gte=began).count()
+
+
 def one_change_cost(repeat: int):
     """Median wall, CPU, SQL queries and target rows read of the router agent and the storage
     controller reconciling one space after one address was added to it ("new": what a create
@@ -333,6 +342,7 @@ def main():
     import django
     django.setup()
     from django.test import Client
+    from django.utils import timezone
 
     from config_service.models import Address, AddressSpace
 
@@ -372,12 +382,16 @@ def main():
         wait_all_active(600)
         settle(args.settle)
 
+        probes_began = timezone.now()
         latencies, called = probe_creates(session, base_url, probes, args.probes, args.rate)
+        checked = drift_checks_since(probes_began)
         active, missing = to_active(called)
         print(f"API create latency ({total} present, {args.rate:.0f}/s over {len(probes)} "
               f"spaces): p50 {pct(latencies, 50):.1f} ms  p99 {pct(latencies, 99):.1f} ms")
         print(f"create -> Active: p50 {pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms"
               f"  (not Active in 60 s: {missing}; {load()})")
+        print(f"  meanwhile the platform's own drift checks compared {checked} agents' spaces "
+              f"whole (its full resync, spread over MAAS_DRIFT_CHECK_PERIOD)")
 
         for kind, (wall, cpu, queries, rows) in one_change_cost(args.repeat).items():
             print(f"reconcile ({kind}): wall {wall * 1000:.1f} ms  CPU "

@@ -20,31 +20,22 @@ class Columns:
         self.sql = ", ".join(f"{alias}.{quote(f.column)}" for f in self.fields)
         self.names = [f.attname for f in self.fields]
         self._pk = self.names.index(model._meta.pk.attname)
-        self._converters = None
-
-    def __len__(self) -> int:
-        return len(self.fields)
-
-    def converters(self) -> list:
-        """Per column, the (converter, expression) pairs the ORM would apply: the backend's
-        and the field's own (a JSONField's text -> objects, say). Read once per process."""
-        if self._converters is None:
-            out = []
-            for field in self.fields:
-                col = field.get_col(self.model._meta.db_table)
-                out.append([(c, col) for c in connection.ops.get_db_converters(col)
-                            + col.get_db_converters(connection)])
-            self._converters = out
-        return self._converters
+        # Per column, the (converter, expression) pairs the ORM would apply: the backend's and
+        # the field's own (a JSONField's text -> objects, say).
+        self.converters = []
+        for field in self.fields:
+            col = field.get_col(model._meta.db_table)
+            self.converters.append([(c, col) for c in connection.ops.get_db_converters(col)
+                                    + col.get_db_converters(connection)])
 
     def take(self, row, start: int = 0):
-        """(the instance from row[start:start + len(self)], the index after it); None for an
+        """(the instance from its slice of the row, from `start`, and the index after it); None for an
         outer join's all-NULL slice (no primary key)."""
         end = start + len(self.fields)
         values = list(row[start:end])
         if values[self._pk] is None:
             return None, end
-        for i, pairs in enumerate(self.converters()):
+        for i, pairs in enumerate(self.converters):
             for convert, col in pairs:
                 values[i] = convert(values[i], col, connection)
         return self.model.from_db(connection.alias, self.names, values), end

@@ -42,7 +42,13 @@ import requests
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import delete_queues, ensure_database, keep_vacuumed  # noqa: E402
+from tests.bench.common import (  # noqa: E402
+    cpu_by_label,
+    cpu_spent,
+    delete_queues,
+    ensure_database,
+    keep_vacuumed,
+)
 
 LOG_LEVEL = os.environ.get("MAAS_LOG_LEVEL", "INFO")
 
@@ -192,6 +198,13 @@ def probe_creates(session, url, spaces, n, rate):
         r.raise_for_status()
         time.sleep(max(0.0, began + (i + 1) * interval - time.monotonic()))
     return latencies, called
+
+
+def slowest(latencies, rate, n=4) -> str:
+    """The n slowest creates of a probe run, each with when in the run it was sent: whether
+    the p99 is one burst of other work or spread out."""
+    worst = sorted(range(len(latencies)), key=lambda i: -latencies[i])[:n]
+    return ", ".join(f"{latencies[i] * 1000:.0f} ms at {i / rate:.1f} s" for i in worst)
 
 
 def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
@@ -382,8 +395,9 @@ def main():
         wait_all_active(600)
         settle(args.settle)
 
-        probes_began = timezone.now()
+        probes_began, cpu_before = timezone.now(), cpu_by_label()
         latencies, called = probe_creates(session, base_url, probes, args.probes, args.rate)
+        spent = cpu_spent(cpu_before)
         checked = drift_checks_since(probes_began)
         active, missing = to_active(called)
         print(f"API create latency ({total} present, {args.rate:.0f}/s over {len(probes)} "
@@ -392,6 +406,8 @@ def main():
               f"  (not Active in 60 s: {missing}; {load()})")
         print(f"  meanwhile the platform's own drift checks compared {checked} agents' spaces "
               f"whole (its full resync, spread over MAAS_DRIFT_CHECK_PERIOD)")
+        print(f"  slowest: {slowest(latencies, args.rate)}")
+        print(f"  CPU meanwhile: {spent}")
 
         for kind, (wall, cpu, queries, rows) in one_change_cost(args.repeat).items():
             print(f"reconcile ({kind}): wall {wall * 1000:.1f} ms  CPU "
@@ -451,6 +467,7 @@ def resync(session, base_url, probes, args):
     def creates():
         result["latencies"], result["called"] = probe_creates(session, base_url, probes,
                                                               args.probes, args.rate)
+    cpu_before = cpu_by_label()
     load_thread = threading.Thread(target=creates)
     load_thread.start()
     while time.monotonic() - began < 3600:
@@ -460,10 +477,12 @@ def resync(session, base_url, probes, args):
         time.sleep(2)
     took = time.monotonic() - began
     load_thread.join()
+    spent = cpu_spent(cpu_before)
     active, missing = to_active(result["called"])
     print(f"full resync of {len(uids)} spaces: {took:.0f} s; meanwhile create -> Active p50 "
           f"{pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms (not Active: {missing}); "
           f"API p99 {pct(result['latencies'], 99):.1f} ms ({load()}; started {began_at:.0f})")
+    print(f"  CPU meanwhile: {spent}")
 
 
 _BIG_SPACE = """

@@ -18,6 +18,53 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def _label(cmd: list[str]) -> str:
+    """What a process is, for `cpu_by_label`: PostgreSQL's backends as one, each RabbitMQ node
+    by its name, each Celery worker by its queues, the web's processes as one."""
+    text = " ".join(cmd)
+    if text.startswith("postgres"):
+        return "postgres"
+    if "beam.smp" in text:
+        for flag in ("-sname", "-name"):
+            if flag in cmd[:-1]:
+                return "rabbitmq " + cmd[cmd.index(flag) + 1]
+        return "rabbitmq"
+    if "gunicorn" in text:
+        return "web"
+    if "celery" in text and "worker" in cmd:
+        return "celery -Q " + (cmd[cmd.index("-Q") + 1] if "-Q" in cmd[:-1] else "?")
+    for word in ("beat", "workers.router", "qdrouterd", "run_authservice", "mqtt_gateway",
+                 "vhost_relay", "redis-server", "java", "runplatform", "bench_"):
+        if word in text:
+            return word
+    return os.path.basename(cmd[0]) if cmd else "?"
+
+
+def cpu_by_label() -> dict[str, float]:
+    """CPU seconds so far of every process on the machine, summed by `_label`: two of these
+    taken around a measurement say what else had the cores meanwhile."""
+    out: dict[str, float] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace").split("\0")[:-1]
+            seconds = cpu_seconds(int(pid))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or a kernel thread
+        if cmd:
+            label = _label(cmd)
+            out[label] = out.get(label, 0.0) + seconds
+    return out
+
+
+def cpu_spent(before: dict[str, float], top: int = 8) -> str:
+    """The `top` biggest CPU consumers since `before` (a `cpu_by_label`), as one line."""
+    after = cpu_by_label()
+    spent = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)
+    return ", ".join(f"{label} {seconds:.1f} s" for seconds, label in spent[:top]
+                     if seconds >= 0.05)
+
+
 def ensure_database(name: str) -> str:
     """The URL of database `name` on the local PostgreSQL, created and migrated if need be."""
     import psycopg

@@ -18,17 +18,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def _label(cmd: list[str]) -> str:
+def _label(pid: str, cmd: list[str]) -> str:
     """What a process is, for `cpu_by_label`: PostgreSQL's backends as one, each RabbitMQ node
     by its name, each Celery worker by its queues, the web's processes as one."""
     text = " ".join(cmd)
     if text.startswith("postgres"):
         return "postgres"
     if "beam.smp" in text:
-        for flag in ("-sname", "-name"):
-            if flag in cmd[:-1]:
-                return "rabbitmq " + cmd[cmd.index(flag) + 1]
-        return "rabbitmq"
+        try:  # rabbitmq-server names its node in the environment, not on the command line
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            return "rabbitmq " + env.get(b"RABBITMQ_NODENAME", b"rabbit").decode()
+        except OSError:
+            return "rabbitmq"
     if "gunicorn" in text:
         return "web"
     if "celery" in text and "worker" in cmd:
@@ -52,7 +54,7 @@ def cpu_by_label() -> dict[str, float]:
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or a kernel thread
         if cmd:
-            label = _label(cmd)
+            label = _label(pid, cmd)
             out[label] = out.get(label, 0.0) + seconds
     return out
 

@@ -1,6 +1,6 @@
 """What several benchmarks set up and tear down alike: a migrated database of their own, kept
-vacuumed where the server does not, and their Celery queues in Redis afterwards; and a
-process's CPU time."""
+vacuumed where the server does not, and their Celery queues in Redis afterwards; a
+process's CPU time, and every process's, summed by what it is."""
 import os
 import subprocess
 import sys

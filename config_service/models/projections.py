@@ -81,7 +81,12 @@ class Address(models.Model):
     @property
     def broker_object_name(self) -> str:
         """The broker object's name: a subscription's queue is `<topic>::<subscription>`."""
-        return f"{self.topic}::{self.address}" if self.type == "subscription" else self.address
+        return broker_object_name(self.type, self.address, self.topic)
+
+
+def broker_object_name(type: str, address: str, topic: str) -> str:
+    """`Address.broker_object_name` from the three columns, for callers that read tuples."""
+    return f"{topic}::{address}" if type == "subscription" else address
 
 
 class MessagingUser(models.Model):

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
+from config_service.models.projections import broker_object_name
 from config_service.status import ROUTER_ONLY_TYPES
 from tenants.models import TenantQuota
 
@@ -247,13 +248,20 @@ class StorageController(Agent):
             return None  # a policy names its queues together (every queue of a standard space)
         # Every user's permissions as the full apply grants them (the same `desired_objects`),
         # which only the names of the space's queues and topics decide.
+        # Tuples, not model instances: a brokered space holds hundreds of queues.
         stored = Address.objects.filter(space=space, scheduled=True,
-                                        type__in=STORED_TYPES).only("type", "address", "topic")
+                                        type__in=STORED_TYPES).values_list("type", "address",
+                                                                           "topic")
+        all_queues, all_topics = [], []
+        for kind, address, topic in stored:
+            if kind == "topic":
+                all_topics.append(BrokerTopic(name=address))
+            else:
+                all_queues.append(BrokerQueue(name=broker_object_name(kind, address, topic),
+                                              kind=kind, topic=topic or None))
         wanted = rabbitmq.desired_objects(VhostState(
             vhost=space.vhost, throttled=tenant_throttled(space), users=desired_users(space),
-            queues=[BrokerQueue(name=a.broker_object_name, kind=a.type, topic=a.topic or None)
-                    for a in stored if a.type != "topic"],
-            topics=[BrokerTopic(name=a.address) for a in stored if a.type == "topic"]))
+            queues=all_queues, topics=all_topics))
         vhost = VhostState(vhost=space.vhost, queues=queues,
                            queue_exchanges=space.type != "standard")
         try:

@@ -1,16 +1,17 @@
 """The RabbitMQ management HTTP API client: `RabbitMQApi`, `BrokerError` and request helpers.
 
-One keep-alive session per client; every call is idempotent, so a request that raced a closed
-keep-alive socket is retried once; one that timed out waiting for its answer is not (see
-`_RetryClosedSocket`). Errors say whether they are transient (worth retrying).
+One pool of keep-alive connections per client; every call is idempotent, so a request that
+raced a closed keep-alive socket is retried once; one that timed out waiting for its answer is
+not (see `_RetryClosedSocket`). Errors say whether they are transient (worth retrying).
 """
 from __future__ import annotations
 
-from urllib.parse import quote
+import json
+import ssl
+from urllib.parse import quote, urlencode
 
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ReadTimeoutError
+import urllib3
+from urllib3.exceptions import HTTPError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
@@ -55,46 +56,61 @@ def _q(segment: str) -> str:
     return quote(segment, safe="")
 
 
+# Connections kept per client: one for each thread of the observing pool (8) and the
+# agent's own, so concurrent reads never open and drop sockets.
+POOL_SIZE = 10
+
+
 class RabbitMQApi:
-    """A thin client over the RabbitMQ management HTTP API (one keep-alive session)."""
+    """A thin client over the RabbitMQ management HTTP API (one pool of keep-alive
+    connections, shared by the threads of a process).
+
+    On urllib3 directly, not requests: a call cost 1.4 ms of CPU through a requests session
+    (0.5 ms of it reading the proxy settings out of the environment, twice per call) and 0.4
+    ms here, measured; the storage controller makes about 11 calls per new queue. So the API
+    is always reached directly, never through an HTTP(S)_PROXY of the environment (it is an
+    in-cluster service), and an https URL is verified against the system's trust store."""
 
     def __init__(self, base_url: str, user: str, password: str, timeout: float = 10) -> None:
         self.base_url = base_url.rstrip("/")
         self.user = user
         self.timeout = timeout
-        self.session = requests.Session()
-        self.session.auth = (user, password)
+        self._headers = urllib3.make_headers(basic_auth=f"{user}:{password}", keep_alive=True)
         # RabbitMQ closes idle keep-alive connections; a request that raced such a close finds
         # the socket gone before any answer. Every call here is idempotent: retry that once.
-        retry = _RetryClosedSocket(total=1, connect=1, read=1, status=0, redirect=0,
-                                   allowed_methods=None, raise_on_status=False)
-        self.session.mount("http://", HTTPAdapter(max_retries=retry))
-        self.session.mount("https://", HTTPAdapter(max_retries=retry))
+        self._retry = _RetryClosedSocket(total=1, connect=1, read=1, status=0, redirect=0,
+                                         allowed_methods=None, raise_on_status=False)
+        self._pool = urllib3.PoolManager(num_pools=2, maxsize=POOL_SIZE,
+                                         ssl_context=ssl.create_default_context())
 
     def close(self) -> None:
-        self.session.close()
+        self._pool.clear()
 
     def request(self, method: str, path: str, body=None, params=None, missing_ok=False,
                 timeout: float | None = None):
         """One call; returns the decoded JSON body (None when empty or missing and allowed).
         `timeout` shortens this call's wait below the client's."""
-        url = self.base_url + path
+        url = self.base_url + path + ("?" + urlencode(params) if params else "")
         wait = self.timeout if timeout is None else min(timeout, self.timeout)
+        headers = self._headers
+        if body is not None:
+            headers = {**headers, "Content-Type": "application/json"}
+            body = json.dumps(body).encode()
         try:
-            resp = self.session.request(method, url, json=body, params=params, timeout=wait)
-        except requests.RequestException as exc:
+            resp = self._pool.request(method, url, body=body, headers=headers,
+                                      retries=self._retry, redirect=False,
+                                      timeout=urllib3.Timeout(connect=wait, read=wait))
+        except HTTPError as exc:
             raise BrokerError(f"{method} {path}: {exc}", transient=True) from exc
-        if resp.status_code == 404 and missing_ok:
+        if resp.status == 404 and missing_ok:
             return None
-        if resp.status_code >= 400:
-            raise BrokerError(
-                f"{method} {path}: {resp.status_code} {_reason(resp)}",
-                transient=resp.status_code >= 500,
-            )
-        if not resp.content:
+        if resp.status >= 400:
+            raise BrokerError(f"{method} {path}: {resp.status} {_reason(resp.data)}",
+                              transient=resp.status >= 500)
+        if not resp.data:
             return None
         try:
-            return resp.json()
+            return json.loads(resp.data)
         except ValueError:
             return None
 
@@ -299,11 +315,11 @@ def _binding_path(vhost: str, exchange: str, destination: str, destination_type:
     return f"/bindings/{_q(vhost)}/e/{_q(exchange)}/{kind}/{_q(destination)}"
 
 
-def _reason(resp: requests.Response) -> str:
+def _reason(data: bytes) -> str:
     try:
-        body = resp.json()
+        body = json.loads(data)
     except ValueError:
-        return resp.text.strip()[:500]
+        return data.decode(errors="replace").strip()[:500]
     if isinstance(body, dict):
         return str(body.get("reason") or body.get("error") or body).strip()
     return str(body)[:500]

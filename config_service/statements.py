@@ -12,13 +12,10 @@ from functools import cache
 from django.db import connection
 
 from maas.core.rows import Columns, fetch
+from maas.core.rows import table as _table
 from tenants.models import AddressPlan, AddressSpacePlan, Membership, Tenant, TenantQuota
 
 from .models import Address, AddressSpace, AgentState, EventStream
-
-
-def _table(model) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
 
 
 @cache

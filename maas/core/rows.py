@@ -41,6 +41,11 @@ class Columns:
         return self.model.from_db(connection.alias, self.names, values), end
 
 
+def table(model) -> str:
+    """The model's table, quoted for a statement."""
+    return connection.ops.quote_name(model._meta.db_table)
+
+
 def fetch(sql: str, params) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

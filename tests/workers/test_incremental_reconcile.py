@@ -58,9 +58,9 @@ def test_new_anycast_and_multicast_addresses_are_applied_without_reading(mgmt, s
 
 
 def test_a_run_reads_the_agent_state_and_the_pending_events_once(mgmt, space):
-    """The runner reads the state under its lock and hands it, and the events after it, to
-    the agent: each was read twice a run before (a round trip each, of 21 an anycast create
-    cost its two agents)."""
+    """The runner reads the space, the state and the events after it under its lock, in one
+    statement, and hands them to the agent: each was read twice a run before (a round trip
+    each, of 21 an anycast create cost its two agents), then once each."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -71,11 +71,12 @@ def test_a_run_reads_the_agent_state_and_the_pending_events_once(mgmt, space):
         with CaptureQueriesContext(connection) as queries:
             run(space.uid, kind, agent)
         sql = [q["sql"] for q in queries.captured_queries]
-        # The lock, the space, the state, the events, (the router: the new addresses, the
-        # users, its credential on the broker, the throttle with the plan's policy,) the record
-        # and the unlock.
-        assert len(sql) == {"storage": 6, "router": 10}[kind], "\n".join(sql)
-        assert sum(s.startswith('SELECT "config_service_agentstate"') for s in sql) == 1, kind
+        # The lock, the space with the state and the events (workers/agents/statements.py),
+        # (the router: the new addresses, the users, its credential on the broker, the
+        # throttle with the plan's policy,) the record and the unlock.
+        assert len(sql) == {"storage": 4, "router": 8}[kind], "\n".join(sql)
+        assert sum('"config_service_agentstate"' in s and "FOR UPDATE" not in s
+                   for s in sql) == 1, kind
         assert sum('FROM "config_service_configevent"' in s for s in sql) == 1, kind
     assert phases(space)["once"] == "Active"
 

@@ -25,6 +25,8 @@ from config_service import services
 from config_service.models import AddressSpace, AgentState, AppliedEvent, ConfigEvent, Outbox
 from config_service.status import agents_needed
 
+from . import statements
+
 logger = logging.getLogger(__name__)
 
 
@@ -95,20 +97,28 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     agent = agent or installed_agents()[kind]
     with serialised(space_uid, kind):
         started = timezone.now()
-        space = AddressSpace.objects.select_related("tenant").filter(uid=space_uid).first()
-        if space is None:
+        # The space, the state and the events not applied, in one snapshot: the events end
+        # at the space's last sequence (a drift check takes no shortcut, so reads none).
+        read = statements.run_start(space_uid, kind, with_events=not check,
+                                    limit=PENDING_LIMIT + 1)
+        if read is None:
             _ack_outbox(space_uid, None)
             return None
+        space, state, events = read
         if kind not in agents_needed(space.type):
             return None
         target = space.last_sequence  # read before the agent reads the projections: it
         # then applies this sequence or a later one, never an earlier one
-        # The row exists before the agent talks to its target: a router restart meanwhile
-        # invalidates it, and _record keeps that invalidation (router_watch).
-        state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
+        if state is None:
+            # The row exists before the agent talks to its target: a router restart meanwhile
+            # invalidates it, and _record keeps that invalidation (router_watch). (The events
+            # were read after sequence 0, which is the new state's.)
+            state, _ = AgentState.objects.get_or_create(space_uid=space_uid, kind=kind)
         if _done(space, state, target, only_if_behind):
             return target
-        ran = _run.set(_Run(space.uid, kind, state, check))
+        ran = _run.set(_Run(space.uid, kind, state, check,
+                            _UNREAD if events is None
+                            else None if len(events) > PENDING_LIMIT else events))
         try:
             report = _reconcile_or_teardown(agent, space, state, kind)
         finally:
@@ -220,8 +230,9 @@ def pending_events(space_uid, kind: str,
                    limit: int = PENDING_LIMIT) -> list[tuple[str, dict]] | None:
     """(type, payload) of the space's events the agent kind has not applied yet, oldest
     first; None if there are more than `limit` (a big batch: no shortcut is worth it).
-    Within the agent's own run (`run`), read once, after the state the run read; None in a
-    drift check, which takes no shortcut either."""
+    Within the agent's own run (`run`), those the run read with the space and the state, up
+    to the space's last sequence as the run read it; None in a drift check, which takes no
+    shortcut either."""
     current = _run.get(None)
     if current is not None and current.key == (str(space_uid), kind) and limit == PENDING_LIMIT:
         if current.check:
@@ -295,13 +306,14 @@ _UNREAD = object()
 
 
 class _Run:
-    """What `run` read of the space for the agent it runs, so that the agent does not read it
-    again (two queries of the twenty-one of an anycast create's agents)."""
+    """What `run` read of the space for the agent it runs (its state, and the events it has
+    not applied), so that the agent does not read them again."""
 
-    def __init__(self, space_uid, kind: str, state: AgentState, check: bool = False):
+    def __init__(self, space_uid, kind: str, state: AgentState, check: bool = False,
+                 events=_UNREAD):
         self.key = (str(space_uid), kind)
         self.state = state
-        self.events = _UNREAD
+        self.events = events
         self.check = check
 
 

@@ -13,15 +13,14 @@ import threading
 import time
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Subquery
 
-from config_service.models import Address, AddressSpace, MessagingUser
+from config_service.models import Address, AddressSpace
 from config_service.status import ROUTER_ONLY_TYPES
-from tenants.models import AddressSpacePlan, Tenant, TenantQuota
 
 from .. import credentials, endpoints
 from ..naming import broker_username
 from . import router_config as rc
+from . import statements
 from .base import Agent, Report, TransientError, agent_state, only_creates, pending_events
 from .qdr import QUERY_PAGE, Management, ManagementError, RouterUnreachable
 
@@ -206,7 +205,7 @@ class RouterAgent(Agent):
         only these (the short path), with the space's own entities as always."""
         if addresses is None:
             addresses = list(Address.objects.filter(space=space, scheduled=True))
-        users = list(MessagingUser.objects.filter(space=space))
+        users = statements.messaging_users(space)
         user, password = credentials.router_broker(space.vhost)
         broker = (where or endpoints.of(space)).broker
         host, port = broker.amqp_host, broker.amqp_port
@@ -216,7 +215,9 @@ class RouterAgent(Agent):
             host = settings.MAAS_VHOST_RELAY_HOST
             port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
         login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password)
-        throttled, plan_policy = _throttle_and_plan_policy(space)
+        # Read at every reconcile, so an operator's change of the plan reaches the routers at
+        # the next resync without a config event.
+        throttled, plan_policy = statements.throttle_and_plan_policy(space)
         return addresses, *rc.desired_entities(space, addresses, users, login, throttled,
                                                plan_policy=plan_policy, features=features)
 
@@ -287,7 +288,7 @@ class RouterAgent(Agent):
                 or state.space_error or state.invalidated):
             return None
         names = [p["name"] for _, p in events]
-        new = list(Address.objects.filter(space=space, name__in=names, scheduled=True))
+        new = statements.addresses_named(space, names)
         _, desired, by_address = self._desired(space, where, features(mgmt, space.vhost), new)
         # The space's policy must be as desired already: a throttle, a user or a plan may have
         # changed it without an event this path would see (a wake-up with creates pending).
@@ -342,18 +343,6 @@ class RouterAgent(Agent):
             raise TransientError(str(exc)) from exc
         finally:
             self._release(mgmt, broken)
-
-
-def _throttle_and_plan_policy(space: AddressSpace) -> tuple[bool, dict | None]:
-    """Whether the space's tenant is throttled, and its plan's router policy, in one query.
-    Read at every reconcile, so an operator's change of the plan reaches the routers at the
-    next resync without a config event."""
-    row = (Tenant.objects.filter(pk=space.tenant_id).annotate(
-        throttled=Exists(TenantQuota.objects.filter(tenant_id=OuterRef("pk"), throttled=True)),
-        plan_policy=Subquery(AddressSpacePlan.objects.filter(name=space.plan)
-                             .values("router_policy")[:1]),
-    ).values_list("throttled", "plan_policy").first())
-    return row if row is not None else (False, None)
 
 
 def _take_pooled(router: endpoints.RouterEndpoint) -> Management | None:

@@ -11,12 +11,12 @@ import time
 from django.conf import settings
 from django.core.cache import cache
 
-from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
+from config_service.models import Address, AddressSpace, AgentState, ConfigEvent
 from config_service.models.projections import broker_object_name
 from config_service.status import ROUTER_ONLY_TYPES
-from tenants.models import TenantQuota
 
 from .. import credentials, endpoints
+from ..agents import statements
 from ..agents.base import (
     Agent,
     Report,
@@ -70,7 +70,7 @@ def stored_addresses(space: AddressSpace) -> list[Address]:
 
 def tenant_throttled(space: AddressSpace) -> bool:
     # Read at every reconcile: a throttle changes no config event, it wakes the agents.
-    return TenantQuota.objects.filter(tenant_id=space.tenant_id, throttled=True).exists()
+    return statements.throttle_and_plan_policy(space)[0]
 
 
 def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
@@ -109,7 +109,7 @@ def desired_users(space: AddressSpace) -> list[BrokerUser]:
     """The space's messaging users as broker users, and the router's own login of a standard
     space."""
     users = []
-    for user in MessagingUser.objects.filter(space=space).order_by("username"):
+    for user in statements.messaging_users(space):
         send, recv, manage, view = [], [], False, False
         for rule in user.authorization:
             ops = set(rule["operations"])
@@ -239,8 +239,7 @@ class StorageController(Agent):
         this did halfway) when it does not apply, failed or verified less."""
         if not names:
             return None
-        new = list(Address.objects.filter(space=space, name__in=names, scheduled=True,
-                                          type__in=NEW_QUEUE_TYPES).select_related("space"))
+        new = [a for a in statements.addresses_named(space, names) if a.type in NEW_QUEUE_TYPES]
         if len(new) != len(names):
             return None  # one is pending or gone since: the full apply knows what to do
         queues = [broker_queue(a) for a in new]

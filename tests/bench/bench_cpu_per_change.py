@@ -182,7 +182,8 @@ def main():
         before, t0, db0 = snapshot(root), time.monotonic(), database_counts()
         time.sleep(args.idle)
         rest, idle, db1 = snapshot(root), time.monotonic() - t0, database_counts()
-        latencies, called = probe_creates(session, base_url, spaces, args.creates, args.rate)
+        latencies, called, web = probe_creates(session, base_url, spaces, args.creates,
+                                               args.rate)
         active, missing = to_active(called)
         after, busy, db2 = snapshot(root), time.monotonic() - t0 - idle, database_counts()
         print(f"{args.creates} {args.kind} creates at {args.rate:.0f}/s over {args.spaces} "
@@ -190,6 +191,9 @@ def main():
         print(f"  API create p50 {pct(latencies, 50):.1f} ms  p99 {pct(latencies, 99):.1f} ms;"
               f" create -> Active p50 {pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms"
               f" (not Active in 60 s: {missing})")
+        print(f"  the web per create: on a core p50 {pct([w[0] for w in web], 50):.1f} ms, "
+              f"waiting for a core p50 {pct([w[1] for w in web], 50):.1f} / p99 "
+              f"{pct([w[1] for w in web], 99):.1f} ms")
         # the bench's own reads of pg_stat_database count too: a session and a few commits
         print("  PostgreSQL per create: " + ", ".join(
             f"{(db2[i] - db1[i] - (db1[i] - db0[i]) / idle * busy) / args.creates:.2f} {what}"

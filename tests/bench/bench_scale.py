@@ -48,6 +48,8 @@ from tests.bench.common import (  # noqa: E402
     delete_queues,
     ensure_database,
     keep_vacuumed,
+    pids_of,
+    schedstat,
 )
 
 LOG_LEVEL = os.environ.get("MAAS_LOG_LEVEL", "INFO")
@@ -179,8 +181,11 @@ def probe_tenant(prefix: str, url: str) -> tuple[str, requests.Session, str]:
 
 
 def probe_creates(session, url, spaces, n, rate):
-    """n creates at `rate`/s over the probe spaces; (latencies, {address name: called at})."""
-    latencies, called = [], {}
+    """n creates at `rate`/s over the probe spaces; (latencies, {address name: called at},
+    the web's [(seconds on a core, seconds waiting for one)] per create: its processes serve
+    nothing else meanwhile, so what their threads ran and waited is each create's)."""
+    latencies, called, web = [], {}, []
+    web_pids = pids_of("web")
     interval = 1.0 / rate
     began = time.monotonic()
     for i in range(n):
@@ -191,20 +196,26 @@ def probe_creates(session, url, spaces, n, rate):
                 {"address": name.split(".")[1], "type": "anycast",
                  "plan": "standard-small-anycast"})
         called[name] = time.time()
+        on, waited = schedstat(web_pids)
         started = time.monotonic()
         r = session.post(f"{url}/{space_name}/addresses/", json={"metadata": {"name": name},
                                                                "spec": spec})
         latencies.append(time.monotonic() - started)
+        on_after, waited_after = schedstat(web_pids)
+        web.append((on_after - on, waited_after - waited))
         r.raise_for_status()
         time.sleep(max(0.0, began + (i + 1) * interval - time.monotonic()))
-    return latencies, called
+    return latencies, called, web
 
 
-def slowest(latencies, rate, n=4) -> str:
-    """The n slowest creates of a probe run, each with when in the run it was sent: whether
-    the p99 is one burst of other work or spread out."""
+def slowest(latencies, rate, web, n=4) -> str:
+    """The n slowest creates of a probe run, each with when in the run it was sent and the
+    web's time on a core and waiting for one: whether the p99 is one burst of other work or
+    spread out, and whether it is the web waiting for the cores."""
     worst = sorted(range(len(latencies)), key=lambda i: -latencies[i])[:n]
-    return ", ".join(f"{latencies[i] * 1000:.0f} ms at {i / rate:.1f} s" for i in worst)
+    return ", ".join(f"{latencies[i] * 1000:.0f} ms at {i / rate:.1f} s (web "
+                     f"{web[i][0] * 1000:.0f} on a core, {web[i][1] * 1000:.0f} waiting)"
+                     for i in worst)
 
 
 def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
@@ -396,7 +407,8 @@ def main():
         settle(args.settle)
 
         probes_began, cpu_before = timezone.now(), cpu_by_label()
-        latencies, called = probe_creates(session, base_url, probes, args.probes, args.rate)
+        latencies, called, web = probe_creates(session, base_url, probes, args.probes,
+                                               args.rate)
         spent = cpu_spent(cpu_before)
         checked = drift_checks_since(probes_began)
         active, missing = to_active(called)
@@ -406,7 +418,10 @@ def main():
               f"  (not Active in 60 s: {missing}; {load()})")
         print(f"  meanwhile the platform's own drift checks compared {checked} agents' spaces "
               f"whole (its full resync, spread over MAAS_DRIFT_CHECK_PERIOD)")
-        print(f"  slowest: {slowest(latencies, args.rate)}")
+        print(f"  slowest: {slowest(latencies, args.rate, web)}")
+        print(f"  the web per create: on a core p50 {pct([w[0] for w in web], 50):.1f} ms, "
+              f"waiting for a core p50 {pct([w[1] for w in web], 50):.1f} / p99 "
+              f"{pct([w[1] for w in web], 99):.1f} ms")
         print(f"  CPU meanwhile: {spent}")
 
         for kind, (wall, cpu, queries, rows) in one_change_cost(args.repeat).items():
@@ -465,8 +480,8 @@ def resync(session, base_url, probes, args):
     result = {}
 
     def creates():
-        result["latencies"], result["called"] = probe_creates(session, base_url, probes,
-                                                              args.probes, args.rate)
+        result["latencies"], result["called"], _ = probe_creates(session, base_url, probes,
+                                                                 args.probes, args.rate)
     cpu_before = cpu_by_label()
     load_thread = threading.Thread(target=creates)
     load_thread.start()

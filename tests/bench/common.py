@@ -1,6 +1,7 @@
 """What several benchmarks set up and tear down alike: a migrated database of their own, kept
 vacuumed where the server does not, and their Celery queues in Redis afterwards; a
-process's CPU time, and every process's, summed by what it is."""
+process's CPU time, and every process's, summed by what it is; the time a process's threads
+ran and waited for a core."""
 import os
 import subprocess
 import sys
@@ -16,6 +17,39 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def pids_of(label: str) -> list[int]:
+    """The processes `_label` names `label` now (e.g. "web": gunicorn's master and workers)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace").split("\0")[:-1]
+        except OSError:
+            continue
+        if cmd and _label(pid, cmd) == label:
+            found.append(int(pid))
+    return found
+
+
+def schedstat(pids: list[int]) -> tuple[float, float]:
+    """(seconds on a core, seconds runnable but waiting for one) so far, summed over every
+    thread of `pids` (/proc/<pid>/task/*/schedstat): the second is what a busy machine adds."""
+    on, waiting = 0, 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    ran, waited, _ = f.read().split()
+            except (OSError, ValueError):
+                continue
+            on, waiting = on + int(ran), waiting + int(waited)
+    return on / 1e9, waiting / 1e9
 
 
 def _label(pid: str, cmd: list[str]) -> str:

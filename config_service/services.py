@@ -3,6 +3,7 @@
 Each one validates, checks plans, credits and the tenant quota, then appends its ConfigEvent(s)
 in one transaction (see `log.append`), which also updates the projections and the outbox.
 """
+import contextlib
 import copy
 import logging
 import uuid
@@ -331,6 +332,25 @@ def _address_spec(address_type: str, spec: dict) -> dict:
 @transaction.atomic
 def create_address(*, ctx: Context, space: AddressSpace, name=None, address=None, type=None,
                    plan=None, topic=None, deadletter=None, expiry=None, spec=None):
+    with _create_reads(space, name, address, plan):
+        return _create_address(ctx=ctx, space=space, name=name, address=address, type=type,
+                               plan=plan, topic=topic, deadletter=deadletter, expiry=expiry,
+                               spec=spec)
+
+
+def _create_reads(space: AddressSpace, name, address, plan):
+    """The lock and the reads of a create sent together (`statements.read_ahead`), where its
+    address and name are valid; otherwise nothing ahead, so its errors come in their order."""
+    try:
+        wire = validation.address(address)
+        name = validation.resource_name(name, space.name, "Address", wire)
+    except Invalid:
+        return contextlib.nullcontext()
+    return statements.read_ahead(space.uid, tenant_id=space.tenant_id, space_id=space.pk,
+                                 space_plan=space.plan, plan=plan, address=wire, name=name)
+
+
+def _create_address(*, ctx, space, name, address, type, plan, topic, deadletter, expiry, spec):
     stream, space = _locked_space(space)
     _refuse_if_terminating(space)
     wire = validation.address(address)

@@ -4,8 +4,12 @@ The few statements every address write runs (`config_service.statements`) are wr
 building one with the ORM costs about a millisecond of the web's CPU, running it about a tenth
 of that, and on a busy machine each millisecond of CPU is several of a request's latency
 (docs/scale.md, "The create's statements by hand"). The rows come back as the ORM's own
-instances, so callers cannot tell them apart from a queryset's.
+instances, so callers cannot tell them apart from a queryset's. `fetch_together` sends
+several statements in one round trip.
 """
+from contextlib import ExitStack
+
+import psycopg
 from django.db import connection
 
 
@@ -50,3 +54,23 @@ def fetch(sql: str, params) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def fetch_together(statements: list[tuple[str, object]]) -> list[list[tuple]]:
+    """Each (sql, params)'s rows, the statements sent at once in psycopg's pipeline mode: one
+    round trip for all instead of one each. Each is still a statement of its own, run in order
+    (a statement after a lock sees what the lock's previous holder committed). Inside a
+    transaction, as every caller's; where libpq has no pipeline mode, one after the other."""
+    if not psycopg.Pipeline.is_supported():
+        return [fetch(sql, params) for sql, params in statements]
+    connection.ensure_connection()
+    # A pipeline's errors surface as it ends, past the cursor's own conversion into
+    # django.db's errors: converted here as the cursor would.
+    with connection.wrap_database_errors, ExitStack() as stack:
+        cursors = [stack.enter_context(connection.cursor()) for _ in statements]
+        # The results are read once the pipeline has ended: its end is the one wait for
+        # them all (reading one inside it would wait for it, then again at the end).
+        with connection.connection.pipeline():
+            for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                cursor.execute(sql, params)
+        return [cursor.fetchall() for cursor in cursors]

@@ -33,6 +33,7 @@ test: venv services $(OIDC)/node_modules/.package-lock.json
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: migrate

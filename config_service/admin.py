@@ -1,29 +1,12 @@
 """Admin for operators: address spaces, addresses, users (read-only: changes go through the
-service functions), the event log (read-only, filterable) and a resync action."""
+service functions), the agents' states and a resync action."""
 from django.contrib import admin, messages
 
-from . import fanout
-from .models import (
-    Address,
-    AddressSpace,
-    AgentState,
-    ConfigEvent,
-    MessagingUser,
-    Outbox,
-    RouterIncarnation,
-)
+from core.admin import ReadOnlyAdmin
+from eventlog import fanout
+
+from .models import Address, AddressSpace, AgentState, MessagingUser, RouterIncarnation
 from .status import agent_states, space_status
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.action(description="Resync the selected address spaces now")
@@ -75,15 +58,6 @@ class MessagingUserAdmin(ReadOnlyAdmin):
     exclude = ["password_hash"]
 
 
-@admin.register(ConfigEvent)
-class ConfigEventAdmin(ReadOnlyAdmin):
-    list_display = ["position", "created_at", "tenant", "type", "stream", "sequence", "actor",
-                    "request_id"]
-    list_filter = ["type", "tenant", "actor"]
-    search_fields = ["stream__uid", "request_id", "actor"]
-    date_hierarchy = "created_at"
-
-
 @admin.register(AgentState)
 class AgentStateAdmin(ReadOnlyAdmin):
     list_display = ["space_uid", "kind", "applied_sequence", "applied_at", "checked_at",
@@ -94,9 +68,3 @@ class AgentStateAdmin(ReadOnlyAdmin):
 @admin.register(RouterIncarnation)
 class RouterIncarnationAdmin(ReadOnlyAdmin):
     list_display = ["management_url", "started_at", "uptime_seconds", "checked_at", "restarts"]
-
-
-@admin.register(Outbox)
-class OutboxAdmin(ReadOnlyAdmin):
-    list_display = ["event", "stream_uid", "sequence", "created_at", "attempts", "acked_at"]
-    list_filter = [("acked_at", admin.EmptyFieldListFilter)]

@@ -5,12 +5,12 @@ import math
 
 from django.core.exceptions import ValidationError
 
-from maas.core.errors import Invalid
+from core.errors import Invalid
+from core.limits import display_name, has_control, printable
 from tenants.models import SLUG, AddressSpaceType, AddressType
 from tenants.router_policy import validate_router_policy
 
 from . import validation
-from .limits import has_control, printable
 
 DISPLAY_KEYS = ("displayName", "displayOrder", "shortDescription", "longDescription")
 ADDRESS_PLAN_KEYS = ("addressType", "resources", "partitions", "messageTtl",
@@ -58,7 +58,7 @@ def _display(spec: dict) -> dict:
     if isinstance(order, bool) or not isinstance(order, int) or abs(order) > 2**31 - 1:
         raise Invalid("must be an integer", "spec.displayOrder")
     return {
-        "display_name": validation.display_name(spec.get("displayName")),
+        "display_name": display_name(spec.get("displayName")),
         "display_order": order,
         "short_description": _text(spec.get("shortDescription"), "spec.shortDescription", 300),
         "long_description": _text(spec.get("longDescription"), "spec.longDescription",

@@ -3,9 +3,11 @@
 The same function serves the live path (inside the service function's transaction) and the
 rebuild from the log, so both give the same rows by construction; tests compare them anyway.
 """
+from eventlog.events import upcast
+from eventlog.models import ConfigEvent
+
 from . import statements
-from .events import upcast
-from .models import Address, AddressSpace, ConfigEvent, MessagingUser
+from .models import Address, AddressSpace, MessagingUser
 
 
 def apply(event: ConfigEvent, space: AddressSpace | None = None) -> Address | None:

@@ -10,6 +10,8 @@ names (installed by the migration, untouched since) are left as they are.
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from eventlog.events import upcast
+from eventlog.models import ConfigEvent
 from tenants.models import (
     QUOTA_FIELDS,
     AddressPlan,
@@ -20,8 +22,7 @@ from tenants.models import (
 )
 
 from . import plan_specs, projections
-from .events import upcast
-from .models import Address, AddressSpace, ConfigEvent, MessagingUser
+from .models import Address, AddressSpace, MessagingUser
 
 
 def snapshot() -> dict:

@@ -16,9 +16,8 @@ from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, ScalarNode
 from yaml.resolver import Resolver
 
-from maas.core.errors import Invalid, TooLarge
-
-from .limits import MAX_BODY_BYTES, MAX_DEPTH, has_control, printable
+from core.errors import Invalid, TooLarge
+from core.limits import MAX_BODY_BYTES, MAX_DEPTH, has_control, printable
 
 
 def read_bounded(stream, limit: int = MAX_BODY_BYTES) -> bytes:

@@ -119,7 +119,7 @@ def usage_of(addresses) -> Usage:
 def usage_of_groups(groups) -> Usage:
     """The same as `usage_of`, from (type, resources, placement, count) groups of addresses:
     a space's addresses share a few plans, so the database can count them instead of sending
-    every row (what `services._usage` does on each create)."""
+    every row (what `services.placement.space_usage` does on each create)."""
     usage = Usage()
     for address_type, resources, placement, count in groups:
         usage.add(address_type, {"resources": resources or {}}, placement or [], count)

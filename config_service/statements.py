@@ -1,4 +1,4 @@
-"""The statements every address create runs, written by hand (`maas.core.rows` says why).
+"""The statements every address create runs, written by hand (`core.rows` says why).
 
 Each does what the ORM query it replaces did, instances and related caches alike;
 tests/config_service/test_statements.py runs both and compares them. Only the hot path of a
@@ -8,7 +8,8 @@ space's sequence, and the agents' states for the answer.
 
 `read_ahead` sends the lock and the reads after it in one round trip (a create's reads after
 the lock depend on nothing but its input): five round trips fewer, each the network's round
-trip time where PostgreSQL runs elsewhere (docs/scale.md, "Forty-fifth run").
+trip time where PostgreSQL runs elsewhere (docs/scale.md, "The create's reads in one round
+trip").
 """
 import json
 import threading
@@ -17,11 +18,12 @@ from functools import cache
 
 from django.db import connection
 
-from maas.core.rows import Columns, fetch, fetch_together
-from maas.core.rows import table as _table
+from core.rows import Columns, fetch, fetch_together
+from core.rows import table as _table
+from eventlog.models import EventStream
 from tenants.models import AddressPlan, AddressSpacePlan, Membership, Tenant, TenantQuota
 
-from .models import Address, AddressSpace, AgentState, EventStream
+from .models import Address, AddressSpace, AgentState
 
 
 @cache
@@ -208,7 +210,7 @@ def _json(value):
 
 
 def addresses_bound(tenant_id: int) -> int:
-    """At most how many addresses the tenant has (services._addresses_reach says why)."""
+    """At most how many addresses the tenant has (services/addresses.py, _addresses_reach, says why)."""
     return _fetch(("bound", tenant_id), _sql()["bound"], [tenant_id])[0][0]
 
 

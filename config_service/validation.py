@@ -4,9 +4,8 @@ import binascii
 import math
 import re
 
-from maas.core.errors import Invalid
-
-from .limits import has_control, printable
+from core.errors import Invalid
+from core.limits import printable
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 RESOURCE_SUFFIX = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,188}[a-z0-9])?$")
@@ -50,7 +49,6 @@ MAX_MILLISECONDS = 2**32 - 1
 MAX_DELIVERY_ATTEMPTS = 2**31 - 1
 MAX_DELAY_MULTIPLIER = 100
 MAX_CONSUMERS = 10_000
-MAX_DISPLAY_NAME = 200
 
 
 def space_name(value) -> str:
@@ -104,7 +102,7 @@ def subscription_queue(address_: str, topic) -> None:
                       f"{MAX_WIRE_NAME_BYTES} bytes of UTF-8", "spec.address")
 
 
-# The storage controller's fanout exchange of a topic (workers.storage.rabbitmq_objects).
+# The storage controller's fanout exchange of a topic (workers.agents.storage.rabbitmq_objects).
 TOPIC_FANOUT_PREFIX = "$maas.all."
 
 
@@ -182,18 +180,6 @@ def space_spec(spec: dict) -> None:
         if key not in SPACE_SPEC_KEYS:
             raise Invalid(f"unknown field; an address space takes {', '.join(SPACE_SPEC_KEYS)}",
                           f"spec.{printable(key)}")
-
-
-def display_name(value, field: str = "spec.displayName") -> str:
-    """A tenant's display name: text of at most 200 characters (Tenant.name)."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise Invalid("must be a string", field)
-    if len(value) > MAX_DISPLAY_NAME or has_control(value):
-        raise Invalid(f"use at most {MAX_DISPLAY_NAME} characters and no control characters",
-                      field)
-    return value
 
 
 def username(value) -> str:

@@ -7,7 +7,7 @@ import logging
 
 from django.http import HttpResponseBadRequest, JsonResponse
 
-from config_service.limits import has_control, printable
+from core.limits import has_control, printable
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
-from config_service.models import Outbox
+from eventlog.models import Outbox
 from tenants.models import TenantQuota
 from tenants.usage import UsageJobRun
 

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "maas",
     "tenants",
     "tenants.identity",
+    "eventlog",
     "config_service",
     "workers",
 ]
@@ -100,10 +101,10 @@ REST_FRAMEWORK = {
         "config_service.api.parsers.XYAMLParser",
         "config_service.api.parsers.TextYAMLParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "maas.core.pagination.ListPagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.ListPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "maas.schema.MaasAutoSchema",
-    "EXCEPTION_HANDLER": "maas.core.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "MaaS API",
@@ -122,7 +123,7 @@ SPECTACULAR_SETTINGS = {
         "AddressSpaceTypeEnum": "config_service.api.schemas.ADDRESS_SPACE_TYPES",
         "AddressTypeEnum": "config_service.api.schemas.ADDRESS_TYPES",
         "OperationEnum": "config_service.api.schemas.OPERATIONS",
-        "RoleEnum": "config_service.api.schemas.ROLES",
+        "RoleEnum": "tenants.api.schemas.ROLES",
         "AuthenticationTypeEnum": "config_service.api.schemas.AUTHENTICATION_TYPES",
     },
 }
@@ -217,7 +218,8 @@ CELERY_TASK_DEFAULT_QUEUE = env("MAAS_CELERY_QUEUE", "maas")  # changes: reconci
 MAAS_RESYNC_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-resync"
 MAAS_USAGE_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-usage"
 # The router and broker watches and the outbox relay: short ticks that must never wait behind
-# a backlog of changes (the 100k fill queued 163 relay ticks behind 212 reconciles).
+# a backlog of changes (in the change queue a 100k fill's backlog holds them for minutes, relay
+# ticks piling up by the hundred).
 MAAS_WATCH_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-watch"
 CELERY_TASK_QUEUES = {q: {} for q in (CELERY_TASK_DEFAULT_QUEUE, MAAS_RESYNC_QUEUE,
                                       MAAS_USAGE_QUEUE, MAAS_WATCH_QUEUE)}
@@ -234,7 +236,7 @@ CELERY_TASK_ROUTES = {"maas.workers.resync_all": {"queue": MAAS_RESYNC_QUEUE},
 # well (100 spaces of 10 addresses, 2 CPUs: 1 thread 10.1 s, 4 threads 6.5 s, 8 threads 5.7 s).
 MAAS_ROUTER_WATCH_INTERVAL = env_float("MAAS_ROUTER_WATCH_INTERVAL", 1.0)
 MAAS_ROUTER_RESTORE_CONCURRENCY = env_int("MAAS_ROUTER_RESTORE_CONCURRENCY", 4)
-# How often the broker watch (workers/storage/broker_watch.py) looks for its transient marker
+# How often the broker watch (workers/agents/storage/watch.py) looks for its transient marker
 # exchange in this vhost of each broker of the pool: gone, the broker restarted and dropped MaaS's
 # transient exchanges, which the storage controller then makes again.
 MAAS_BROKER_WATCH_INTERVAL = env_float("MAAS_BROKER_WATCH_INTERVAL", 5.0)
@@ -334,7 +336,7 @@ MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
 MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
-# The MQTT gateway of standard spaces (workers/mqtt_gateway, docs/mqtt.md): 1883 is Mosquitto's
+# The MQTT gateway of standard spaces (dataplane/gateway, docs/mqtt.md): 1883 is Mosquitto's
 # and 1884 RabbitMQ's MQTT; it reaches the router's AMQP listener as each client's user.
 MAAS_MQTT_GATEWAY_ENABLED = env_bool("MAAS_MQTT_GATEWAY_ENABLED", True)
 MAAS_MQTT_GATEWAY_HOST = env("MAAS_MQTT_GATEWAY_HOST", "127.0.0.1")
@@ -347,7 +349,7 @@ MAAS_MQTT_GATEWAY_ROUTER_HOST = env("MAAS_MQTT_GATEWAY_ROUTER_HOST", "127.0.0.1"
 # The address plan of the subscription addresses that keep persistent sessions' QoS 1 messages.
 MAAS_MQTT_SESSION_PLAN = env("MAAS_MQTT_SESSION_PLAN", "standard-small-subscription")
 # Where a router without the connector virtualHost extension (qdrouterd) reaches the local
-# RabbitMQ: the vhost relay (workers/vhost_relay/) picks the vhost from the login.
+# RabbitMQ: the vhost relay (dataplane/vhost_relay/) picks the vhost from the login.
 MAAS_VHOST_RELAY_HOST = env("MAAS_VHOST_RELAY_HOST", "127.0.0.1")
 MAAS_VHOST_RELAY_PORT = env_int("MAAS_VHOST_RELAY_PORT", 5677)
 # Per address space (vhost policy): the operator's defaults. An address space plan's

@@ -4,16 +4,15 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from config_service.portal import urls as space_pages
-from tenants import portal_urls as people_pages
+from config_service.portal import urls as portal_pages
 
 from . import health, metrics
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="portal:home"), name="root"),
-    path("portal/", include((space_pages.urlpatterns + people_pages.urlpatterns, "portal"))),
+    path("portal/", include((portal_pages.urlpatterns, "portal"))),
     path("", include("tenants.identity.urls")),
-    path("api/v1/", include("tenants.api_urls")),
+    path("api/v1/", include("tenants.api.urls")),
     path("api/v1/", include("config_service.api.urls")),
     path("api/v1/", include("tenants.identity.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -124,7 +124,7 @@ def override_throttle(modeladmin, request, queryset):
 
     from django.utils import timezone
 
-    from maas.core.context import Context
+    from core.context import Context
 
     from .services import unthrottle
 

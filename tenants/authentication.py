@@ -6,7 +6,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from maas.core.rows import Columns, fetch
+from core.rows import Columns, fetch
 
 from .identity.authentication import bearer_challenge
 from .models import PersonalAccessToken
@@ -25,7 +25,7 @@ def _token_statement() -> tuple[str, Columns, Columns]:
 
 def _live_token(digest: str) -> PersonalAccessToken | None:
     """The unrevoked token of this digest, with its user: by hand, as every API call asks it
-    (maas.core.rows says why)."""
+    (core.rows says why)."""
     sql, token, user = _token_statement()
     rows = fetch(sql, [digest])
     if not rows:

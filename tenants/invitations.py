@@ -13,9 +13,9 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
-from config_service import services as config
-from maas.core.context import Context
-from maas.core.errors import Conflict, Invalid, NotFound, ServiceError
+from core.context import Context
+from core.errors import Conflict, Invalid, NotFound, ServiceError
+from eventlog import log
 
 from .models import Invitation, Membership, Role, Tenant
 from .roles import RANK
@@ -44,7 +44,7 @@ def digest_of(token: str) -> str:
 
 
 def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context) -> None:
-    config.append_tenant_event(tenant, type_name, payload, ctx=ctx)
+    log.append_tenant_event(tenant, type_name, payload, ctx=ctx)
 
 
 def normalise_email(email) -> str:
@@ -102,7 +102,7 @@ def revoke(*, ctx: Context, invitation: Invitation) -> None:
 def _locked(invitation: Invitation) -> Invitation:
     """The invitation's row, locked after its tenant's stream: the order delete_tenant takes
     them in, so the two never wait on each other."""
-    config.lock_tenant_stream(invitation.tenant)
+    log.lock_tenant_stream(invitation.tenant)
     return (Invitation.objects.select_for_update(of=("self",)).select_related("tenant")
             .get(pk=invitation.pk))
 

@@ -2,16 +2,17 @@
 import logging
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config_service import services as config
-from config_service import validation
-from config_service.models import ConfigEvent
-from maas.core.context import Context
-from maas.core.errors import Conflict, Invalid, NotFound
+from core.context import Context
+from core.errors import Conflict, Invalid, NotFound
+from core.limits import display_name
+from eventlog import log
+from eventlog.models import ConfigEvent
 
 from .limits import USAGE_LIMITS, breached
 from .models import QUOTA_FIELDS, SLUG, Invitation, Membership, Role, Tenant, TenantQuota
@@ -19,15 +20,45 @@ from .models import QUOTA_FIELDS, SLUG, Invitation, Membership, Role, Tenant, Te
 logger = logging.getLogger(__name__)
 
 
+class TenantSpaces(Protocol):
+    """What tenant services need of a tenant's address spaces, which live in the layer above
+    (config_service registers its implementation at start-up: `register_spaces`)."""
+
+    def exist(self, tenant: Tenant) -> bool: ...
+
+    def names(self, tenant: Tenant) -> list[str]: ...
+
+    def delete_all(self, *, ctx: Context, tenant: Tenant) -> None:
+        """Deletes every address space of a tenant being deleted, in the caller's
+        transaction."""
+
+    def wake_all(self, tenant: Tenant) -> None:
+        """After commit, wakes the agents of every space of the tenant."""
+
+
+_spaces: TenantSpaces | None = None
+
+
+def register_spaces(spaces: TenantSpaces) -> None:
+    global _spaces
+    _spaces = spaces
+
+
+def _tenant_spaces() -> TenantSpaces:
+    if _spaces is None:
+        raise RuntimeError("no address spaces registered: config_service is not installed")
+    return _spaces
+
+
 def _event(tenant: Tenant, type_name: str, payload: dict, ctx: Context):
-    return config.append_tenant_event(tenant, type_name, payload, ctx=ctx)
+    return log.append_tenant_event(tenant, type_name, payload, ctx=ctx)
 
 
 @transaction.atomic
 def create_tenant(*, ctx: Context, slug, owner, name: str = "") -> Tenant:
     if not isinstance(slug, str) or not SLUG.regex.match(slug):
         raise Invalid(SLUG.message, "metadata.name")
-    name = validation.display_name(name)
+    name = display_name(name)
     taken = Tenant.objects.select_for_update().filter(slug=slug).first()
     if taken is not None and not _release_name(taken):
         raise Conflict(f"Tenant {slug!r} already exists." if taken.deleted_at is None else
@@ -35,7 +66,7 @@ def create_tenant(*, ctx: Context, slug, owner, name: str = "") -> Tenant:
                        "spaces are gone.", "metadata.name")
     tenant = Tenant.objects.create(slug=slug, name=name or slug)
     TenantQuota.objects.create(tenant=tenant)
-    config.open_tenant_stream(tenant)
+    log.open_tenant_stream(tenant)
     _event(tenant, "tenant.created", {"slug": slug, "name": tenant.name}, ctx)
     add_member(ctx=ctx, tenant=tenant, user=owner, role=Role.OWNER)
     return tenant
@@ -47,7 +78,7 @@ def _release_name(tenant: Tenant) -> bool:
     Done when the name is wanted again rather than by the finalizer, so that no lock of a
     space's stream is ever held while the tenant's stream is locked.
     """
-    if tenant.deleted_at is None or config.has_address_spaces(tenant):
+    if tenant.deleted_at is None or _tenant_spaces().exist(tenant):
         return False
     tenant.slug = f"{tenant.slug}~{tenant.uid.hex[:12]}"
     tenant.save(update_fields=["slug"])
@@ -62,22 +93,22 @@ def delete_tenant(*, ctx: Context, tenant: Tenant) -> list[str]:
     through the usual path (its agents tear down routers and brokers, then the finalizer drops
     it). The tenant's row stays, marked deleted, with its audit trail and usage history.
     """
-    stream = config.lock_tenant_stream(tenant)
+    stream = log.lock_tenant_stream(tenant)
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     if tenant.deleted_at is not None:
         raise NotFound(f"Tenant {tenant.slug} is already being deleted.")
-    spaces = config.address_space_names(tenant)
+    spaces = _tenant_spaces().names(tenant)
     members = sorted(Membership.objects.filter(tenant=tenant)
                      .values_list("user__username", flat=True))
     tenant.deleted_at = timezone.now()
     tenant.save(update_fields=["deleted_at"])
-    config.append_tenant_event(tenant, "tenant.deleted",
-                               {"slug": tenant.slug, "members": members, "spaces": spaces},
-                               ctx=ctx, stream=stream)
+    log.append_tenant_event(tenant, "tenant.deleted",
+                            {"slug": tenant.slug, "members": members, "spaces": spaces},
+                            ctx=ctx, stream=stream)
     Membership.objects.filter(tenant=tenant).delete()
     Invitation.objects.filter(tenant=tenant, accepted_at__isnull=True,
                               revoked_at__isnull=True).update(revoked_at=tenant.deleted_at)
-    config.delete_tenant_spaces(ctx=ctx, tenant=tenant)
+    _tenant_spaces().delete_all(ctx=ctx, tenant=tenant)
     return spaces
 
 
@@ -202,7 +233,7 @@ def throttle(*, ctx: Context, tenant: Tenant, limits: list[dict]) -> bool:
     quota.throttled, quota.throttled_limits = True, limits
     quota.save(update_fields=["throttled", "throttled_limits"])
     _event(tenant, "tenant.throttled", {"limits": limits, "action": quota.throttle_action}, ctx)
-    config.wake_tenant_spaces(tenant)  # enforced by the routers and the brokers
+    _tenant_spaces().wake_all(tenant)  # enforced by the routers and the brokers
     return True
 
 
@@ -225,7 +256,7 @@ def unthrottle(*, ctx: Context, tenant: Tenant, reason: str, override_until=None
     quota.throttled, quota.throttled_limits = False, []
     quota.save(update_fields=["throttled", "throttled_limits"])
     _event(tenant, "tenant.unthrottled", {"reason": reason}, ctx)
-    config.wake_tenant_spaces(tenant)  # enforced by the routers and the brokers
+    _tenant_spaces().wake_all(tenant)  # enforced by the routers and the brokers
     return True
 
 

@@ -4,8 +4,8 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 
-from maas.core.context import Context
-from maas.core.errors import ServiceError
+from core.context import Context
+from core.errors import ServiceError
 
 from . import invitations
 from .access import visible_tenants

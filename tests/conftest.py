@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from maas.core.context import Context
+from core.context import Context
 from tenants import default_plans
 from tenants.models import AddressPlan, AddressSpacePlan, PersonalAccessToken, Role
 from tenants.services import add_member, create_tenant
@@ -40,9 +40,9 @@ def django_db_setup(django_db_setup, django_db_blocker):
 @pytest.fixture(autouse=True)
 def _fresh_unpermitted_users():
     """Each test's first drift check reads the broker's users without permissions anew: a
-    process reuses that list for a minute (workers/storage/rabbitmq_reconciler.py), and a
+    process reuses that list for a minute (workers/agents/storage/rabbitmq_reconciler.py), and a
     test that makes a stale user expects the next drift check to find it."""
-    from workers.storage.rabbitmq_reconciler import forget_unpermitted
+    from workers.agents.storage.rabbitmq_reconciler import forget_unpermitted
 
     forget_unpermitted()
 
@@ -282,8 +282,8 @@ def live_worker(transactional_db, redis_server):
 
 
 # The suite's outcome is settled once pytest has unconfigured: leave without the interpreter's
-# finalization, where native libraries' threads (proton, Spark's py4j) crashed one full run
-# after every test had passed (`make: *** [test] Segmentation fault`, 1,213 passed).
+# finalization, where native libraries' threads (proton, Spark's py4j) can crash the process
+# after every test has passed and turn a passing suite into `make: *** [test] Segmentation fault`.
 _EXIT_STATUS = pytest.StashKey[int]()
 
 

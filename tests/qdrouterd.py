@@ -1,5 +1,5 @@
 """qdrouterd 1.19 beside the tests: the binary `QDROUTERD` names, configured by the project
-(workers/qdrouterd.py) on free ports, with the MaaS auth service and the vhost relay it needs.
+(dataplane/qdrouterd.py) on free ports, with the MaaS auth service and the vhost relay it needs.
 
 Tests that use it are skipped, with the reason, where `QDROUTERD` is not set; nothing of
 qdrouterd is in this repository.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dataplane import qdrouterd
 from tests.router.conftest import ROOT, RouterProcess, free_port, terminate, wait_port
-from workers import qdrouterd
 
 SKIP_REASON = "QDROUTERD does not name a qdrouterd 1.19 build (see docs/router.md)"
 needs_qdrouterd = pytest.mark.skipif(qdrouterd.binary() is None, reason=SKIP_REASON)
@@ -25,11 +25,11 @@ class AuthService:
     (the tests that use it commit their data: transactional)."""
 
     def __init__(self):
-        from workers.authservice import users
-        from workers.authservice.server import AuthServer
+        from dataplane.authservice.server import AuthServer
+        from maas import bindings
 
         self.port = free_port()
-        self.server = AuthServer(("127.0.0.1", self.port), users.verify)
+        self.server = AuthServer(("127.0.0.1", self.port), bindings.verify)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -39,12 +39,12 @@ class AuthService:
 
 
 class VhostRelay:
-    """The vhost relay (`python -m workers.vhost_relay`) in front of the local RabbitMQ."""
+    """The vhost relay (`python -m dataplane.vhost_relay`) in front of the local RabbitMQ."""
 
     def __init__(self, broker_host: str = "127.0.0.1", broker_port: int = 5672):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.vhost_relay", "--listen", f"127.0.0.1:{self.port}",
+            [sys.executable, "-m", "dataplane.vhost_relay", "--listen", f"127.0.0.1:{self.port}",
              "--broker", f"{broker_host}:{broker_port}"], cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=str(ROOT)))
         wait_port(self.port)

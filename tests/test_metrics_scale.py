@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from config_service import services
-from config_service.models import Address, AddressSpace, AgentState, AppliedEvent, ConfigEvent
-from config_service.status import PHASES, address_status, agent_states, space_status
-from maas import metrics
-from maas.metrics import BUCKETS, AppliedLatency, per_space_text, phase_counts
+from config_service import services, status
+from config_service.models import Address, AddressSpace, AgentState, AppliedEvent
+from config_service.status import PHASES, address_status, agent_states, phase_counts, space_status
+from eventlog.models import ConfigEvent
+from maas.metrics import BUCKETS, AppliedLatency, per_space_text
 from tenants.services import set_quota
 from tests.conftest import CTX
 
@@ -214,10 +214,10 @@ def test_a_scrape_counts_again_only_the_spaces_whose_sequence_moved(client, tena
 def test_the_counts_of_a_deleted_space_are_forgotten(client, tenant):
     made = space(tenant, "gone", "brokered", q0=("queue", "brokered-queue"))
     assert client.get("/metrics").status_code == 200
-    assert made.pk in metrics._counted
+    assert made.pk in status._counted
     AddressSpace.objects.filter(pk=made.pk).delete()
     assert client.get("/metrics").status_code == 200
-    assert made.pk not in metrics._counted
+    assert made.pk not in status._counted
 
 
 def test_an_address_made_between_a_scrapes_statements_makes_no_figure_negative(tenant,
@@ -227,8 +227,8 @@ def test_an_address_made_between_a_scrapes_statements_makes_no_figure_negative(t
     than the counts did."""
     made = space(tenant, "s", "brokered", q0=("queue", "brokered-queue"))
     report(made, "storage", upto=0)  # behind on everything: counted row by row
-    seen = metrics._late
-    monkeypatch.setattr(metrics, "_late", lambda *args: {
+    seen = status._late
+    monkeypatch.setattr(status, "_late", lambda *args: {
         key: {kinds: n + 2 for kinds, n in late.items()} for key, late in seen(*args).items()})
     counts = phase_counts([made], agent_states([made.uid]))[made.pk]
     assert counts == {**dict.fromkeys(PHASES, 0), "Configuring": 1}

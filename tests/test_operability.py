@@ -64,7 +64,7 @@ def test_the_admin_shows_spaces_with_connection_details_and_the_event_log(client
     page = client.get(f"/admin/config_service/addressspace/{space.pk}/change/")
     assert page.status_code == 200
     assert b"amqp 127.0.0.1:" in page.content
-    log = client.get("/admin/config_service/configevent/?type=address_space.created")
+    log = client.get("/admin/eventlog/configevent/?type=address_space.created")
     assert log.status_code == 200 and b"address_space.created" in log.content
 
 

@@ -20,7 +20,7 @@ def test_with_qdrouterd_the_platform_runs_the_relay_in_front_of_rabbitmq(setting
     settings.MAAS_VHOST_RELAY_HOST, settings.MAAS_VHOST_RELAY_PORT = "127.0.0.1", 5999
     settings.RABBITMQ_AMQP_HOST, settings.RABBITMQ_AMQP_PORT = "10.0.0.5", 5672
     argv = processes("127.0.0.1:8000")["vhost-relay"]
-    assert argv[1:] == ["-m", "workers.vhost_relay", "--listen", "127.0.0.1:5999",
+    assert argv[1:] == ["-m", "dataplane.vhost_relay", "--listen", "127.0.0.1:5999",
                         "--broker", "10.0.0.5:5672"]
 
 

@@ -22,9 +22,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from config_service.models import AddressSpace
-
-from .dispatch import notify_space
-from .models import InfraCredential
+from workers.dispatch import notify_space
+from workers.models import InfraCredential
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ def infra_name(purpose: str, infra: str) -> str:
 def get(name: str) -> Credential:
     """The credential `name`, made at random if there is none yet."""
     # By hand: every reconcile of a standard space reads the router's login, and the ORM's
-    # building of this read cost more CPU than PostgreSQL's answering it (maas/core/rows.py).
+    # building of this read cost more CPU than PostgreSQL's answering it (core/rows.py).
     with connection.cursor() as cursor:
         cursor.execute(_READ, [name])
         row = cursor.fetchone()

@@ -24,9 +24,9 @@ PENDING_KEY = "maas:reconcile-pending:{queue}:{uid}"
 # relay queues a new one. The key and its task live in the same Redis (a restart loses both)
 # and a killed worker's task goes back to the queue, so the key only has to lapse for a task
 # lost some other way, which the resync queues within a minute anyway (`resync_all`, its own
-# key). It must outlast any backlog: with 30 s, a fill of 1,000 spaces whose vhosts waited to
-# start had the relay queue a task again every 30 s for each unapplied space, 9,556 tasks
-# waiting for 1,000 spaces, and the spaces never reconciled waited behind the duplicates.
+# key). It must outlast any backlog: each time it lapses the relay queues the space again, so
+# with 30 s a fill of 1,000 spaces whose vhosts wait to start piles up duplicates (9,556 tasks
+# for 1,000 spaces), and the spaces not yet reconciled wait behind them.
 CHANGE_PENDING_SECONDS = 600
 RESYNC_PENDING_RUNS = 5
 
@@ -37,7 +37,7 @@ def notify_space(space_uid, *, only_behind: bool = False) -> bool:
     could not go out (Redis down): the outbox relay delivers it later."""
     try:
         if settings.MAAS_AGENT_MODE == "process" or settings.MAAS_INFRA_BACKEND == "kubernetes":
-            from .wakeup import publish
+            from workers.wakeup import publish
 
             publish(space_uid)  # run_agent processes (on Kubernetes: each space's agent pod)
         if settings.MAAS_AGENT_MODE != "process":

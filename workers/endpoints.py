@@ -57,8 +57,8 @@ def shared_router() -> RouterEndpoint:
 
 
 def _kubernetes(space) -> SpaceEndpoints:
-    from .infra import manifests as m
-    from .infra.backend import infra_secret, infra_settings, space_infra_of
+    from workers.infra import manifests as m
+    from workers.infra.backend import infra_secret, infra_settings, space_infra_of
 
     cfg, infra = infra_settings(), space_infra_of(space)
     active = [b for b in infra.brokers if b.state == "Active"] or list(infra.brokers)

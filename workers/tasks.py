@@ -16,13 +16,14 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from config_service.models import AddressSpace, AgentState, Outbox
+from config_service.models import AddressSpace, AgentState
 from config_service.status import ROUTER_ONLY_TYPES, SPACE_TYPES
-from maas.core.threads import process_pool
-
-from . import dispatch
-from .agents import base, router_watch
-from .dispatch import notify_space
+from core.threads import process_pool
+from eventlog.models import Outbox
+from workers import dispatch
+from workers.agents import runner, statements
+from workers.agents.router import watch as router_watch
+from workers.dispatch import notify_space
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class AgentTask(Task):
 # A target down (broker, router) is retried with Celery's exponential backoff with jitter,
 # capped at a minute, for as long as it takes: a change is never dropped.
 @shared_task(name="maas.workers.reconcile_space", bind=True, base=AgentTask, acks_late=True,
-             autoretry_for=(base.TransientError,), retry_backoff=True, retry_backoff_max=60,
+             autoretry_for=(runner.TransientError,), retry_backoff=True, retry_backoff_max=60,
              retry_jitter=True, max_retries=None)
 def reconcile_space(self, space_uid: str, resync: bool = False,
                     only_behind: bool = False) -> None:
@@ -55,24 +56,24 @@ def reconcile_space(self, space_uid: str, resync: bool = False,
     dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
     # The router agent's pending events decide whether the agents may run at once: read with
     # the space, for the types whose spaces have more than one agent here.
-    space = base.space_to_run(space_uid, "router", tuple(
+    space = runner.space_to_run(space_uid, "router", tuple(
         t for t in SPACE_TYPES if len(agent_kinds(t)) > 1))
-    kinds = agent_kinds(space.type) if space else list(base.installed_agents())
+    kinds = agent_kinds(space.type) if space else list(runner.installed_agents())
     events = space.events if space else None
     check = resync and not only_behind  # a drift check: every agent compares the whole space
     if check or not _router_only(events):
         # In order: the broker's queues exist before the router's autoLinks attach to them,
         # and in a teardown the last agent done removes the space.
         for kind in kinds:
-            base.run(space_uid, kind, only_if_behind=only_behind, check=check)
+            runner.run(space_uid, kind, only_if_behind=only_behind, check=check)
         return
     # An agent these changes leave alone (the storage controller and new anycast addresses)
     # is recorded as having applied them, without a run of its own (`record_unaffected`).
     kinds = [kind for kind in kinds
-             if not (base.only_creates(events, base.installed_agents()[kind].unaffected_types)
-                     and base.record_unaffected(space_uid, space.type, kind) is not None)]
+             if not (runner.only_creates(events, runner.installed_agents()[kind].unaffected_types)
+                     and runner.record_unaffected(space_uid, space.type, kind) is not None)]
     if len(kinds) == 1:
-        base.run(space_uid, kinds[0], only_if_behind=only_behind)
+        runner.run(space_uid, kinds[0], only_if_behind=only_behind)
         return
     # Changes that need nothing of the broker first (anycast and multicast addresses, users):
     # the agents run at once (each has its own lock, target and state), so the address is
@@ -107,14 +108,14 @@ def _run_agent(space_uid, kind: str, only_behind: bool) -> None:
     per anycast create, about as much CPU as the reconcile itself."""
     close_old_connections()
     try:
-        base.run(space_uid, kind, only_if_behind=only_behind)
+        runner.run(space_uid, kind, only_if_behind=only_behind)
     finally:
         close_old_connections()
 
 
 def agent_kinds(space_type: str) -> list[str]:
     """The agents this worker runs for a space of the type."""
-    kinds = base.installed_kinds(space_type)
+    kinds = runner.installed_kinds(space_type)
     if space_type == "standard" and settings.MAAS_INFRA_BACKEND == "kubernetes":
         kinds = [k for k in kinds if k == "infra"]  # storage and router: the space's agent pod
     return kinds
@@ -125,9 +126,9 @@ def relay_outbox() -> int:
     """Re-sends the spaces whose events were not acknowledged in time (worker or Redis down, or
     an agent with something left to retry), with a back-off (`resend_due`)."""
     # Unacknowledged mostly means waiting behind a backlog: by the time the task runs, the
-    # first one has usually applied the change, and a full diff again would be wasted (the
-    # 100k fill ended with 212 such tasks, 1-3 s each). Agents still behind run in full. Only
-    # what went out counts as sent: with Redis down the next tick tries again.
+    # first one has usually applied the change, and a full diff again would be wasted (the end
+    # of a 100k fill holds a couple of hundred such tasks, 1-3 s each). Agents still behind run
+    # in full. Only what went out counts as sent: with Redis down the next tick tries again.
     spaces = [uid for uid in due_spaces(timezone.now())[:500]
               if notify_space(uid, only_behind=True)]
     if spaces:
@@ -238,9 +239,9 @@ def resync_candidates(now) -> tuple[list, list]:
         # check mends, in an agent that is not behind. A router login replaced because it no
         # longer decrypted (SECRET_KEY lost) keeps the router's autoLinks in error until the
         # storage controller, which applied every event, gives RabbitMQ that login
-        # (tests/workers/test_credential_rotation.py); left out of the drift checks, a
-        # restarted 100k platform's standard spaces stayed in error. Not while an agent's
-        # target lost what it applied: that restore comes first.
+        # (tests/workers/test_credential_rotation.py); left out of the drift checks, such
+        # spaces would stay in error. Not while an agent's target lost what it applied: that
+        # restore comes first.
         if states and not invalidated:
             due.append((_checked(by_kind), uid))
     fresh = now - timedelta(seconds=settings.MAAS_RESYNC_INTERVAL)
@@ -257,9 +258,9 @@ def _checked(by_kind: dict):
     return min((state[4] or never) for state in by_kind.values())
 
 
-# Whether an agent state holds an address error not marked permanent (base._settled's test,
+# Whether an agent state holds an address error not marked permanent (runner._settled's test,
 # in SQL: the errors themselves, thousands during a fill, are not loaded).
-_RETRYABLE = RawSQL(base.RETRYABLE_ERRORS.format(
+_RETRYABLE = RawSQL(statements.RETRYABLE_ERRORS.format(
     column=f'"{AgentState._meta.db_table}"."address_errors"'), [], output_field=BooleanField())
 
 
@@ -292,16 +293,16 @@ def watch_router() -> dict:
 @shared_task(name="maas.workers.watch_broker")
 def watch_broker() -> dict:
     """Notices a shared broker that restarted (its transient exchanges gone) and queues the
-    repair of its spaces (workers/storage/broker_watch.py); in the router watch's queue, for
+    repair of its spaces (workers/agents/storage/watch.py); in the router watch's queue, for
     the same reasons."""
-    from .storage import broker_watch
+    from workers.agents.storage import watch as broker_watch
 
     return vars(broker_watch.tick())
 
 
 @shared_task(name="maas.workers.sample_usage")
 def sample_usage() -> int:
-    from .usage.sampler import sample
+    from workers.usage.sampler import sample
 
     return sample()
 
@@ -312,7 +313,7 @@ def run_usage_job(self, day: str | None = None) -> str:
     backoff; every run is recorded as a UsageJobRun. Spark's JVM ends with each run."""
     import datetime
 
-    from .usage.job import run_day
+    from workers.usage.job import run_day
 
     today = datetime.datetime.now(datetime.UTC).date()
     if day == "today":
@@ -338,6 +339,6 @@ def run_usage_job(self, day: str | None = None) -> str:
 def evaluate_quota(tenant_id: int) -> dict:
     """Re-evaluates one tenant's quota on today's usage so far, without Spark, and throttles or
     releases it at once (workers/usage/live_quota.py); queued after a quota change."""
-    from .usage.live_quota import evaluate
+    from workers.usage.live_quota import evaluate
 
     return evaluate(tenant_id)

@@ -1,6 +1,6 @@
 """JSON merge patch (RFC 7386): what PATCH does to a resource's spec before it is written as a
 whole, the same way as a PUT."""
-from maas.core.errors import Invalid
+from core.errors import Invalid
 
 
 def merge_patch(target, patch):

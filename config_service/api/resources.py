@@ -1,30 +1,14 @@
-"""EnMasse-shaped resources: rendering of projections, and reading of posted manifests."""
+"""EnMasse-shaped resources: address spaces, addresses, messaging users and plans rendered from
+the projections, with the endpoints and connection URLs a space gives its clients."""
 import base64
 from urllib.parse import quote
 
 from django.conf import settings
 
-from maas.core.errors import Invalid
-from tenants.models import QUOTA_FIELDS
+from core.api.manifests import ADMIN_API, ENMASSE, USER_API, metadata
 
-from .. import brokers, dataplane, plan_specs
+from .. import brokers, plan_specs, readings
 from ..status import address_status, agents_needed, space_status
-
-ENMASSE = "enmasse.io/v1beta1"
-USER_API = "user.enmasse.io/v1beta1"
-ADMIN_API = "admin.enmasse.io/v1beta2"
-MAAS_API = "maas.io/v1"
-
-
-def _ts(value) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _metadata(name, namespace, version, created, **extra) -> dict:
-    meta = {"name": name, "namespace": namespace, "resourceVersion": str(version),
-            "creationTimestamp": _ts(created)}
-    meta.update(extra)
-    return meta
 
 
 def endpoints(space) -> list[dict]:
@@ -59,7 +43,7 @@ def endpoints(space) -> list[dict]:
 
 
 def _ca_cert(space) -> str:
-    return dataplane.get().ca_cert(space)
+    return readings.get().ca_cert(space)
 
 
 def connection_url(space, username: str) -> str:
@@ -92,7 +76,7 @@ def address_space(space, states: dict) -> dict:
     return {
         "apiVersion": ENMASSE,
         "kind": "AddressSpace",
-        "metadata": _metadata(space.name, space.tenant.slug, space.resource_version,
+        "metadata": metadata(space.name, space.tenant.slug, space.resource_version,
                               space.created_at, uid=str(space.uid)),
         "spec": {**space.spec, "type": space.type, "plan": space.plan},
         "status": {
@@ -123,7 +107,7 @@ def address(space, addr, states: dict) -> dict:
     return {
         "apiVersion": ENMASSE,
         "kind": "Address",
-        "metadata": _metadata(addr.name, space.tenant.slug, addr.resource_version,
+        "metadata": metadata(addr.name, space.tenant.slug, addr.resource_version,
                               addr.created_at, addressSpace=space.name),
         "spec": spec,
         "status": body,
@@ -139,7 +123,7 @@ def messaging_user(space, user, states: dict) -> dict:
     return {
         "apiVersion": USER_API,
         "kind": "MessagingUser",
-        "metadata": _metadata(user.name, space.tenant.slug, user.resource_version,
+        "metadata": metadata(user.name, space.tenant.slug, user.resource_version,
                               user.created_at, addressSpace=space.name),
         "spec": {"username": user.username, "authentication": {"type": "password"},
                  "authorization": user.authorization},
@@ -147,36 +131,6 @@ def messaging_user(space, user, states: dict) -> dict:
                    "message": "" if applied else "Waiting for the agents",
                    "connectionUrl": connection_url(space, user.username),
                    "connectionUrls": connection_urls(space, user.username)},
-    }
-
-
-def tenant(t, role: str | None, terminating_spaces: list[str] | None = None) -> dict:
-    status = {"role": role, "phase": "Active"}
-    if t.deleted_at is not None:
-        status = {"role": None, "phase": "Terminating", "deletionTimestamp": _ts(t.deleted_at),
-                  "terminatingAddressSpaces": terminating_spaces or []}
-    return {
-        "apiVersion": MAAS_API,
-        "kind": "Tenant",
-        "metadata": {"name": t.slug, "uid": str(t.uid), "creationTimestamp": _ts(t.created_at)},
-        "spec": {"displayName": t.name},
-        "status": status,
-    }
-
-
-def tenant_quota(quota) -> dict:
-    """A tenant's limits (spec: operators set them) and their enforcement (status)."""
-    return {
-        "apiVersion": MAAS_API,
-        "kind": "TenantQuota",
-        "metadata": {"name": quota.tenant.slug},
-        "spec": {field: getattr(quota, field) for field in QUOTA_FIELDS},
-        "status": {
-            "throttled": quota.throttled,
-            "throttledLimits": quota.throttled_limits,
-            "throttleAction": quota.throttle_action,
-            "overrideUntil": _ts(quota.override_until) if quota.override_until else None,
-        },
     }
 
 
@@ -191,78 +145,3 @@ def address_plan(plan) -> dict:
     return {"apiVersion": ADMIN_API, "kind": "AddressPlan",
             "metadata": {"name": plan.name, "resourceVersion": str(plan.resource_version)},
             "spec": plan_specs.address_plan_spec(plan), "status": {"phase": "Active"}}
-
-
-def event(e, public_payload) -> dict:
-    return {
-        "position": e.position,
-        "stream": str(e.stream_id),
-        "sequence": e.sequence,
-        "type": e.type,
-        "schemaVersion": e.schema_version,
-        "payload": public_payload(e.payload),
-        "actor": e.actor,
-        "requestId": e.request_id,
-        "time": e.created_at.isoformat(),
-    }
-
-
-# Reading manifests --------------------------------------------------------------------------
-
-def read(body, kind: str) -> tuple[dict, dict]:
-    """(metadata, spec) of a posted manifest; `kind`, if given, must match."""
-    if not isinstance(body, dict):
-        raise Invalid(f"the body must be a {kind} object (JSON or YAML)", "body")
-    given = body.get("kind")
-    if given is not None and given != kind:
-        raise Invalid(f"kind must be {kind}, not {given}", "kind")
-    metadata = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    if not isinstance(metadata, dict):
-        raise Invalid("must be an object", "metadata")
-    if not isinstance(spec, dict):
-        raise Invalid("must be an object", "spec")
-    return metadata, spec
-
-
-def created_list(kind: str, api_version: str, items: list[dict]) -> dict:
-    """The answer to a bulk POST: every item created, in the list envelope."""
-    return {"apiVersion": api_version, "kind": kind,
-            "metadata": {"totalItems": len(items), "next": None, "previous": None},
-            "items": items}
-
-
-def list_items(body, kind: str) -> list | None:
-    """The items of a posted `<kind>List` (bulk create), or None if the body is one object."""
-    if not isinstance(body, dict) or body.get("kind") != f"{kind}List":
-        return None
-    items = body.get("items")
-    if not isinstance(items, list) or not items:
-        raise Invalid(f"a {kind}List needs a non-empty list of {kind} items", "items")
-    return items
-
-
-def quota_spec(body, partial: bool) -> dict:
-    """The limits of a posted TenantQuota: every one for PUT, some for PATCH; the service
-    checks their values."""
-    _, spec = read(body, "TenantQuota")
-    for key in spec:
-        if key not in QUOTA_FIELDS:
-            raise Invalid(f"unknown quota field; the limits are {', '.join(QUOTA_FIELDS)}",
-                          f"spec.{key}")
-    missing = [field for field in QUOTA_FIELDS if field not in spec]
-    if missing and not partial:
-        raise Invalid("PUT sets every limit (null: no limit); PATCH changes some",
-                      f"spec.{missing[0]}")
-    return spec
-
-
-def expected_version(request, metadata: dict):
-    """The resourceVersion a writer based its change on: metadata or If-Match, if any."""
-    value = metadata.get("resourceVersion") or request.headers.get("If-Match", "").strip('"')
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise Invalid("resourceVersion must be a number", "metadata.resourceVersion") from None

@@ -1,73 +1,31 @@
-"""OpenAPI types of the API's bodies: serializers that only describe, never render.
-
-The views render with `resources.py`; these say field by field what that returns (and what a
+"""OpenAPI types of the address-space bodies of the API: serializers that only describe, never
+render (core/api/schemas.py says why). The views render with `resources.py`; these say field by field what that returns (and what a
 posted manifest may hold), so that /api/schema/ types every body and a client can be generated
 from it. Enums are closed sets the code checks (phases, address and space types, operations,
 roles); `kind`, `apiVersion` and event types are strings, so that a new value breaks no client.
 """
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers as s
 
-from tenants.models import AddressSpaceType, AddressType, Role
+from core.api.manifests import ADMIN_API, ENMASSE, USER_API
+from core.api.schemas import (
+    Described,
+    ManifestMeta,
+    NamedManifestMeta,
+    ObjectMeta,
+    always,
+    list_of,
+)
+from tenants.models import AddressSpaceType, AddressType
 from tenants.router_policy import ROUTER_POLICY_BOUNDS
 
 from .. import validation
-from ..events import EVENT_TYPES
 from ..status import PHASES
-from .resources import ADMIN_API, ENMASSE, MAAS_API, USER_API
 
 ADDRESS_SPACE_TYPES = AddressSpaceType.values
 ADDRESS_TYPES = AddressType.values
 OPERATIONS = list(validation.OPERATIONS)
-ROLES = Role.values
 AUTHENTICATION_TYPES = ["password"]
-
-
-class Described(s.Serializer):
-    # The base of the serializers below, which describe a body and never validate nor render
-    # one. No docstring: drf-spectacular would give it to every body as its description.
-    pass
-
-
-def always(value: str) -> s.CharField:
-    """`kind` or `apiVersion` of an answer: one value, typed as a string (see above)."""
-    return s.CharField(help_text=f"Always `{value}`.")
-
-
-# Errors --------------------------------------------------------------------------------------
-
-class Error(Described):
-    """The one error shape of the API (config_service/api/errors.py)."""
-
-    status = s.IntegerField(help_text="The HTTP status again.")
-    code = s.CharField(help_text="Machine-readable: invalid, not_found, conflict, "
-                                 "quota_exceeded, permission_denied, not_authenticated, ...")
-    message = s.CharField()
-    detail = s.CharField(help_text="The same as message (DRF's name for it).")
-    field = s.CharField(required=False, help_text="The bad input, e.g. `spec.plan`.")
-
-
-def errors(*codes: int) -> dict:
-    """Responses entries for the error statuses an operation answers with."""
-    return {code: Error for code in codes}
-
-
-# A read: 400 for a bad query parameter (or a control character in the URL), 404 for what you
-# cannot see. A change: 403 for your role or a quota, 409 for a conflict; 413 for a body over
-# the size limit.
-READ = errors(400, 401, 404)
-CHANGE = errors(400, 401, 403, 404, 409)
-WRITE = {**CHANGE, **errors(413)}
-
-
-# Shared pieces -------------------------------------------------------------------------------
-
-class ObjectMeta(Described):
-    name = s.CharField()
-    namespace = s.CharField(help_text="The tenant's name.")
-    resourceVersion = s.CharField(help_text="Changes on every change; send it back on a write "
-                                            "(or as If-Match) to be refused with 409 if stale.")
-    creationTimestamp = s.DateTimeField()
 
 
 class AddressSpaceMeta(ObjectMeta):
@@ -78,36 +36,6 @@ class InSpaceMeta(ObjectMeta):
     """Metadata of an Address or a MessagingUser: its name is `<space>.<name>`."""
 
     addressSpace = s.CharField()
-
-
-class ManifestMeta(Described):
-    """Metadata of a posted manifest; other keys (labels, annotations, ...) are ignored."""
-
-    name = s.CharField(required=False)
-    resourceVersion = s.CharField(required=False, help_text="The version the change is based "
-                                                            "on: a stale one is refused (409).")
-
-
-class NamedManifestMeta(ManifestMeta):
-    name = s.CharField()
-
-
-class ListMeta(Described):
-    totalItems = s.IntegerField()
-    next = s.URLField(allow_null=True, help_text="The next page, or null.")
-    previous = s.URLField(allow_null=True, help_text="The previous page, or null.")
-
-
-def list_of(item: type[s.Serializer], kind: str, api_version: str) -> type[s.Serializer]:
-    """The list envelope of `pagination.ListPagination`, with items of one kind."""
-    fields = {
-        "apiVersion": always(api_version),
-        "kind": always(kind),
-        "metadata": ListMeta(),
-        "items": item(many=True),
-        "__doc__": f"A page of {item.__name__} items (limit/offset).",
-    }
-    return type(kind, (Described,), fields)
 
 
 class ResourceLimits(Described):
@@ -529,226 +457,3 @@ def _plan_bodies(kind: str, spec: type[s.Serializer]) -> tuple:
 AddressSpacePlanManifest, AddressSpacePlanUpdate = _plan_bodies("AddressSpacePlan",
                                                                 AddressSpacePlanInputSpec)
 AddressPlanManifest, AddressPlanUpdate = _plan_bodies("AddressPlan", AddressPlanInputSpec)
-
-
-# Tenant --------------------------------------------------------------------------------------
-
-class TenantMeta(Described):
-    name = s.CharField()
-    uid = s.UUIDField()
-    creationTimestamp = s.DateTimeField()
-
-
-class TenantSpec(Described):
-    displayName = s.CharField(allow_blank=True, required=False,
-                              max_length=validation.MAX_DISPLAY_NAME)
-
-
-class TenantStatus(Described):
-    role = s.ChoiceField(choices=ROLES, allow_null=True,
-                         help_text="Yours; null for staff who are not a member, and once "
-                                   "Terminating.")
-    phase = s.ChoiceField(choices=["Active", "Terminating"])
-    deletionTimestamp = s.DateTimeField(required=False)
-    terminatingAddressSpaces = s.ListField(child=s.CharField(), required=False,
-                                           help_text="Being torn down (in the answer to DELETE).")
-
-
-class Tenant(Described):
-    apiVersion = always(MAAS_API)
-    kind = always("Tenant")
-    metadata = TenantMeta()
-    spec = TenantSpec()
-    status = TenantStatus()
-
-
-class TenantManifest(Described):
-    apiVersion = s.CharField(required=False)
-    kind = s.CharField(required=False, help_text="Tenant, if given.")
-    metadata = NamedManifestMeta()
-    spec = TenantSpec(required=False)
-
-
-TenantList = list_of(Tenant, "TenantList", MAAS_API)
-
-
-# Config events -------------------------------------------------------------------------------
-
-@extend_schema_field({"type": "object", "additionalProperties": True,
-                      "description": "The event's fields (per type); password hashes are "
-                                     "`<redacted>`."})
-class Payload(s.DictField):
-    pass
-
-
-class ConfigEvent(Described):
-    position = s.IntegerField(help_text="Global order; pass it as `after` to read on.")
-    stream = s.UUIDField(help_text="The uid of the address space (or tenant, or the plans "
-                                   "stream) it belongs to.")
-    sequence = s.IntegerField(help_text="Per stream: 1, 2, 3, ...")
-    type = s.CharField(help_text="One of: " + ", ".join(EVENT_TYPES) + " (more may come).")
-    schemaVersion = s.IntegerField()
-    payload = Payload()
-    actor = s.CharField(help_text="Who: `user:<name>`, `token:<token>:<name>`, `system`, ...")
-    requestId = s.CharField(allow_blank=True)
-    time = s.DateTimeField()
-
-
-ConfigEventList = list_of(ConfigEvent, "ConfigEventList", MAAS_API)
-
-
-# Usage ---------------------------------------------------------------------------------------
-
-class UsageCounters(Described):
-    """Definitions in docs/usage.md ("What is counted")."""
-
-    messages_in = s.IntegerField(help_text=(
-        "Messages clients sent to the address: deliveries the router received (standard "
-        "spaces), messages published into the queue or to the topic's exchange (RabbitMQ); "
-        "0 for a brokered subscription, whose arrivals are its topic's messages_out."))
-    messages_out = s.IntegerField(help_text=(
-        "Messages delivered: by the router to receivers within their credit (one per receiver "
-        "of a multicast), taken for good from a brokered queue (no redeliveries), or routed "
-        "by a topic's exchange into queues."))
-    bytes_in = s.IntegerField(help_text=(
-        "Standard spaces on the embedded router: encoded AMQP message bytes (sections, without "
-        "frame headers); qdrouterd counts none. Brokered spaces, on the row whose address is "
-        "empty: octets of the space's MQTT and AMQP 0-9-1 connections as RabbitMQ counts them, "
-        "a floor (RabbitMQ 3.10 counts none for AMQP 1.0)."))
-    bytes_out = s.IntegerField(help_text="As bytes_in, towards the clients.")
-    stored_messages = s.IntegerField(help_text="Peak of the messages stored in the broker queue.")
-    stored_bytes = s.IntegerField(help_text="Peak of their bytes as RabbitMQ counts them.")
-
-
-class AddressUsage(UsageCounters):
-    """One address over one day (granularity daily) or one hour (hourly). The address "" is
-    the space as a whole: traffic measured per space only (a brokered space's octets)."""
-
-    space = s.CharField()
-    address = s.CharField()
-    day = s.DateField(required=False, help_text="With granularity daily.")
-    hour = s.DateTimeField(required=False, help_text="With granularity hourly.")
-
-
-class TenantUsageDay(Described):
-    day = s.DateField()
-    messages = s.IntegerField(help_text="messages_in + messages_out over the tenant's addresses.")
-    bytes = s.IntegerField(help_text="bytes_in + bytes_out, including the space rows (\"\").")
-    stored_bytes = s.IntegerField(help_text=(
-        "Peak: per hour the sum of the spaces' hourly peaks, the day's highest hour."))
-    connections = s.IntegerField(help_text="Peak, summed over spaces as stored_bytes.")
-
-
-class QuotaLimit(Described):
-    name = s.CharField(help_text="messages_per_day, bytes_per_day, stored_bytes, ...")
-    used = s.IntegerField()
-    limit = s.IntegerField(allow_null=True)
-    share = s.FloatField(allow_null=True, help_text="used / limit.")
-    breached = s.BooleanField()
-    forecastDay = s.DateField(allow_null=True, help_text="When the limit will be reached.")
-
-
-class ThrottledLimit(Described):
-    """A breached limit, as `tenant.throttled` recorded it."""
-
-    limit = s.CharField(help_text="messages_per_day, bytes_per_day, stored_bytes or "
-                                  "peak_connections.")
-    used = s.IntegerField(help_text="What was measured (docs/usage.md, \"Quotas\").")
-    limit_value = s.IntegerField(help_text="The limit it is over.")
-
-
-class QuotaState(Described):
-    throttled = s.BooleanField()
-    throttledLimits = ThrottledLimit(many=True)
-    overrideUntil = s.DateTimeField(allow_null=True)
-    evaluatedDay = s.DateField(allow_null=True, help_text="The last evaluation, if any.")
-    limits = QuotaLimit(many=True, help_text="As evaluated on evaluatedDay.")
-
-
-class UsageReport(Described):
-    kind = always("UsageReport")
-    tenant = s.CharField()
-    granularity = s.ChoiceField(choices=["daily", "hourly"])
-    to = s.DateField()
-    items = AddressUsage(many=True)
-    tenantDaily = TenantUsageDay(many=True)
-    quota = QuotaState()
-
-    def get_fields(self):
-        # `from` is a Python keyword: no class attribute can carry that name.
-        fields = super().get_fields()
-        return {"kind": fields.pop("kind"), "tenant": fields.pop("tenant"),
-                "granularity": fields.pop("granularity"), "from": s.DateField(), **fields}
-
-
-# Tenant quota --------------------------------------------------------------------------------
-
-_INT, _BIG = 2**31 - 1, 2**63 - 1  # the columns' ranges (PostgreSQL integer and bigint)
-_LIMITS = {  # field: (help text, highest value; None: a number, not an integer)
-    "max_address_spaces": ("Address spaces at a time.", _INT),
-    "max_addresses": ("Addresses over all its address spaces.", _INT),
-    "max_messaging_users": ("Messaging users over all its address spaces.", _INT),
-    "max_credits": ("Router and broker credits over all its address spaces (1.0: one "
-                    "instance).", None),
-    "messages_per_day": ("messages_in + messages_out in one UTC day (docs/usage.md).", _BIG),
-    "bytes_per_day": ("bytes_in + bytes_out in one UTC day (docs/usage.md).", _BIG),
-    "stored_bytes": ("Peak of the stored bytes, per hour summed over address spaces.", _BIG),
-    "peak_connections": ("Peak of the client connections, per hour summed over address "
-                         "spaces.", _BIG),
-}
-
-
-def _limit(help_text: str, maximum: int | None, required: bool) -> s.Field:
-    if maximum is None:
-        return s.FloatField(allow_null=True, min_value=0, required=required, help_text=help_text)
-    return s.IntegerField(allow_null=True, min_value=0, max_value=maximum, required=required,
-                          help_text=help_text)
-
-
-def _quota_spec(name: str, required: bool, doc: str) -> type[s.Serializer]:
-    fields = {key: _limit(text, top, required) for key, (text, top) in _LIMITS.items()}
-    return type(name, (Described,), {**fields, "__doc__": doc})
-
-
-TenantQuotaSpec = _quota_spec(
-    "TenantQuotaSpec", True,
-    "The tenant's limits; null is no limit. Over a usage limit (per day or peak, "
-    "docs/quotas.md) the tenant is throttled: new senders are refused.")
-TenantQuotaPatchSpec = _quota_spec(
-    "TenantQuotaPatchSpec", False, "Some of the limits; the others stay. Null is no limit.")
-
-
-class TenantQuotaStatus(Described):
-    throttled = s.BooleanField(help_text="Over a usage limit: new senders are refused.")
-    throttledLimits = ThrottledLimit(many=True)
-    throttleAction = s.CharField(help_text="What a breach does: `refuse-senders`.")
-    overrideUntil = s.DateTimeField(allow_null=True, help_text="An operator override: no "
-                                                               "throttling until then.")
-
-
-class TenantQuotaMeta(Described):
-    name = s.CharField(help_text="The tenant's name.")
-
-
-class TenantQuota(Described):
-    apiVersion = always(MAAS_API)
-    kind = always("TenantQuota")
-    metadata = TenantQuotaMeta()
-    spec = TenantQuotaSpec()
-    status = TenantQuotaStatus()
-
-
-class TenantQuotaUpdate(Described):
-    """PUT: every limit (operators). Any other key of `spec` is refused, naming it."""
-
-    apiVersion = s.CharField(required=False)
-    kind = s.CharField(required=False, help_text="TenantQuota, if given.")
-    spec = TenantQuotaSpec()
-
-
-class TenantQuotaPatch(Described):
-    """PATCH: some limits (operators). Any other key of `spec` is refused, naming it."""
-
-    apiVersion = s.CharField(required=False)
-    kind = s.CharField(required=False, help_text="TenantQuota, if given.")
-    spec = TenantQuotaPatchSpec()

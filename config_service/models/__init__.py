@@ -1,6 +1,5 @@
-"""Models of the config service: the event log, the projections and the agents' reports."""
+"""Models of the config service: the projections and the agents' reports."""
 from .agents import AgentState, AppliedEvent, RouterIncarnation
-from .events import ConfigEvent, EventStream, Outbox
 from .projections import Address, AddressSpace, MessagingUser
 
 __all__ = [
@@ -8,9 +7,6 @@ __all__ = [
     "AddressSpace",
     "AgentState",
     "AppliedEvent",
-    "ConfigEvent",
-    "EventStream",
     "MessagingUser",
-    "Outbox",
     "RouterIncarnation",
 ]

@@ -36,7 +36,7 @@ class AgentState(models.Model):
 class AppliedEvent(models.Model):
     """One event applied by one agent kind: the time it took, and proof it counted once."""
 
-    event = models.ForeignKey("ConfigEvent", on_delete=models.CASCADE, related_name="applied")
+    event = models.ForeignKey("eventlog.ConfigEvent", on_delete=models.CASCADE, related_name="applied")
     kind = models.CharField(max_length=20)
     applied_at = models.DateTimeField()
     latency_seconds = models.FloatField()  # from event appended to applied and verified

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 from django.contrib import messages
 from django.shortcuts import get_object_or_404
 
-from maas.core.context import Context
-from maas.core.errors import ServiceError
+from core.context import Context
+from core.errors import ServiceError
 from tenants.access import role_of, tenant_for, visible_tenants
 from tenants.models import Tenant
 from tenants.roles import Action, role_allows

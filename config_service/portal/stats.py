@@ -1,6 +1,6 @@
 """Live stats for the addresses table: router counters, broker queue depth, rates.
 
-The counters come through the registered data plane (config_service/dataplane.py). Rates are
+The counters come through the registered data plane (config_service/readings.py). Rates are
 messages per second between this reading and the previous one, kept in the cache (Redis), so
 any web process computes the same rate.
 """
@@ -8,12 +8,12 @@ import time
 
 from django.core.cache import cache
 
-from .. import dataplane
+from .. import readings
 
 
 def address_stats(space, addresses) -> dict:
     """{address name: {in_rate, out_rate, stored, senders, receivers}} for the given rows."""
-    counters = dataplane.get().address_counters(space)
+    counters = readings.get().address_counters(space)
     router, broker = counters.router, counters.broker
     now = time.time()
     out = {}

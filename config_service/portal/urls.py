@@ -1,8 +1,8 @@
-"""Portal routes under /portal/ of tenants, spaces and what is in them; maas/urls.py joins them
-with the people pages of tenants/portal_urls.py in the `portal` namespace."""
+"""Portal routes under /portal/ (the `portal` namespace) of tenants, their people, spaces and
+what is in them."""
 from django.urls import path
 
-from . import views
+from . import members, views
 
 T = "t/<slug:tenant>"
 S = f"{T}/spaces/<slug:space>"
@@ -27,4 +27,10 @@ urlpatterns = [
     path(f"{S}/users/<str:user>/permissions/", views.user_permissions, name="user-permissions"),
     path(f"{S}/users/<str:user>/delete/", views.user_delete, name="user-delete"),
     path(f"{S}/connect/", views.connect, name="connect"),
+    path(f"{T}/members/", members.members, name="members"),
+    path(f"{T}/members/<str:member>/role/", members.member_role, name="member-role"),
+    path(f"{T}/members/<str:member>/remove/", members.member_remove, name="member-remove"),
+    path(f"{T}/invitations/<uuid:invitation>/revoke/", members.invitation_revoke,
+         name="invitation-revoke"),
+    path(f"{T}/delete/", members.tenant_delete, name="tenant-delete"),
 ]

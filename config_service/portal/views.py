@@ -17,15 +17,16 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
-from maas.core.errors import Invalid, ServiceError
+from core.api import manifests
+from core.errors import Invalid, ServiceError
+from eventlog.events import public_payload
+from eventlog.models import ConfigEvent
 from tenants.models import AddressPlan, TenantQuota
 from tenants.roles import Action
 
 from .. import services
-from ..api import resources
 from ..api.resources import connection_url, endpoints
-from ..events import public_payload
-from ..models import Address, ConfigEvent, MessagingUser
+from ..models import Address, MessagingUser
 from ..safe_load import load_yaml_all, read_bounded
 from ..status import address_status, agent_states, phase_filter, space_status
 from ..wire import receive_address, send_address
@@ -178,7 +179,7 @@ def address_bulk(request, tenant, space):
         spec = doc.get("spec") if isinstance(doc, dict) else None
         label = spec.get("address") if isinstance(spec, dict) else None
         try:
-            meta, spec = resources.read(doc, "Address")
+            meta, spec = manifests.read(doc, "Address")
             services.create_address(
                 ctx=ctx(request), space=s, name=meta.get("name"), address=spec.get("address"),
                 type=spec.get("type"), plan=spec.get("plan"), topic=spec.get("topic"),

@@ -19,13 +19,13 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config_service.api.resources import MAAS_API, event
-from config_service.api.schemas import CHANGE, READ, WRITE, errors
-from config_service.events import public_payload
-from config_service.models import ConfigEvent
-from maas.core.context import Context
-from maas.core.errors import Invalid, NotFound
-from maas.core.pagination import ListPagination
+from core.api.manifests import MAAS_API
+from core.api.pagination import ListPagination
+from core.api.schemas import CHANGE, READ, WRITE, errors
+from core.context import Context
+from core.errors import Invalid, NotFound
+from eventlog.api import event
+from eventlog.models import ConfigEvent
 from tenants import invitations
 from tenants.access import tenant_for
 from tenants.models import Invitation, Membership, Role
@@ -234,7 +234,7 @@ def _audit(view, request, events):
     page = paginator.paginate_queryset(events.select_related("tenant").order_by("position"),
                                        request, view=view)
     # Plan events belong to no tenant (the operators' plans stream).
-    items = [{**event(e, public_payload), "tenant": e.tenant.slug if e.tenant else None}
+    items = [{**event(e), "tenant": e.tenant.slug if e.tenant else None}
              for e in page]
     return paginator.get_paginated_response(items, "AuditEventList", MAAS_API)
 

@@ -1,9 +1,11 @@
 """OpenAPI types of the member, invitation and audit bodies of `api.py` (describing only, as
-config_service/api/schemas.py does for the resources; `schema.py` holds the security schemes)."""
+core/api/schemas.py says why; `schema.py` holds the security schemes)."""
 from rest_framework import serializers as s
 
-from config_service.api.resources import MAAS_API
-from config_service.api.schemas import ROLES, ConfigEvent, Described, always, list_of
+from core.api.manifests import MAAS_API
+from core.api.schemas import Described, always, list_of
+from eventlog.api import ConfigEvent
+from tenants.api.schemas import ROLES
 from tenants.models import Invitation as InvitationModel
 
 INVITATION_PHASES = [InvitationModel.PENDING, InvitationModel.ACCEPTED, InvitationModel.REVOKED,

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from maas.core.context import Context
+from core.context import Context
 from tenants import invitations
 from tenants.models import Membership, Tenant
 from tenants.services import add_member, remove_member

@@ -8,16 +8,16 @@ import pytest
 from proton.utils import BlockingConnection
 
 from config_service import services
+from dataplane.authservice.server import AuthServer
+from maas import bindings
 from tests.conftest import CTX, b64
-from workers.authservice import users
-from workers.authservice.server import AuthServer
 
 HANDSHAKE_TIMEOUT = 3.0
 
 
 @pytest.fixture
 def auth_port(transactional_db):
-    server = AuthServer(("127.0.0.1", 0), users.verify, handshake_timeout=HANDSHAKE_TIMEOUT)
+    server = AuthServer(("127.0.0.1", 0), bindings.verify, handshake_timeout=HANDSHAKE_TIMEOUT)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server.server_address[1]

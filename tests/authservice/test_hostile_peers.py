@@ -6,7 +6,7 @@ import time
 
 from proton import Data
 
-from workers.authservice import sasl
+from dataplane.authservice import sasl
 
 from .conftest import HANDSHAKE_TIMEOUT, identity_of, login, new_space, new_user
 

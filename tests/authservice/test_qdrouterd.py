@@ -8,10 +8,10 @@ import pytest
 from proton import ConnectionException
 from proton.utils import BlockingConnection
 
+from dataplane import qdrouterd as qdrouterd_config
 from tests.conftest import free_tcp_port, port_open, wait_for
 from tests.qdrouterd import needs_qdrouterd
-from workers import qdrouterd as qdrouterd_config
-from workers.agents.qdr import Management
+from workers.clients.qdr import Management
 
 from .conftest import new_space, new_user
 

@@ -8,9 +8,9 @@ import pytest
 from proton import SSLDomain
 from proton.utils import BlockingConnection
 
-from workers.agents.certificates import ensure_self_signed
-from workers.authservice import users
-from workers.authservice.server import AuthServer
+from dataplane.authservice.server import AuthServer
+from maas import bindings
+from workers.agents.router.certificates import ensure_self_signed
 
 from .conftest import identity_of, new_space, new_user
 
@@ -21,7 +21,7 @@ def tls_auth(transactional_db, tmp_path):
     ensure_self_signed(cert, key, "127.0.0.1")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    server = AuthServer(("127.0.0.1", 0), users.verify, ssl_context=context, handshake_timeout=3)
+    server = AuthServer(("127.0.0.1", 0), bindings.verify, ssl_context=context, handshake_timeout=3)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server.server_address[1], cert

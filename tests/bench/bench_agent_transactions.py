@@ -78,12 +78,13 @@ def run(args) -> None:
     from django.contrib.auth import get_user_model
 
     from config_service import services
+    from core.context import Context
     from tenants import default_plans
     from tenants.models import AddressPlan, AddressSpacePlan, TenantQuota
     from tenants.services import create_tenant
-    from workers.agents import base
+    from workers.agents import runner
 
-    ctx = services.Context(actor="bench")
+    ctx = Context(actor="bench")
     default_plans.install(AddressPlan, AddressSpacePlan)
     owner, _ = get_user_model().objects.get_or_create(username="bench-owner")
     tenant = create_tenant(ctx=ctx, slug=f"bench-{uuid.uuid4().hex[:6]}", owner=owner)
@@ -105,7 +106,7 @@ def run(args) -> None:
         for space in spaces:
             for kind in ("storage", "router"):
                 started = time.monotonic()
-                base.run(space.uid, kind)
+                runner.run(space.uid, kind)
                 durations.append(time.monotonic() - started)
     finally:
         watch.stop.set()
@@ -113,7 +114,7 @@ def run(args) -> None:
         for space in spaces:
             services.delete_address_space(ctx=ctx, space=space)
             for kind in ("router", "storage"):
-                base.run(space.uid, kind)
+                runner.run(space.uid, kind)
     print(f"reconciles: {len(durations)} ({args.spaces} spaces x storage, router; "
           f"{args.queues} queues each)")
     print(f"reconcile median {statistics.median(durations) * 1000:.0f} ms, "

@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.storage.clients import API_PASSWORD, API_URL, API_USER  # noqa: E402
-from workers.storage.rabbitmq import RabbitMQApi  # noqa: E402
-from workers.storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX  # noqa: E402
+from workers.agents.storage.rabbitmq import RabbitMQApi  # noqa: E402
+from workers.agents.storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX  # noqa: E402
 from workers.usage import broker_counters  # noqa: E402
 
 PREFIX = "maas-bench-meter-"

@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from tests.bench.common import cpu_seconds  # noqa: E402
-from workers.storage.rabbitmq_api import RabbitMQApi  # noqa: E402
+from workers.clients.rabbitmq_api import RabbitMQApi  # noqa: E402
 
 PREFIX = "maas-bench-stats-"
 

@@ -48,7 +48,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # A platform process's name, from its command line (runplatform's process names).
 ROLES = (("gunicorn", "web"), ("agents@", "agents worker"), ("background@", "background worker"),
          ("watch@", "watch worker"), ("celery -A maas beat", "beat"),
-         ("workers.router", "router"), ("qdrouterd", "router"),
+         ("dataplane.router", "router"), ("qdrouterd", "router"),
          ("run_authservice", "authservice"), ("mqtt_gateway", "mqtt-gateway"),
          ("vhost_relay", "vhost-relay"), ("runplatform", "runplatform"))
 SERVICES = (("beam.smp", "rabbitmq (all nodes)"), ("redis-server", "redis"))

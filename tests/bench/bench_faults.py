@@ -124,8 +124,9 @@ class Creates(threading.Thread):
         from django.db import connection
 
         from config_service import services
+        from core.context import Context
 
-        ctx = services.Context(actor="bench:faults")
+        ctx = Context(actor="bench:faults")
         n = 0
         while not self.halt.is_set():
             if not self.resumed.is_set():
@@ -172,8 +173,9 @@ def not_yet(uids, upto_position: int | None = None, upto_time=None) -> dict:
     AppliedEvent rows and outbox acknowledgements missing."""
     from django.db.models import Count
 
-    from config_service.models import Address, AddressSpace, AppliedEvent, ConfigEvent, Outbox
+    from config_service.models import Address, AddressSpace, AppliedEvent
     from config_service.status import address_status, agent_states, agents_needed, space_status
+    from eventlog.models import ConfigEvent, Outbox
 
     spaces = {s.pk: s for s in AddressSpace.objects.filter(uid__in=uids)}
     states = agent_states(uids)
@@ -230,7 +232,7 @@ def lost_changes(uids, created) -> dict:
 def data_plane_differences(router_port: int, spaces) -> tuple[int, int]:
     """(router entities, broker queues) differing from the projections, over all the spaces."""
     from tests.workers.test_fault_convergence import broker_difference, router_difference
-    from workers.agents.qdr import Management
+    from workers.clients.qdr import Management
 
     mgmt = Management(f"amqp://127.0.0.1:{router_port}", "admin", ADMIN_PASSWORD)
     try:
@@ -320,8 +322,9 @@ def fill(args, platform: Platform, router) -> tuple[list, list]:
     """(spaces, standard ones) of the faults-* tenants, filled, each standard one with a
     messaging user, all Active, `QUEUE` empty."""
     from config_service import services
+    from core.context import Context
     from workers import endpoints
-    from workers.storage.controller import management_api
+    from workers.agents.storage.agent import management_api
 
     began = time.monotonic()
     subprocess.run([sys.executable, "manage.py", "fill_addresses", "--prefix", PREFIX,
@@ -333,7 +336,7 @@ def fill(args, platform: Platform, router) -> tuple[list, list]:
     for space in standard:
         if not space.users.filter(username="app").exists():
             services.create_messaging_user(
-                ctx=services.Context(actor="bench:faults"), space=space, username="app",
+                ctx=Context(actor="bench:faults"), space=space, username="app",
                 authentication={"type": "password",
                                 "password": base64.b64encode(PASSWORD.encode()).decode()},
                 authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
@@ -398,7 +401,7 @@ def apply(args, number: int, fault: tuple, platform: Platform, router, creates: 
     """Applies one fault with creates flowing, prints what it lost; its row of the summary."""
     from django.utils import timezone
 
-    from config_service.models import ConfigEvent
+    from eventlog.models import ConfigEvent
 
     what, fail, repair = fault
     uids = [s.uid for s in spaces]
@@ -451,9 +454,10 @@ def remove(spaces, platform: Platform, timeout: float) -> None:
     """Deletes the spaces and waits until the agents removed them (their vhosts too)."""
     from config_service import services
     from config_service.models import AddressSpace
+    from core.context import Context
 
     for space in spaces:
-        services.delete_address_space(ctx=services.Context(actor="bench:faults"), space=space)
+        services.delete_address_space(ctx=Context(actor="bench:faults"), space=space)
     deadline = time.monotonic() + timeout
     while AddressSpace.objects.filter(uid__in=[s.uid for s in spaces]).exists():
         if time.monotonic() > deadline:

@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from dataplane.authservice import sasl  # noqa: E402
 from tests.router.conftest import RouterProcess, add_tenant  # noqa: E402
-from workers.authservice import sasl  # noqa: E402
 
 
 def bare_login(port: int, login: str, password: str) -> None:

@@ -188,13 +188,14 @@ def main():
     from django.conf import settings
 
     from config_service import services
-    from maas.core.context import Context
+    from core.context import Context
     from spark.samples import write_samples
     from spark.session import get_session
     from tenants.models import AddressUsageDaily, Tenant
     from tests.conftest import RedisServer
     from tests.qdrouterd import AuthService, QdrouterdProcess, VhostRelay
-    from workers.agents import base, router_watch
+    from workers.agents import runner
+    from workers.agents.router import watch as router_watch
     from workers.usage import sampler
     from workers.usage.job import run_day
 
@@ -230,9 +231,9 @@ def main():
         services.create_address(ctx=ctx, space=spaces[kind], address=address, type=atype,
                                 plan=plan)
     for space in spaces.values():
-        base.run(space.uid, "storage")
+        runner.run(space.uid, "storage")
         if space.type == "standard":
-            base.run(space.uid, "router")
+            runner.run(space.uid, "router")
 
     def connect(name):
         from proton.utils import BlockingConnection
@@ -309,9 +310,9 @@ def main():
         print(f"{name:16} {c.sent:7d} {c.doubt:6d} {m_in:7d} {c.got:7d} {m_out:7d}  {verdict}")
     for space in spaces.values():
         services.delete_address_space(ctx=ctx, space=space)
-        base.run(space.uid, "storage")
+        runner.run(space.uid, "storage")
         if space.type == "standard":
-            base.run(space.uid, "router")
+            runner.run(space.uid, "router")
     spark.stop()
     router.stop()
     if relay is not None:

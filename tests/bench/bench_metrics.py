@@ -48,15 +48,8 @@ def fill(args) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from config_service.models import (
-        Address,
-        AddressSpace,
-        AgentState,
-        AppliedEvent,
-        ConfigEvent,
-        EventStream,
-        Outbox,
-    )
+    from config_service.models import Address, AddressSpace, AgentState, AppliedEvent
+    from eventlog.models import ConfigEvent, EventStream, Outbox
     from tenants.models import Tenant
 
     if (AddressSpace.objects.count(), Address.objects.count()) == (

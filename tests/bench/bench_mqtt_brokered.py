@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import paho.mqtt.client as paho  # noqa: E402
 
 from tests.storage.clients import API_PASSWORD, API_URL, API_USER, MQTT_PORT  # noqa: E402
-from workers.storage.desired import BrokerTopic, BrokerUser, VhostState  # noqa: E402
-from workers.storage.rabbitmq import (  # noqa: E402
+from workers.agents.storage.desired import BrokerTopic, BrokerUser, VhostState  # noqa: E402
+from workers.agents.storage.rabbitmq import (  # noqa: E402
     BrokerReconciler,
     RabbitMQApi,
     broker_username,

@@ -3,7 +3,7 @@ asserted).
 
 Sets up what `make run` would: a database of its own (`--database`, created and migrated if
 missing), the auth service (in this process, reading that database), an embedded router on free
-ports and the gateway process (`python -m workers.mqtt_gateway`); a standard space with a
+ports and the gateway process (`manage.py run_mqtt_gateway`); a standard space with a
 multicast address `events`, a topic `sensors` and an anycast address `rpc`, and a messaging
 user, through the service functions, reconciled by the real agents (RabbitMQ holds the topic).
 One paho-mqtt publisher process and one subscriber process per run, MESSAGES of 100 bytes,
@@ -147,11 +147,11 @@ def setup_space(router):
     from django.contrib.auth import get_user_model
 
     from config_service import services
-    from maas.core.context import Context
+    from core.context import Context
     from tenants.default_plans import install
     from tenants.models import AddressPlan, AddressSpacePlan
     from tenants.services import create_tenant
-    from workers.agents import base
+    from workers.agents import runner
 
     install(AddressPlan, AddressSpacePlan)
     ctx = Context(actor="bench")
@@ -170,18 +170,18 @@ def setup_space(router):
                         "password": base64.b64encode(PASSWORD.encode()).decode()},
         authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
     for kind in ("storage", "router"):
-        base.run(space.uid, kind)
+        runner.run(space.uid, kind)
     return space
 
 
 def teardown_space(space):
     from config_service import services
-    from maas.core.context import Context
-    from workers.agents import base
+    from core.context import Context
+    from workers.agents import runner
 
     services.delete_address_space(ctx=Context(actor="bench"), space=space)
     for kind in ("storage", "router"):
-        base.run(space.uid, kind)
+        runner.run(space.uid, kind)
 
 
 def main():
@@ -210,7 +210,7 @@ def main():
     space = setup_space(router)
     gw_port = free_port()
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "workers.mqtt_gateway", "--port", str(gw_port), "--tls-port",
+        [sys.executable, "manage.py", "run_mqtt_gateway", "--port", str(gw_port), "--tls-port",
          "0", "--router", f"127.0.0.1:{router.amqp_port}", "--log-level", "WARNING"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     wait_port(gw_port)

@@ -25,8 +25,9 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 
-from config_service import log, services  # noqa: E402
-from maas.core.context import Context  # noqa: E402
+from config_service import services  # noqa: E402
+from core.context import Context  # noqa: E402
+from eventlog import log  # noqa: E402
 from tenants.models import TenantQuota  # noqa: E402
 from tenants.services import create_tenant  # noqa: E402
 

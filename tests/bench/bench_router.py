@@ -3,9 +3,9 @@ router and, when `QDROUTERD` names a qdrouterd 1.19 build, for qdrouterd in the 
 
 Cases: anycast pre-settled, anycast unsettled, a queue through the router (waypoint +
 autoLinks to RabbitMQ) and the same queue straight on RabbitMQ. Each router gets over
-management what the router agent would write for a space (workers/agents/router_config.py):
+management what the router agent would write for a space (workers/agents/router/desired.py):
 a vhost policy naming `bench@<vhost>`, addresses qualified `<vhost>/...`, a connector to the
-space's broker vhost. qdrouterd is configured by the project (workers/qdrouterd.py): SASL goes
+space's broker vhost. qdrouterd is configured by the project (dataplane/qdrouterd.py): SASL goes
 to the MaaS auth service, run in a thread here with a verifier for the bench's own logins, and
 its connector reaches RabbitMQ through the vhost relay. Several client processes; rounds that
 alternate the routers; prints every run, then the medians per case and router with the
@@ -38,10 +38,10 @@ from proton.reactor import AtMostOnce, Container
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from dataplane import qdrouterd  # noqa: E402
+from dataplane.authservice.server import AuthServer, Identity, Verifier  # noqa: E402
 from tests.bench.common import cpu_seconds  # noqa: E402
-from workers import qdrouterd  # noqa: E402
-from workers.agents.qdr import Management  # noqa: E402
-from workers.authservice.server import AuthServer, Identity, Verifier  # noqa: E402
+from workers.clients.qdr import Management  # noqa: E402
 
 RABBIT_API = "http://127.0.0.1:15672/api"
 GUEST = ("guest", "guest")
@@ -222,7 +222,7 @@ class Router:
 def start_embedded(auth_port: int) -> Router:
     amqp_port, mgmt_port = free_port(), free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "workers.router", "--amqp-port",
+    proc = subprocess.Popen([sys.executable, "-m", "dataplane.router", "--amqp-port",
                              str(amqp_port), "--management-port", str(mgmt_port),
                              "--admin-user", ADMIN, "--auth-service", f"127.0.0.1:{auth_port}",
                              "--log-level", "WARNING"], cwd=ROOT, env=env)
@@ -257,7 +257,7 @@ def bench_verifier(vhost: str) -> Verifier:
 
 def space_entities(router: Router, vhost: str, broker_port: int, queue: str) -> list:
     """What the router agent writes for a space with the anycast address `any` and the queue
-    `bq` (workers/agents/router_config.py), on this kind of router: the connector's
+    `bq` (workers/agents/router/desired.py), on this kind of router: the connector's
     `virtualHost` is the embedded router's extension; qdrouterd's connector goes to the vhost
     relay, which picks the broker vhost from the login. Both relay SASL to the auth service."""
     owner = f"maas:{vhost}:"
@@ -366,7 +366,7 @@ def main():
         configure(routers[0], space_entities(routers[0], vhost, 5672, "bq-embedded"))
         if qdrouterd.binary():
             relay_port = free_port()
-            relay = subprocess.Popen([sys.executable, "-m", "workers.vhost_relay", "--listen",
+            relay = subprocess.Popen([sys.executable, "-m", "dataplane.vhost_relay", "--listen",
                                       f"127.0.0.1:{relay_port}", "--broker", "127.0.0.1:5672",
                                       "--log-level", "WARNING"], cwd=ROOT,
                                      env=dict(os.environ, PYTHONPATH=str(ROOT)))

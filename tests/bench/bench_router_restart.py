@@ -134,6 +134,7 @@ def main():
 
     from config_service import services
     from config_service.models import AddressSpace, RouterIncarnation
+    from core.context import Context
     from tenants import default_plans
     from tenants.models import AddressPlan, AddressSpacePlan, TenantQuota
     from tenants.services import create_tenant
@@ -143,7 +144,7 @@ def main():
     platform = start_platform(queue, args.concurrency, out)
     try:
         default_plans.install(AddressPlan, AddressSpacePlan)
-        ctx = services.Context(actor="bench")
+        ctx = Context(actor="bench")
         slug = f"bench-{uuid.uuid4().hex[:6]}"
         owner = get_user_model().objects.create_user(username=slug, password=None)
         tenant = create_tenant(ctx=ctx, slug=slug, owner=owner)

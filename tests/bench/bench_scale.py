@@ -235,8 +235,9 @@ def slowest(latencies, rate, web, n=4) -> str:
 def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
     """Seconds from each create call to its last agent's AppliedEvent (Active from then on),
     and how many were not Active by the timeout."""
-    from config_service.models import Address, AppliedEvent, ConfigEvent
+    from config_service.models import Address, AppliedEvent
     from config_service.status import agents_for_address
+    from eventlog.models import ConfigEvent
 
     names = list(called)
     # the event that created each address: (stream, sequence) = (space, resourceVersion)
@@ -287,10 +288,10 @@ def one_change_cost(repeat: int):
 
     from config_service import services
     from config_service.models import AddressSpace
-    from maas.core.context import Context
-    from workers.agents import base
-    from workers.agents.router import RouterAgent, management_client
-    from workers.storage import controller
+    from core.context import Context
+    from workers.agents import runner
+    from workers.agents.router.agent import RouterAgent, management_client
+    from workers.agents.storage import agent as controller
 
     ctx = Context(actor="bench:scale")
     out = {}
@@ -304,7 +305,7 @@ def one_change_cost(repeat: int):
             for _ in range(repeat):
                 mgmt = management_client() if kind == "router" else None
                 agent = RouterAgent(management=mgmt) if mgmt else controller.StorageController()
-                with base.serialised(space.uid, kind):
+                with runner.serialised(space.uid, kind):
                     if case == "new":
                         services.create_address(
                             ctx=ctx, space=space, address=f"c{uuid.uuid4().hex[:8]}",
@@ -313,7 +314,7 @@ def one_change_cost(repeat: int):
                             else "brokered-queue")
                     w, c = time.monotonic(), time.process_time()
                     with CaptureQueriesContext(connection) as q:
-                        base.run(space.uid, kind, agent)
+                        runner.run(space.uid, kind, agent)
                     walls.append(time.monotonic() - w)
                     cpus.append(time.process_time() - c)
                 queries.append(len(q.captured_queries))
@@ -519,7 +520,7 @@ def resync(session, base_url, probes, args):
 _BIG_SPACE = """
 from config_service import services
 from config_service.models import AddressSpace
-from maas.core.context import Context
+from core.context import Context
 from tenants.models import Tenant
 ctx = Context(actor="bench:scale")
 tenant = Tenant.objects.get(slug="{slug}")

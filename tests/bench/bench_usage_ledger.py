@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from workers.router.counters import Counters  # noqa: E402
-from workers.router.usage_ledger import UsageLedger  # noqa: E402
+from dataplane.router.counters import Counters  # noqa: E402
+from dataplane.router.usage_ledger import UsageLedger  # noqa: E402
 
 
 def ledger_of(directory: str, n: int) -> tuple[UsageLedger, list[Counters]]:

@@ -39,7 +39,7 @@ def main():
     args = parser.parse_args()
 
     port = free_port()
-    relay = subprocess.Popen([sys.executable, "-m", "workers.vhost_relay", "--listen",
+    relay = subprocess.Popen([sys.executable, "-m", "dataplane.vhost_relay", "--listen",
                               f"127.0.0.1:{port}", "--log-level", "WARNING"], cwd=ROOT,
                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
     vhost = f"maas-bench-{uuid.uuid4().hex[:8]}"

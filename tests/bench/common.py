@@ -69,7 +69,7 @@ def _label(pid: str, cmd: list[str]) -> str:
         return "web"
     if "celery" in text and "worker" in cmd:
         return "celery -Q " + (cmd[cmd.index("-Q") + 1] if "-Q" in cmd[:-1] else "?")
-    for word in ("beat", "workers.router", "qdrouterd", "run_authservice", "mqtt_gateway",
+    for word in ("beat", "dataplane.router", "qdrouterd", "run_authservice", "mqtt_gateway",
                  "vhost_relay", "redis-server", "java", "runplatform", "bench_"):
         if word in text:
             return word

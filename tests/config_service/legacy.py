@@ -4,9 +4,10 @@ import uuid
 
 from django.db import transaction
 
-from config_service import log
-from config_service.models import AddressSpace, EventStream
+from config_service.models import AddressSpace
 from config_service.services import space_plan_status
+from eventlog import log
+from eventlog.models import EventStream
 from tenants.models import AddressSpacePlan
 
 LEGACY_SPEC = {"endpoints": [{"name": "messaging", "service": "messaging"}],

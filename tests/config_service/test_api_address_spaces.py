@@ -2,7 +2,8 @@
 import pytest
 import yaml
 
-from config_service.models import AddressSpace, ConfigEvent
+from config_service.models import AddressSpace
+from eventlog.models import ConfigEvent
 from tests.conftest import space_manifest
 
 

@@ -1,7 +1,8 @@
 """The address endpoints: create, validate, quota, plan change, delete, list, for every role."""
 import pytest
 
-from config_service.models import Address, ConfigEvent
+from config_service.models import Address
+from eventlog.models import ConfigEvent
 from tests.conftest import address_manifest, space_manifest
 
 

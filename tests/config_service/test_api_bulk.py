@@ -2,7 +2,8 @@
 item or, with one bad item, none (the 400 or 409 names the item and its field)."""
 import pytest
 
-from config_service.models import Address, ConfigEvent, MessagingUser
+from config_service.models import Address, MessagingUser
+from eventlog.models import ConfigEvent
 from tests.conftest import address_manifest, b64, space_manifest
 
 

@@ -3,8 +3,9 @@ patch and delete them, each change an event of the plans stream; a plan in use s
 credits re-place the addresses of the spaces that use the plan."""
 import pytest
 
-from config_service.log import PLANS_STREAM
-from config_service.models import Address, AddressSpace, ConfigEvent, Outbox
+from config_service.models import Address, AddressSpace
+from eventlog.log import PLANS_STREAM
+from eventlog.models import ConfigEvent, Outbox
 from tenants.models import AddressPlan, AddressSpacePlan
 from tests.conftest import address_manifest, client_for, make_user, space_manifest
 

@@ -2,7 +2,7 @@
 `tenant.quota_changed` event with the limits before and after, and bad input changes nothing."""
 import pytest
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants.models import QUOTA_FIELDS, TenantQuota
 from tests.conftest import client_for, make_user
 

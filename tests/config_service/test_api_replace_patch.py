@@ -3,7 +3,8 @@ merge patch (RFC 7386) into it; both check resourceVersion, for address spaces, 
 messaging users alike."""
 import pytest
 
-from config_service.models import Address, AddressSpace, ConfigEvent, MessagingUser
+from config_service.models import Address, AddressSpace, MessagingUser
+from eventlog.models import ConfigEvent
 from tests.config_service.legacy import legacy_space
 from tests.conftest import address_manifest, b64, space_manifest
 

@@ -1,8 +1,9 @@
 """The messaging user endpoints: create, password hashing, authorization rules, roles."""
 import pytest
 
-from config_service.models import ConfigEvent, MessagingUser
+from config_service.models import MessagingUser
 from config_service.passwords import verify_password
+from eventlog.models import ConfigEvent
 from tests.conftest import b64, space_manifest
 
 

@@ -6,8 +6,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from config_service import services
-from config_service.models import Address, AddressSpace, ConfigEvent, Outbox
-from maas.core.errors import Conflict, Invalid, QuotaExceeded
+from config_service.models import Address, AddressSpace
+from core.errors import Conflict, Invalid, QuotaExceeded
+from eventlog.models import ConfigEvent, Outbox
 from tenants.models import TenantQuota
 from tests.conftest import CTX
 

@@ -6,7 +6,8 @@ from django.test.utils import CaptureQueriesContext
 
 from config_service import scheduling, services
 from config_service.models import Address, AddressSpace
-from maas.core.errors import Conflict, Invalid, QuotaExceeded
+from config_service.services import addresses, placement
+from core.errors import Conflict, Invalid, QuotaExceeded
 from tenants.models import TenantQuota
 from tests.conftest import CTX
 
@@ -63,11 +64,11 @@ def test_grouped_usage_equals_row_by_row(spaces, tenant):
     for i in range(3):
         add(brk, f"b{i}", "queue", "brokered-queue")
     for space in (std, other, brk):
-        assert same(services._usage(space), rowwise_usage(space))
-        assert same(services._usage(space, exclude="ss.q3"), rowwise_usage(space, "ss.q3"))
+        assert same(placement.space_usage(space), rowwise_usage(space))
+        assert same(placement.space_usage(space, exclude="ss.q3"), rowwise_usage(space, "ss.q3"))
     for space in (std, other, brk):
-        assert services._tenant_credits(tenant, space) == rowwise_tenant_credits(tenant, space)
-    assert services._tenant_credits(tenant, brk) > 0
+        assert placement.tenant_credits(tenant, space) == rowwise_tenant_credits(tenant, space)
+    assert placement.tenant_credits(tenant, brk) > 0
 
 
 def test_usage_groups_add_counts():
@@ -147,7 +148,7 @@ def test_the_address_quota_counts_only_near_the_limit(spaces, tenant):
     # Now the events bound the addresses at 3 (one is there): counted exactly, and allowed.
     assert counted("c")
     assert counted("d", std)
-    assert services._addresses_reach(tenant, 3) and not services._addresses_reach(tenant, 4)
+    assert addresses._addresses_reach(tenant, 3) and not addresses._addresses_reach(tenant, 4)
     assert counted("e")  # the fourth address
     with pytest.raises(QuotaExceeded, match="Tenant quota of 4 addresses"):
         add(other, "f", "queue", "standard-small-queue")

@@ -13,7 +13,7 @@ from openapi_schema_validator import OAS30Validator
 from openapi_spec_validator import validate
 
 from config_service import services
-from config_service.limits import MAX_BODY_BYTES
+from core.limits import MAX_BODY_BYTES
 from tenants.services import throttle
 from tests.conftest import CTX, address_manifest, b64, client_for, make_user, space_manifest
 from workers.usage.job import store

@@ -2,9 +2,9 @@
 from django.core.management import call_command
 
 from config_service import services
-from config_service.events import EVENT_TYPES
-from config_service.models import ConfigEvent, EventStream
 from config_service.rebuild import rebuild, snapshot
+from eventlog.events import EVENT_TYPES
+from eventlog.models import ConfigEvent, EventStream
 from tenants import invitations
 from tenants.models import Membership, Role, TenantQuota
 from tenants.services import (

@@ -1,5 +1,5 @@
 """An address create sends the stream's lock and its reads after it together
-(config_service/statements.py `read_ahead`, maas/core/rows.py `fetch_together`): in one round
+(config_service/statements.py `read_ahead`, core/rows.py `fetch_together`): in one round
 trip, each read still a statement of its own that sees what the lock's previous holder
 committed, and a read taken only by a call with the arguments it was made with."""
 import tempfile
@@ -10,8 +10,8 @@ from django.db import ProgrammingError, connection, transaction
 
 from config_service import services
 from config_service.models import Address, AddressSpace
-from maas.core.errors import Conflict, Invalid, NotFound
-from maas.core.rows import fetch_together
+from core.errors import Conflict, Invalid, NotFound
+from core.rows import fetch_together
 from tenants.models import AddressPlan, AddressSpacePlan
 from tests.conftest import CTX
 

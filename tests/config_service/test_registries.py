@@ -4,21 +4,22 @@ import logging
 import uuid
 from types import SimpleNamespace
 
-from config_service import dataplane, fanout, services
-from config_service.dataplane import AddressCounters
+from config_service import readings, services
 from config_service.portal.stats import address_stats
-from maas.core.context import Context
+from config_service.readings import AddressCounters
+from core.context import Context
+from eventlog import fanout
 from workers import dispatch, endpoints
-from workers.agents import base, installed
-from workers.dataplane import WorkersDataPlane
+from workers.agents import installed, runner
+from workers.readings import WorkersReadings
 
 CTX = Context(actor="test")
 
 
 def test_workers_registers_the_fan_out_the_data_plane_and_the_agents():
     assert fanout._notify is dispatch.notify_space
-    assert isinstance(dataplane.get(), WorkersDataPlane)
-    assert base._installed is installed.installed_agents
+    assert isinstance(readings.get(), WorkersReadings)
+    assert runner._installed is installed.installed_agents
 
 
 def test_a_change_is_fanned_out_after_commit_through_the_registered_notifier(
@@ -33,7 +34,7 @@ def test_a_change_is_fanned_out_after_commit_through_the_registered_notifier(
 
 def test_without_a_notifier_a_change_is_logged_and_left_to_the_outbox_relay(monkeypatch, caplog):
     monkeypatch.setattr(fanout, "_notify", None)
-    with caplog.at_level(logging.WARNING, logger="config_service.fanout"):
+    with caplog.at_level(logging.WARNING, logger="eventlog.fanout"):
         fanout.notify_space(uuid.uuid4())
     assert [r.message for r in caplog.records] == ["fanout.unregistered"]
 
@@ -48,7 +49,7 @@ class FakeDataPlane:
 
 
 def test_the_portal_stats_come_from_the_registered_data_plane(monkeypatch, redis_server):
-    monkeypatch.setattr(dataplane, "_registered", FakeDataPlane())
+    monkeypatch.setattr(readings, "_registered", FakeDataPlane())
     space = SimpleNamespace(uid=uuid.uuid4())
     orders = SimpleNamespace(name="orders", address="orders", broker_object_name="orders")
     stats = address_stats(space, [orders])["orders"]
@@ -63,5 +64,5 @@ def test_the_workers_data_plane_reads_the_space_s_own_endpoints(monkeypatch):
         router=None)
     monkeypatch.setattr(endpoints, "of", lambda space: asked.append(space) or unreachable)
     space = SimpleNamespace(uid=uuid.uuid4(), vhost="t.shop", type="brokered")
-    assert WorkersDataPlane().address_counters(space) == AddressCounters()
+    assert WorkersReadings().address_counters(space) == AddressCounters()
     assert asked == [space]

@@ -7,8 +7,10 @@ import uuid
 
 from django.db import connection, transaction
 
-from config_service import log, services
-from config_service.models import AddressSpace, ConfigEvent
+from config_service import services
+from config_service.models import AddressSpace
+from eventlog import log
+from eventlog.models import ConfigEvent
 from tests.conftest import CTX
 
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from config_service import services, statements
 from config_service.models import Address, AddressSpace, AgentState
+from config_service.services import placement
 from tenants.authentication import _live_token
 from tenants.models import AddressPlan, AddressSpacePlan, PersonalAccessToken, Tenant, TenantQuota
 from tests.conftest import CTX
@@ -106,7 +107,7 @@ def test_clashes_usage_and_the_quota_bound(space, tenant):
                                                                    ("rows.q1", "q1")]
     assert statements.clashes(space.pk, "new", "rows.new") == []
 
-    orm = sorted(services._usage_groups(Address.objects.filter(space=space)), key=str)
+    orm = sorted(placement.usage_groups(Address.objects.filter(space=space)), key=str)
     assert sorted(statements.usage_groups(space.pk), key=str) == orm
     assert [g[0] for g in statements.usage_groups(space.pk, "rows.q1")] == ["anycast"]
     resources = statements.usage_groups(space.pk, "rows.q1")[0][1]

@@ -2,6 +2,7 @@
 with one of everything, the users of each role, and the action a view asks the role table about.
 """
 import contextlib
+import sys
 import uuid
 
 from django.db import transaction
@@ -68,20 +69,33 @@ def url_for(route: str, kwargs: dict) -> str:
 
 
 @contextlib.contextmanager
-def recording_actions(module):
-    """Records each action `module` asks tenant_for() about, in the list it yields."""
-    real = module.tenant_for
+def recording_actions(*modules):
+    """Records each action `modules` ask tenant_for() about, in the list it yields."""
     asked: list[Action] = []
+    real = {module: module.tenant_for for module in modules}
 
-    def recording(user, slug, action):
-        asked.append(action)
-        return real(user, slug, action)
+    def recording_in(module):
+        def recording(user, slug, action):
+            asked.append(action)
+            return real[module](user, slug, action)
+        return recording
 
-    module.tenant_for = recording
+    for module in modules:
+        module.tenant_for = recording_in(module)
     try:
         yield asked
     finally:
-        module.tenant_for = real
+        for module, function in real.items():
+            module.tenant_for = function
+
+
+def modules_of(view) -> list:
+    """The modules of a view (its class, or the function as_view made) and of the bases of its
+    class that call tenant_for()."""
+    cls = view if isinstance(view, type) else getattr(view, "view_class", None)
+    classes = cls.__mro__ if cls is not None else ()
+    found = {sys.modules[c.__module__] for c in classes} | {sys.modules[view.__module__]}
+    return [m for m in found if hasattr(m, "tenant_for")]
 
 
 def rolled_back(request):

@@ -11,7 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from config_service.models import AddressSpace, ConfigEvent
+from config_service.models import AddressSpace
+from eventlog.models import ConfigEvent
 from tenants.identity.jwks import keys as jwks_cache
 from tenants.identity.models import OidcIdentity
 from tenants.models import Membership

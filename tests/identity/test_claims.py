@@ -3,7 +3,7 @@ sign-in, the first one provisions the user, the operator flag comes from a confi
 import pytest
 from django.contrib.auth import get_user_model
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants.identity import claims
 from tenants.identity.provisioning import user_for_claims
 from tenants.models import Membership, Role

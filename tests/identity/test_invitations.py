@@ -7,7 +7,7 @@ import re
 import pytest
 from django.test import Client
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants.models import Invitation, Membership, Role, Tenant
 from tenants.services import create_tenant
 from tests.conftest import CTX, client_for, free_tcp_port, make_user

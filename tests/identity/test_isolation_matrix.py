@@ -9,13 +9,12 @@ An endpoint outside a tenant is open to every signed-in user, unless its view sa
 (all its methods, or those it names);
 a read-only endpoint answers a write with 405 to everyone signed in (no tenant is disclosed).
 """
-import sys
 import uuid
 
 import pytest
 from django.db import transaction
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants.roles import Action, role_allows
 from tests.conftest import address_manifest, client_for, space_manifest
 
@@ -23,6 +22,7 @@ from .matrix import (
     ROLES,
     build_world,
     endpoints,
+    modules_of,
     recording_actions,
     rolled_back,
     url_for,
@@ -124,7 +124,7 @@ def send(client, method: str, url: str, body):
 
 def required_action(view, client, method: str, url: str, body) -> Action | None:
     """The action the view asks tenant_for() about, on a request that is rolled back."""
-    with recording_actions(sys.modules[view.__module__]) as asked:
+    with recording_actions(*modules_of(view)) as asked:
         rolled_back(lambda: send(client, method, url, body))
     return asked[0] if asked else None
 

@@ -3,7 +3,7 @@ every tenant's; local accounts remain the default without a provider."""
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants.models import Membership, Role
 from tests.conftest import client_for, make_user, space_manifest
 

@@ -10,8 +10,8 @@ refused with 405 to everyone signed in, before any tenant is looked up; an outsi
 import pytest
 from django.test import Client
 
-from config_service.models import ConfigEvent
 from config_service.portal import base as portal_base
+from eventlog.models import ConfigEvent
 from tenants.roles import Action, role_allows
 
 from .matrix import ROLES, build_world, endpoints, recording_actions, rolled_back, url_for

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants import default_plans
 from tenants.identity import config as identity_config
 from tenants.identity.jwks import keys as jwks_cache

@@ -7,12 +7,14 @@ import pytest
 from proton import ConnectionException
 
 from config_service import services
-from config_service.models import AddressSpace, ConfigEvent
+from config_service.models import AddressSpace
+from core.errors import NotFound
+from eventlog.models import ConfigEvent
 from tenants.models import Membership, Tenant
 from tests.conftest import CTX, b64, client_for, make_user, space_manifest
 from tests.workers import rabbit
-from workers.agents import base
-from workers.storage import rabbitmq
+from workers.agents import runner
+from workers.agents.storage import rabbitmq
 
 
 @pytest.fixture
@@ -26,11 +28,11 @@ def live_space(tenant):
         ctx=CTX, space=space, username="app",
         authentication={"type": "password", "password": b64("app-password")},
         authorization=[{"addresses": ["orders"], "operations": ["send", "recv"]}])
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     yield space
     if AddressSpace.objects.filter(uid=space.uid).exists():  # a failed test leaves no vhost
         services.delete_address_space(ctx=CTX, space=space)
-        base.run(space.uid, "storage")
+        runner.run(space.uid, "storage")
 
 
 def test_an_owner_deletes_the_tenant_and_everything_in_it_goes(tenant, live_space, clients,
@@ -56,7 +58,7 @@ def test_an_owner_deletes_the_tenant_and_everything_in_it_goes(tenant, live_spac
 
     # The agent tears the broker side down, then the finalizer drops the space.
     assert rabbit.vhost_exists(live_space.vhost)
-    base.run(live_space.uid, "storage")
+    runner.run(live_space.uid, "storage")
     assert not rabbit.vhost_exists(live_space.vhost)
     assert not AddressSpace.objects.filter(uid=live_space.uid).exists()
     with pytest.raises(ConnectionException):
@@ -87,7 +89,7 @@ def test_the_name_stays_taken_while_address_spaces_are_torn_down(tenant, live_sp
     assert again.status_code == 409
     assert again.json()["field"] == "metadata.name"
     assert "being deleted" in again.json()["message"]
-    base.run(live_space.uid, "storage")
+    runner.run(live_space.uid, "storage")
     assert clients["owner"].post("/api/v1/tenants/", {"kind": "Tenant",
                                                       "metadata": {"name": tenant.slug}},
                                  format="json").status_code == 201
@@ -109,7 +111,7 @@ def test_no_address_space_is_created_in_a_deleted_tenant(tenant, owner):
 
     stale = Tenant.objects.get(pk=tenant.pk)  # a request that looked the tenant up before
     delete_tenant(ctx=CTX, tenant=tenant)
-    with pytest.raises(services.NotFound, match="being deleted"):
+    with pytest.raises(NotFound, match="being deleted"):
         services.create_address_space(ctx=CTX, tenant=stale, name="late", type="brokered",
                                       plan="brokered-single-broker")
     assert client_for(owner).post(f"/api/v1/tenants/{tenant.slug}/addressspaces/",

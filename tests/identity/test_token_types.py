@@ -5,7 +5,7 @@ nothing."""
 import pytest
 from rest_framework.test import APIClient
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants import default_plans
 from tenants.identity import introspection
 from tenants.identity.tokens import TokenRejected

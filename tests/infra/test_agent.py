@@ -8,8 +8,9 @@ from django.test import override_settings
 
 from config_service import services
 from config_service.models import AgentState
-from maas.core.context import Context
-from workers.agents.base import TransientError
+from core.context import Context
+from workers.agents import infra as infra_agent
+from workers.agents.runner import TransientError
 from workers.infra import backend
 from workers.infra import manifests as m
 from workers.infra.controller import InfraController
@@ -32,7 +33,7 @@ def kube():
 
 @pytest.fixture
 def agent(kube):
-    return backend.InfraAgent(InfraController(kube, EmptyDrainer(), spaces.CFG,
+    return infra_agent.InfraAgent(InfraController(kube, EmptyDrainer(), spaces.CFG,
                                                       backend.infra_secret))
 
 
@@ -97,10 +98,10 @@ def test_brokered_spaces_need_no_infra(tenant, agent, kube):
 
 def test_backend_is_chosen_by_setting():
     with override_settings(MAAS_INFRA_BACKEND="local"):
-        assert backend.infra_agent() is None
+        assert infra_agent.infra_agent() is None
     with override_settings(MAAS_INFRA_BACKEND="kubernetes", MAAS_INFRA_NAMESPACE="infra",
                            MAAS_ROUTER_IMAGE="example/router:1"):
-        agent = backend.infra_agent()
+        agent = infra_agent.infra_agent()
         assert agent.kind == "infra"
         assert "controller" not in agent.__dict__  # no API client until it first runs
         cfg = backend.infra_settings()

@@ -225,7 +225,7 @@ def test_the_mqtt_gateway_runs_stateless_replicas_behind_one_service(rendered, t
     deployment = by(docs, "Deployment", "maas-mqtt-gateway")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["command"][:3] == ["python", "-m", "workers.mqtt_gateway"]
+    assert container["command"][:3] == ["python", "manage.py", "run_mqtt_gateway"]
     assert container["envFrom"] == [{"configMapRef": {"name": "maas-config"}}]
     assert pod["automountServiceAccountToken"] is False
     # MQTTS from an optional Secret: without one the pod still starts (plain MQTT only)
@@ -245,12 +245,13 @@ def test_the_mqtt_gateway_runs_stateless_replicas_behind_one_service(rendered, t
 @pytest.mark.django_db(transaction=True)  # the gateway's reads close their connection
 def test_the_mqtt_gateway_finds_a_space_s_own_router_on_kubernetes(settings, tenant):
     from config_service import services
+    from maas.bindings import GatewayStore
     from tests.conftest import CTX
-    from workers.mqtt_gateway.store import router_of
 
     space = services.create_address_space(ctx=CTX, tenant=tenant, name="iot", type="standard",
                                           plan="standard-medium")
     local = ("127.0.0.1", 5673)
+    router_of = GatewayStore().router_of
     assert router_of(space.vhost, local) == local
     settings.MAAS_INFRA_BACKEND = "kubernetes"
     settings.MAAS_INFRA_NAMESPACE = "maas-spaces"

@@ -13,10 +13,10 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import BROKER_STATS_LAG, wait_for
+from workers.agents.storage.rabbitmq import RabbitMQApi
 from workers.infra import manifests as m
 from workers.infra.controller import DRAIN_SETTLING
 from workers.infra.drain import RabbitMQDrainer
-from workers.storage.rabbitmq import RabbitMQApi
 
 from . import spaces
 

@@ -1,5 +1,5 @@
 """A space's router on Kubernetes: a Qpid Dispatch Router image whose configuration, in the
-router's ConfigMap, is workers.qdrouterd.router_config in interior mode; checked against the
+router's ConfigMap, is dataplane.qdrouterd.router_config in interior mode; checked against the
 management schema of the qdrouterd 1.19 build `QDROUTERD` names, and started on it."""
 import json
 import subprocess
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from dataplane import qdrouterd
 from tests.qdrouterd import needs_qdrouterd
 from tests.router import qdrouter_schema
 from tests.router.conftest import free_port, wait_port
-from workers import qdrouterd
 from workers.infra import manifests as m
 from workers.infra.controller import make_certificate
 

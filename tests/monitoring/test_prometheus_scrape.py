@@ -19,7 +19,7 @@ from tenants.services import set_quota, throttle
 from tenants.usage import UsageJobRun
 from tests.conftest import CTX, free_tcp_port, port_open, wait_for
 from tests.router.conftest import RouterProcess
-from workers.agents import base
+from workers.agents import runner
 
 from .monitoring import DASHBOARDS, MONITORING, RULES, panels, substitute, tool, variables
 
@@ -87,10 +87,10 @@ def platform(tenant, redis_server):
     assert throttle(ctx=CTX, tenant=tenant, limits=[{"limit": "messages_per_day", "used": 11}])
     UsageJobRun.objects.create(day=date.today() - timedelta(days=1),
                                status=UsageJobRun.SUCCEEDED, finished_at=timezone.now())
-    assert base.run(brokered.uid, "storage") >= 1
+    assert runner.run(brokered.uid, "storage") >= 1
     yield brokered
     services.delete_address_space(ctx=CTX, space=brokered)
-    base.run(brokered.uid, "storage")
+    runner.run(brokered.uid, "storage")
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_every_dashboard_panel_returns_data_from_a_real_prometheus(
         # and the broker's queue figures change between scrapes.
         services.create_address(ctx=CTX, space=platform, address="receipts", type="queue",
                                 plan="brokered-queue")
-        assert base.run(platform.uid, "storage") >= 1
+        assert runner.run(platform.uid, "storage") >= 1
         wait_for(lambda: prometheus.query(
             f'rabbitmq_detailed_queue_messages{{vhost="{platform.vhost}", queue="receipts"}}'),
             30, what="the new queue on RabbitMQ in Prometheus")

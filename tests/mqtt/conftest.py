@@ -1,4 +1,4 @@
-"""Fixtures of the MQTT gateway tests: the gateway process (`python -m workers.mqtt_gateway`)
+"""Fixtures of the MQTT gateway tests: the gateway process (`manage.py run_mqtt_gateway`)
 against a real embedded router (with the database-backed auth service) and RabbitMQ, a standard
 space made through the service functions and reconciled by the real agents, and paho clients."""
 import os
@@ -44,7 +44,7 @@ class GatewayProcess:
         db = django_settings.DATABASES["default"]
         env = dict(os.environ, PYTHONPATH=str(ROOT), MAAS_MQTT_GATEWAY_LOG_LEVEL=os.environ.get("GW_LOG", "WARNING"),
                    DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}")
-        cmd = [sys.executable, "-m", "workers.mqtt_gateway", "--port", str(self.port),
+        cmd = [sys.executable, "manage.py", "run_mqtt_gateway", "--port", str(self.port),
                "--tls-port", str(self.tls_port), "--router", f"127.0.0.1:{self.router_port}",
                "--metrics-port", str(self.metrics_port)]
         if self.tls[0]:

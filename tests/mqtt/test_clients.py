@@ -8,7 +8,7 @@ import pytest
 from maas.management.commands.runplatform import processes
 from tests.mqtt.conftest import PASSWORD, Client, GatewayProcess, add, user
 from tests.workers.conftest import sync
-from workers.agents.certificates import ensure_self_signed
+from workers.agents.router.certificates import ensure_self_signed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BOTH_ROUTERS = True  # tests/mqtt/conftest.py: the embedded router and qdrouterd
@@ -75,7 +75,7 @@ def test_mosquitto_clients_reach_the_gateway_over_tls_with_the_routers_certifica
 
 
 def test_make_run_starts_the_gateway_with_the_router_and_not_without_it(settings):
-    assert processes("127.0.0.1:8000")["mqtt-gateway"][1:] == ["-m", "workers.mqtt_gateway"]
+    assert processes("127.0.0.1:8000")["mqtt-gateway"][2:] == ["run_mqtt_gateway"]
     settings.MAAS_MQTT_GATEWAY_ENABLED = False
     assert "mqtt-gateway" not in processes("127.0.0.1:8000")
     settings.MAAS_MQTT_GATEWAY_ENABLED = True

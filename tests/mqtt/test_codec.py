@@ -3,8 +3,8 @@ import struct
 
 import pytest
 
-from workers.mqtt_gateway import codec, mapping
-from workers.mqtt_gateway.amqp import encode
+from dataplane.gateway import codec, mapping
+from dataplane.gateway.amqp import encode
 
 
 def feed_bytewise(data: bytes) -> list:

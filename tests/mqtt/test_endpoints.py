@@ -5,7 +5,7 @@ import pytest
 from config_service import services
 from config_service.models import AddressSpace
 from tests.conftest import CTX, address_manifest, space_manifest
-from workers.agents.certificates import ensure_self_signed
+from workers.agents.router.certificates import ensure_self_signed
 
 
 @pytest.fixture

@@ -8,14 +8,14 @@ import pytest
 from proton import Message
 
 from config_service import services
-from maas.core.amqp import open_receiver, open_sender
+from core.amqp import open_receiver, open_sender
+from dataplane.gateway import codec
 from tenants.services import create_tenant
 from tests.conftest import CTX, make_user
 from tests.mqtt.conftest import PASSWORD, Client, add, user
 from tests.router.conftest import pump
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import connect, wait_for_bindings
-from workers.mqtt_gateway import codec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BOTH_ROUTERS = True  # the gateway is an AMQP client of whichever router the space has

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from config_service.models import Address, ConfigEvent
+from config_service.models import Address
+from eventlog.models import ConfigEvent
 from tests.mqtt.conftest import Client, add, user
 from tests.workers.conftest import sync
 from workers.models import MqttSession

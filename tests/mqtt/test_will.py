@@ -5,11 +5,11 @@ import time
 
 import pytest
 
+from dataplane.gateway import codec
 from tests.mqtt.conftest import PASSWORD, Client, add, user
 from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import wait_for_bindings
-from workers.mqtt_gateway import codec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BOTH_ROUTERS = True  # tests/mqtt/conftest.py: the embedded router and qdrouterd
@@ -83,7 +83,7 @@ def test_a_will_to_a_topic_the_user_may_not_send_to_is_not_published(gateway, sp
 
 
 def test_a_client_gone_before_its_connack_leaves_no_router_connection(router, gateway, space):
-    from workers.agents.qdr import Management
+    from workers.clients.qdr import Management
 
     user(space)
     sync(space)

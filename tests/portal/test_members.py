@@ -4,7 +4,7 @@ import re
 
 from django.test import Client
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants.models import Invitation, Membership, Tenant
 
 

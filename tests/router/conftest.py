@@ -16,7 +16,7 @@ import requests
 from proton import Message
 from proton.utils import BlockingConnection
 
-from workers.authservice.server import AuthServer, Identity
+from dataplane.authservice.server import AuthServer, Identity
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_PASSWORD = "admin-secret"
@@ -53,7 +53,7 @@ def wait_port(port: int, timeout: float = 10.0, process=None) -> None:
 
 class FixedUsers:
     """The verifier of the tests' auth service: the users tests register (`add_tenant`) and the
-    router admin, with the database verifier's rules (workers/authservice/users.py): `user@vhost`,
+    router admin, with the database verifier's rules (dataplane/authservice/users.py): `user@vhost`,
     or a bare `user` whose password fits in exactly one vhost; the identity is `user@vhost`."""
 
     def __init__(self):
@@ -81,7 +81,7 @@ USERS = FixedUsers()  # one set for the whole test run: each module uses vhosts 
 
 
 class FixedAuthService:
-    """The real auth service (workers.authservice.server.AuthServer) in a thread of the test
+    """The real auth service (dataplane.authservice.server.AuthServer) in a thread of the test
     process, verifying against USERS instead of the database; the router's relay to it is the
     real one."""
 
@@ -106,7 +106,7 @@ def terminate(proc: subprocess.Popen) -> None:
 
 
 class RouterProcess:
-    """`python -m workers.router` on free ports; restartable on the same ports. It relays SASL
+    """`python -m dataplane.router` on free ports; restartable on the same ports. It relays SASL
     to the auth service on `auth_port`, or to a FixedAuthService of its own."""
 
     def __init__(self, extra_args=(), auth_port: int | None = None):
@@ -130,7 +130,7 @@ class RouterProcess:
         whose router exited so picks new ports and tries again; a restart keeps its ports."""
         for attempt in range(3):
             env = dict(os.environ, PYTHONPATH=str(ROOT))
-            cmd = [sys.executable, "-m", "workers.router", "--amqp-port", str(self.amqp_port),
+            cmd = [sys.executable, "-m", "dataplane.router", "--amqp-port", str(self.amqp_port),
                    "--amqps-port", str(self.amqps_port), "--management-port",
                    str(self.mgmt_port), "--metrics-port", str(self.metrics_port),
                    "--log-level", "WARNING", "--admin-user", ADMIN_USER,

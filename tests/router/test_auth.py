@@ -9,7 +9,7 @@ import pytest
 from proton import ConnectionException
 from proton.utils import BlockingConnection, LinkDetached
 
-from workers.router.sasl_relay import SERVICE_TIMEOUT
+from dataplane.router.sasl_relay import SERVICE_TIMEOUT
 
 from .conftest import (
     ADDRESS,

@@ -12,8 +12,8 @@ import pytest
 import requests
 from proton import Message
 
+from dataplane.router.broker_links import is_culprit, names_object, refused_object
 from tests.conftest import BROKER_STATS_COPY, BROKER_STATS_LAG
-from workers.router.broker_links import is_culprit, names_object, refused_object
 
 from .conftest import (
     ADDRESS,

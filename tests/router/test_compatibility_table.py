@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from dataplane import qdrouterd
+from dataplane.router import entities as E
+from dataplane.router import views
+from dataplane.router.management import Management
+from dataplane.router.usage_ledger import UsageLedger
 from tests.qdrouterd import SKIP_REASON
-from workers import qdrouterd
-from workers.agents import router_config as rc
-from workers.router import entities as E
-from workers.router import views
-from workers.router.management import Management
-from workers.router.usage_ledger import UsageLedger
+from workers.agents.router import desired as rc
 
 from . import qdrouter_schema
 
@@ -159,7 +159,7 @@ def test_the_embedded_column_matches_the_embedded_router():
 
 
 def test_the_group_keys_are_the_ones_the_embedded_policy_reads():
-    policy = (ROOT / "workers" / "router" / "policy.py").read_text()
+    policy = (ROOT / "dataplane" / "router" / "policy.py").read_text()
     for key in E.GROUP_KEYS:
         assert f'"{key}"' in policy, key
 

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from workers.router import entities as E
-from workers.router.patterns import best_match
+from dataplane.router import entities as E
+from dataplane.router.patterns import best_match
 
 
 def test_candidates_choose_what_a_scan_chooses():

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from cproton_ffi import lib as L
 
-from workers.router.engine import Engine
-from workers.router.loop import Conn, Loop
+from dataplane.router.engine import Engine
+from dataplane.router.loop import Conn, Loop
 
 
 @pytest.fixture

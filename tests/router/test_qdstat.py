@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workers import qdrouterd
+from dataplane import qdrouterd
 
 from .conftest import ADDRESS, ADMIN_PASSWORD, ADMIN_USER, add_tenant
 
@@ -109,8 +109,10 @@ def tools() -> tuple[Path, dict] | None:
     binary = qdrouterd.binary()
     if not binary:
         return None
-    bindir = Path(binary).resolve().parent
-    if not (bindir / "qdstat").exists():
+    # Beside the binary QDROUTERD names, or beside the file a link of that name points to.
+    bindir = next((d for d in (Path(binary).parent, Path(binary).resolve().parent)
+                   if (d / "qdstat").exists()), None)
+    if bindir is None:
         return None
     package = next((p.parent for p in sorted(bindir.parent.glob("**/qpid_dispatch/__init__.py"))
                     if "management" in {c.name for c in p.parent.iterdir()}), None)

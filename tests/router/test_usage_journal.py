@@ -9,7 +9,7 @@ import time
 import pytest
 from proton import Message, ProtonException, Timeout
 
-from workers.router.usage_journal import FILE_NAME
+from dataplane.router.usage_journal import FILE_NAME
 
 from .conftest import ADDRESS, RouterProcess, add_tenant
 

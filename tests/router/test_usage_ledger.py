@@ -2,9 +2,9 @@
 times the ledger however long it runs and reads back the last values, epochs are never reused,
 and a sweep step looks at a bounded number of entries."""
 
-from workers.router.counters import Counters
-from workers.router.usage_journal import FILE_NAME
-from workers.router.usage_ledger import COMPACT_FACTOR, COMPACT_SLACK, UsageLedger
+from dataplane.router.counters import Counters
+from dataplane.router.usage_journal import FILE_NAME
+from dataplane.router.usage_ledger import COMPACT_FACTOR, COMPACT_SLACK, UsageLedger
 
 
 class Config:

@@ -1,4 +1,4 @@
-"""The vhost relay (workers/vhost_relay): a login `<user>@<vhost>` through it lands in that
+"""The vhost relay (dataplane/vhost_relay): a login `<user>@<vhost>` through it lands in that
 RabbitMQ vhost; anything else passes unchanged; garbage and a broker that is down close only
 the connection concerned. A real relay process, real proton clients, the local RabbitMQ."""
 
@@ -29,9 +29,9 @@ from proton import (
 )
 from proton.utils import BlockingConnection
 
+from dataplane import qdrouterd
+from dataplane.vhost_relay.preamble import AMQP_HEADER, SASL_HEADER, Preamble, ProtocolError
 from tests.qdrouterd import needs_qdrouterd
-from workers import qdrouterd
-from workers.vhost_relay.preamble import AMQP_HEADER, SASL_HEADER, Preamble, ProtocolError
 
 from .conftest import RABBIT_API, RABBIT_AUTH, ROOT, free_port, wait_port
 
@@ -42,7 +42,7 @@ class RelayProcess:
     def __init__(self, broker_port: int = 5672, log_level: str = "WARNING", stderr=None):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.vhost_relay", "--listen", f"127.0.0.1:{self.port}",
+            [sys.executable, "-m", "dataplane.vhost_relay", "--listen", f"127.0.0.1:{self.port}",
              "--broker", f"127.0.0.1:{broker_port}", "--connect-timeout", "2",
              "--log-level", log_level],
             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=stderr, text=True)
@@ -251,7 +251,7 @@ def test_qdrouterd_reaches_the_vhost_s_queue_through_the_relay(relay, space, tmp
 
 
 def test_the_relay_imports_no_django():
-    out = subprocess.run([sys.executable, "-c", "import sys, workers.vhost_relay.__main__; "
+    out = subprocess.run([sys.executable, "-c", "import sys, dataplane.vhost_relay.__main__; "
                           "print(sorted(m for m in sys.modules if m.split('.')[0] in "
                           "('django', 'maas', 'config_service', 'tenants')))"],
                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),

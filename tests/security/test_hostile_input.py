@@ -12,12 +12,13 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from config_service import services
-from config_service.limits import MAX_BODY_BYTES
-from config_service.models import Address, AddressSpace, ConfigEvent
+from config_service.models import Address, AddressSpace
+from core.limits import MAX_BODY_BYTES
+from eventlog.models import ConfigEvent
 from tenants.models import AddressSpacePlan, Tenant
 from tests.conftest import CTX, address_manifest, space_manifest
 from tests.security.corpus import deep_json, deep_yaml, huge_json, yaml_alias_bomb
-from workers.agents import router_config as rc
+from workers.agents.router import desired as rc
 
 YAML = "application/yaml"
 
@@ -135,7 +136,7 @@ def test_the_router_limits_come_from_the_space_plan_over_the_settings(tenant, st
     plan = AddressSpacePlan.objects.get(name="standard-small")
     plan.router_policy = {"maxConnections": 7, "maxSenders": 3}
     plan.save()
-    from workers.agents.router import RouterAgent
+    from workers.agents.router.agent import RouterAgent
 
     _, desired, _ = RouterAgent()._desired(standard)
     vhost = desired[(rc.VHOST, rc.owner_prefix(standard.vhost) + "vhost")]

@@ -15,7 +15,7 @@ from config_service import services
 from tests.conftest import CTX
 from tests.workers import rabbit
 from workers import credentials
-from workers.agents import base
+from workers.agents import runner
 from workers.models import InfraCredential
 
 OLD_DEFAULT_KEY = "maas-insecure-development-key-change-me"  # the constant of earlier releases
@@ -32,10 +32,10 @@ def standard_space(tenant):
                                           type="standard", plan="standard-small")
     services.create_address(ctx=CTX, space=space, address="payroll", type="queue",
                             plan="standard-small-queue")
-    base.run(space.uid, "storage")  # the storage controller makes the vhost and the router user
+    runner.run(space.uid, "storage")  # the storage controller makes the vhost and the router user
     yield space
     services.delete_address_space(ctx=CTX, space=space)
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
 
 
 def test_the_router_login_of_the_old_default_install_is_refused_by_the_broker(standard_space):

@@ -9,7 +9,7 @@ import pytest
 from django.db import transaction
 from django.test import Client
 
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants.models import Membership
 
 NOBODY = "nobody-7c41"  # no account has this name or address

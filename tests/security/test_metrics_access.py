@@ -104,7 +104,7 @@ def test_only_loopback_addresses_count_as_this_machine(address, local):
 
 def test_the_embedded_routers_metrics_stay_on_loopback_when_its_amqp_listener_does_not(
         monkeypatch):
-    from workers.router.__main__ import parse_args
+    from dataplane.router.__main__ import parse_args
 
     monkeypatch.delenv("MAAS_ROUTER_METRICS_HOST", raising=False)
     args = parse_args(["--host", "0.0.0.0", "--metrics-port", "8091"])  # noqa: S104

@@ -8,7 +8,7 @@ import threading
 
 from proton.utils import BlockingConnection
 
-from workers.storage.rabbitmq_objects import POLICY_PREFIX, TEMP_QUEUE_POLICY
+from workers.agents.storage.rabbitmq_objects import POLICY_PREFIX, TEMP_QUEUE_POLICY
 
 AMQP_HOST = os.environ.get("RABBITMQ_AMQP_HOST", "127.0.0.1")
 AMQP_PORT = int(os.environ.get("RABBITMQ_AMQP_PORT", "5672"))

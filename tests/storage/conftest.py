@@ -1,7 +1,7 @@
 """Shared fixtures of the storage tests: a plain management API client of the real broker."""
 import pytest
 
-from workers.storage.rabbitmq import RabbitMQApi
+from workers.agents.storage.rabbitmq import RabbitMQApi
 
 from .clients import API_PASSWORD, API_URL, API_USER
 

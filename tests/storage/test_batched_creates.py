@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from workers.storage import rabbitmq_reconciler
-from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
-from workers.storage.rabbitmq import (
+from workers.agents.storage import rabbitmq_reconciler
+from workers.agents.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+from workers.agents.storage.rabbitmq import (
     BrokerReconciler,
     RabbitMQApi,
     broker_username,
@@ -17,7 +17,7 @@ from workers.storage.rabbitmq import (
     hash_password,
     policy_of,
 )
-from workers.storage.rabbitmq_objects import INCARNATION_ARG
+from workers.agents.storage.rabbitmq_objects import INCARNATION_ARG
 
 from .clients import API_PASSWORD, API_URL, API_USER
 

@@ -20,8 +20,13 @@ from tests.storage.clients import (
     Mqtt,
     amqp,
 )
-from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
-from workers.storage.rabbitmq import BrokerReconciler, RabbitMQApi, broker_username, hash_password
+from workers.agents.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+from workers.agents.storage.rabbitmq import (
+    BrokerReconciler,
+    RabbitMQApi,
+    broker_username,
+    hash_password,
+)
 from workers.usage.broker_counters import EpochMemory, read_broker
 
 PASSWORD = "meter-pw"

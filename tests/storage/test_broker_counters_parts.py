@@ -13,8 +13,8 @@ import pytest
 from proton import Message
 
 from tests.storage.clients import API_PASSWORD, API_URL, API_USER, amqp
-from workers.storage.desired import BrokerQueue, BrokerTopic, VhostState
-from workers.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
+from workers.agents.storage.desired import BrokerQueue, BrokerTopic, VhostState
+from workers.agents.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
 from workers.usage.broker_counters import EpochMemory, read_broker, same_instances
 
 PAGE = 3

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.conftest import BROKER_STATS_COPY
-from workers.storage.rabbitmq import BrokerError
+from workers.agents.storage.rabbitmq import BrokerError
 from workers.usage.broker_counters import EpochMemory, broker_epoch, vhost_counters
 
 BROKER = "http://rabbit:15672/api"

@@ -20,8 +20,13 @@ from tests.storage.clients import (
     _packet,
     _string,
 )
-from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
-from workers.storage.rabbitmq import BrokerReconciler, RabbitMQApi, broker_username, hash_password
+from workers.agents.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+from workers.agents.storage.rabbitmq import (
+    BrokerReconciler,
+    RabbitMQApi,
+    broker_username,
+    hash_password,
+)
 
 PASSWORD = "refusal-pw"
 WITHIN = 1.0  # seconds: the bound for every refusal

@@ -20,9 +20,9 @@ from tests.storage.clients import (
     SessionEnded,
     amqp,
 )
-from workers.agents import base
-from workers.storage.desired import BrokerQueue, BrokerUser, VhostState
-from workers.storage.rabbitmq import (
+from workers.agents import runner
+from workers.agents.storage.desired import BrokerQueue, BrokerUser, VhostState
+from workers.agents.storage.rabbitmq import (
     BrokerError,
     BrokerReconciler,
     RabbitMQApi,
@@ -51,7 +51,7 @@ def brokered_space(tenant):
         ctx=CTX, space=s, username="app",
         authentication={"type": "password", "password": b64(PASSWORD)},
         authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
     return s
 
 
@@ -63,7 +63,7 @@ def spaces(tenant):
     yield ours, theirs
     for s in (ours, theirs):
         services.delete_address_space(ctx=CTX, space=s)
-        base.run(s.uid, "storage")
+        runner.run(s.uid, "storage")
 
 
 def connect(space):
@@ -76,7 +76,7 @@ def mqtt(space, client_id):
 
 def reconcile(*spaces):
     for s in spaces:
-        base.run(s.uid, "storage")
+        runner.run(s.uid, "storage")
 
 
 def test_a_throttled_tenant_cannot_publish_to_its_brokered_space(spaces, tenant):

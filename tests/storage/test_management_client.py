@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from workers.storage.rabbitmq_api import BrokerError, RabbitMQApi
+from workers.clients.rabbitmq_api import BrokerError, RabbitMQApi
 
 
 class FaultyServer:

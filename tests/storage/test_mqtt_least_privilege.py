@@ -11,8 +11,13 @@ import pytest
 from proton import Message
 
 from tests.storage.clients import API_PASSWORD, API_URL, API_USER, MQTT_PORT, amqp
-from workers.storage.desired import BrokerTopic, BrokerUser, VhostState
-from workers.storage.rabbitmq import BrokerReconciler, RabbitMQApi, broker_username, hash_password
+from workers.agents.storage.desired import BrokerTopic, BrokerUser, VhostState
+from workers.agents.storage.rabbitmq import (
+    BrokerReconciler,
+    RabbitMQApi,
+    broker_username,
+    hash_password,
+)
 
 PASSWORD = "mqtt-password"
 RULES = {  # user -> (send, recv): the only rights each has

@@ -1,4 +1,4 @@
-"""Queues with the same settings share one policy (workers/storage/rabbitmq_objects.py).
+"""Queues with the same settings share one policy (workers/agents/storage/rabbitmq_objects.py).
 
 RabbitMQ 3.10 re-matches every queue and exchange of the broker, with their tables locked, at
 each policy it sets or deletes: 35-116 ms a policy with 13,000 queues and 25,000 exchanges,
@@ -12,15 +12,15 @@ import pytest
 
 from tests.conftest import BROKER_STATS_LAG, wait_for
 from tests.storage.clients import queue_policy
-from workers.storage.desired import BrokerQueue, VhostState
-from workers.storage.rabbitmq import (
+from workers.agents.storage.desired import BrokerQueue, VhostState
+from workers.agents.storage.rabbitmq import (
     POLICY_PREFIX,
     BrokerReconciler,
     desired_objects,
     policy_of,
     queue_policies,
 )
-from workers.storage.rabbitmq_objects import POLICY_PATTERN_BYTES, names_pattern
+from workers.agents.storage.rabbitmq_objects import POLICY_PATTERN_BYTES, names_pattern
 
 SHORT = {"message-ttl": 60_000}
 CAPPED = {"max-length-bytes": 1_000, "overflow": "reject-publish"}

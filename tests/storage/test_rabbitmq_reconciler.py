@@ -21,8 +21,8 @@ from proton.utils import BlockingConnection, SendException
 
 from tests.conftest import wait_for
 from tests.storage.clients import queue_policy
-from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
-from workers.storage.rabbitmq import (
+from workers.agents.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+from workers.agents.storage.rabbitmq import (
     DLX_EXCHANGE,
     OWNER_ARG,
     TEMP_QUEUE_EXPIRY_MS,
@@ -721,7 +721,7 @@ def test_a_topic_made_with_rabbitmqs_topic_type_is_retyped_with_its_bindings(
         api, reconciler, vhost):
     """A broker that gets MaaS's topic type later (an upgrade): the next apply remakes each
     topic's exchange as x-maas-topic and puts back every binding, a live receiver's too."""
-    from workers.storage import rabbitmq_reconciler as rr
+    from workers.agents.storage import rabbitmq_reconciler as rr
     reader, writer = user(vhost, "reader", recv=("news*",)), user(vhost, "writer", send=("news",))
     state = VhostState(vhost=vhost, topics=[BrokerTopic("news")],
                        queues=[BrokerQueue("news::keep", "subscription", topic="news")],

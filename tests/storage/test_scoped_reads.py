@@ -11,16 +11,16 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from workers.storage import rabbitmq_reconciler
-from workers.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
-from workers.storage.rabbitmq import (
+from workers.agents.storage import rabbitmq_reconciler
+from workers.agents.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
+from workers.agents.storage.rabbitmq import (
     OWNER_TAG,
     BrokerReconciler,
     RabbitMQApi,
     broker_username,
     hash_password,
 )
-from workers.storage.rabbitmq_reconciler import forget_unpermitted
+from workers.agents.storage.rabbitmq_reconciler import forget_unpermitted
 
 from .clients import API_PASSWORD, API_URL, API_USER
 

@@ -14,8 +14,8 @@ from config_service.models import AddressSpace
 from tests.conftest import CTX, b64, wait_for
 from tests.workers import rabbit
 from workers import credentials
-from workers.agents import base
-from workers.storage import rabbitmq
+from workers.agents import runner
+from workers.agents.storage import rabbitmq
 
 PASSWORD = "app-password"
 
@@ -27,7 +27,7 @@ def space(tenant):
     yield s
     if AddressSpace.objects.filter(uid=s.uid, terminating=False).exists():
         services.delete_address_space(ctx=CTX, space=s)
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
 
 
 def topic(space, name="news"):
@@ -53,7 +53,7 @@ def exchanges(space) -> dict[str, dict]:
 
 def test_the_fanout_exchange_is_bound_from_the_topic_with_every_key(space):
     topic(space)
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     fanout = exchanges(space)["$maas.all.news"]
     assert (fanout["type"], fanout["durable"], fanout["internal"]) == ("fanout", False, False)  # transient: rabbitmq_objects
     assert fanout["arguments"] == {rabbitmq.OWNER_ARG: True}
@@ -64,7 +64,7 @@ def test_the_fanout_exchange_is_bound_from_the_topic_with_every_key(space):
 
 def test_a_receiver_of_the_fanout_exchange_gets_every_message_of_the_topic(space):
     topic(space)
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     conn = rabbit.connect(space.vhost, *router_login(space))
     try:
         receiver = conn.create_receiver("/exchange/$maas.all.news", credit=10)
@@ -86,10 +86,10 @@ def test_a_receiver_of_the_fanout_exchange_gets_every_message_of_the_topic(space
 def test_deleting_the_topic_deletes_its_fanout_exchange_and_binding(space):
     topic(space)
     topic(space, "other")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert {"$maas.all.news", "$maas.all.other"} <= set(exchanges(space))
     services.delete_address(ctx=CTX, space=space, name=f"{space.name}.news")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     left = exchanges(space)
     assert "news" not in left and "$maas.all.news" not in left
     assert not [b for b in rabbit.api(f"/bindings/{quote(space.vhost, safe='')}").json()
@@ -103,7 +103,7 @@ def test_a_tenant_user_with_every_right_cannot_read_the_fanout_exchange(space):
         ctx=CTX, space=space, username="app",
         authentication={"type": "password", "password": b64(PASSWORD)},
         authorization=[{"addresses": ["*"], "operations": ["send", "recv", "manage"]}])
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     login = rabbitmq.broker_username(space.vhost, "app")
     conn = rabbit.connect(space.vhost, login, PASSWORD)
     try:

@@ -3,15 +3,16 @@ busy to answer when the hour is up leaves the last answer in use (real RabbitMQ,
 
 RabbitMQ's `/api/overview`, where the answer comes from, took 26 s at 500 busy vhosts; with
 an answer that expired from the cache after the hour, every worker without one of its own
-failed its applies until the broker answered again (a 100,000-address run stopped there).
+failed its applies until the broker answered again (enough to stall a 100,000-address fill).
 """
 import time
 
 import pytest
 
 from tests.faults import HttpFaultProxy
-from workers.storage import controller, rabbitmq
-from workers.storage import rabbitmq_reconciler as reconciler
+from workers.agents.storage import agent as controller
+from workers.agents.storage import rabbitmq
+from workers.agents.storage import rabbitmq_reconciler as reconciler
 
 from .clients import API_PASSWORD, API_URL, API_USER
 

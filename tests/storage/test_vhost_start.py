@@ -12,9 +12,9 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.faults import hold_vhost_starts, release_vhost_starts
-from workers.storage.desired import BrokerQueue, VhostState
-from workers.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
-from workers.storage.rabbitmq_api import VHOST_PUT_WAIT
+from workers.agents.storage.desired import BrokerQueue, VhostState
+from workers.agents.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
+from workers.clients.rabbitmq_api import VHOST_PUT_WAIT
 
 from .clients import API_PASSWORD, API_URL, API_USER
 

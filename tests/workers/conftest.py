@@ -3,12 +3,12 @@ router agent at it. Modules that set `BOTH_ROUTERS = True` run against the embed
 against qdrouterd 1.19 (where `QDROUTERD` names a build; skipped with the reason elsewhere)."""
 import pytest
 
+from dataplane import qdrouterd
 from tests.qdrouterd import SKIP_REASON, AuthService, QdrouterdProcess, VhostRelay
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess
-from workers import qdrouterd
-from workers.agents import base
-from workers.agents.qdr import Management
-from workers.agents.router import close_pooled
+from workers.agents import runner
+from workers.agents.router.agent import close_pooled
+from workers.clients.qdr import Management
 
 
 def pytest_generate_tests(metafunc):
@@ -80,7 +80,7 @@ def mgmt(router):
 def sync(space):
     """What the fan-out does after a change: every agent of the space reconciles it."""
     for kind in ("storage", "router"):
-        base.run(space.uid, kind)
+        runner.run(space.uid, kind)
 
 
 @pytest.fixture(scope="module")

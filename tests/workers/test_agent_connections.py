@@ -11,9 +11,9 @@ from tests.conftest import CTX
 from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases
-from workers.agents import router as router_agent
-from workers.agents.base import run
-from workers.agents.qdr import Management
+from workers.agents.router import agent as router_agent
+from workers.agents.runner import run
+from workers.clients.qdr import Management
 
 BOTH_ROUTERS = True
 CONNECTION = "org.apache.qpid.dispatch.connection"

@@ -9,13 +9,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from config_service import services
-from config_service.models import AddressSpace, AgentState, AppliedEvent, Outbox
+from config_service.models import AddressSpace, AgentState, AppliedEvent
+from eventlog.models import Outbox
 from tests.conftest import CTX, b64
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases
 from workers import tasks
-from workers.agents import base
-from workers.storage import controller
+from workers.agents import runner
+from workers.agents.storage import agent as controller
 
 
 @pytest.fixture
@@ -33,18 +34,18 @@ def space(tenant, router, redis_server):
 def runs(monkeypatch):
     """(agent kind, thread) of every agent run of reconcile_space."""
     seen = []
-    real = base.run
+    real = runner.run
 
     def run(space_uid, kind, *args, **kwargs):
         seen.append((kind, threading.current_thread()))
         return real(space_uid, kind, *args, **kwargs)
 
-    monkeypatch.setattr(base, "run", run)
+    monkeypatch.setattr(runner, "run", run)
     return seen
 
 
 def pending(space):
-    return base.pending_events(space.uid, "router")
+    return runner.pending_events(space.uid, "router")
 
 
 def make_user(space, username="app"):
@@ -84,7 +85,7 @@ def test_the_agents_threads_keep_their_database_sessions(space, monkeypatch):
     """A session per agent per change cost PostgreSQL a backend start each time (three per
     anycast create, about as much CPU as the reconcile): the pool's threads keep theirs."""
     sessions = []
-    real = base.run
+    real = runner.run
 
     def run(space_uid, kind, *args, **kwargs):
         from django.db import connection
@@ -93,7 +94,7 @@ def test_the_agents_threads_keep_their_database_sessions(space, monkeypatch):
         sessions.append((threading.current_thread(), connection.connection.info.backend_pid))
         return result
 
-    monkeypatch.setattr(base, "run", run)
+    monkeypatch.setattr(runner, "run", run)
     for name in ("k1", "k2", "k3"):
         make_user(space, name)
         tasks.reconcile_space(str(space.uid))
@@ -108,14 +109,14 @@ def test_the_storage_agent_asks_the_broker_only_when_something_stored_changed(
     monkeypatch.setattr(controller, "_api", lambda s: asked.append(s.name) or real(s))
     add(space, "a2", "anycast", "standard-small-anycast")
     add(space, "m2", "multicast", "standard-small-multicast")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert asked == []  # nothing of the broker changes
-    base.run(space.uid, "router")
+    runner.run(space.uid, "router")
     assert set(phases(space).values()) == {"Active"}
     add(space, "q2", "queue", "standard-small-queue")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert asked == [space.name]
-    base.run(space.uid, "storage")  # no new event: a resync, which checks the broker
+    runner.run(space.uid, "storage")  # no new event: a resync, which checks the broker
     assert asked == [space.name, space.name]
 
 
@@ -131,7 +132,7 @@ def test_an_anycast_change_records_the_storage_controller_without_running_it(spa
     add(space, "multi", "multicast", "standard-small-multicast")
     last = AddressSpace.objects.get(uid=space.uid).last_sequence
     with CaptureQueriesContext(connection) as queries:
-        assert base.record_unaffected(space.uid, "standard", "storage") == last
+        assert runner.record_unaffected(space.uid, "standard", "storage") == last
     assert len(queries.captured_queries) == 3  # the lock, the record, the unlock
     assert storage_state(space).applied_sequence == last
     assert set(AppliedEvent.objects.filter(event__stream_id=space.uid, kind="storage",
@@ -156,7 +157,7 @@ def test_the_storage_controller_runs_when_its_own_events_need_the_broker(space):
     before = storage_state(space).applied_sequence
     add(space, "q", "queue", "standard-small-queue")
     add(space, "any", "anycast", "standard-small-anycast")
-    assert base.record_unaffected(space.uid, "standard", "storage") is None
+    assert runner.record_unaffected(space.uid, "standard", "storage") is None
     assert storage_state(space).applied_sequence == before
     assert not AppliedEvent.objects.filter(event__stream_id=space.uid, kind="storage",
                                            event__sequence__gt=before).exists()
@@ -169,7 +170,7 @@ def test_the_storage_controller_runs_when_its_own_events_need_the_broker(space):
 def test_a_storage_state_to_repair_is_run_not_recorded(space, runs, state_of):
     AgentState.objects.filter(space_uid=space.uid, kind="storage").update(**state_of)
     add(space, "any", "anycast", "standard-small-anycast")
-    assert base.record_unaffected(space.uid, "standard", "storage") is None
+    assert runner.record_unaffected(space.uid, "standard", "storage") is None
     tasks.reconcile_space(str(space.uid))
     assert sorted(kind for kind, _ in runs) == ["router", "storage"]
     assert storage_state(space).applied_sequence == space_last(space)
@@ -179,7 +180,7 @@ def test_a_storage_state_to_repair_is_run_not_recorded(space, runs, state_of):
 def test_a_terminating_space_is_not_recorded(space):
     add(space, "any", "anycast", "standard-small-anycast")
     AddressSpace.objects.filter(uid=space.uid).update(terminating=True)
-    assert base.record_unaffected(space.uid, "standard", "storage") is None
+    assert runner.record_unaffected(space.uid, "standard", "storage") is None
     AddressSpace.objects.filter(uid=space.uid).update(terminating=False)
 
 
@@ -190,8 +191,8 @@ def test_the_storage_errors_stay_and_keep_the_outbox_unacknowledged(space):
                                   "permanent": False}}
     AgentState.objects.filter(space_uid=space.uid, kind="storage").update(address_errors=errors)
     add(space, "any", "anycast", "standard-small-anycast")
-    base.run(space.uid, "router")
-    assert base.record_unaffected(space.uid, "standard", "storage") == space_last(space)
+    runner.run(space.uid, "router")
+    assert runner.record_unaffected(space.uid, "standard", "storage") == space_last(space)
     assert storage_state(space).address_errors == errors
     assert Outbox.objects.filter(stream_uid=space.uid, acked_at__isnull=True,
                                  sequence=space_last(space)).exists()
@@ -201,22 +202,22 @@ def test_the_task_reads_the_space_and_the_router_agents_events_in_one_statement(
     add(space, "e1", "anycast", "standard-small-anycast")
     make_user(space, "u1")
     with CaptureQueriesContext(connection) as queries:
-        read = base.space_to_run(space.uid, "router", ("standard",))
+        read = runner.space_to_run(space.uid, "router", ("standard",))
     assert len(queries.captured_queries) == 1
     assert (read.type, read.terminating) == ("standard", False)
     assert read.events == pending(space) and [t for t, _ in read.events] == [
         "address.created", "messaging_user.created"]
     assert read.events[0][1]["type"] == "anycast"
 
-    assert base.space_to_run(space.uid, "router", ("brokered",)).events is None  # not asked
-    assert base.space_to_run(space.uid, "router", ()).events is None  # (only infra on k8s)
-    for i in range(base.PENDING_LIMIT):
+    assert runner.space_to_run(space.uid, "router", ("brokered",)).events is None  # not asked
+    assert runner.space_to_run(space.uid, "router", ()).events is None  # (only infra on k8s)
+    for i in range(runner.PENDING_LIMIT):
         add(space, f"many{i}", "anycast", "standard-small-anycast")
-    assert pending(space) is None and base.space_to_run(space.uid, "router", ("standard",)).events is None
+    assert pending(space) is None and runner.space_to_run(space.uid, "router", ("standard",)).events is None
     AddressSpace.objects.filter(uid=space.uid).update(terminating=True)
-    assert base.space_to_run(space.uid, "router", ("standard",)).events is None
+    assert runner.space_to_run(space.uid, "router", ("standard",)).events is None
     AddressSpace.objects.filter(uid=space.uid).update(terminating=False)
-    assert base.space_to_run(uuid.uuid4(), "router", ("standard",)) is None
+    assert runner.space_to_run(uuid.uuid4(), "router", ("standard",)) is None
 
 
 def test_an_anycast_create_costs_the_task_twelve_statements(space):

@@ -9,12 +9,13 @@ from django.db import connection
 from django.utils import timezone
 
 from config_service import services
-from config_service.models import AgentState, AppliedEvent, Outbox
+from config_service.models import AgentState, AppliedEvent
+from eventlog.models import Outbox
 from tests.conftest import CTX
-from workers.agents import base
+from workers.agents import runner
 
 
-class ProbeAgent(base.Agent):
+class ProbeAgent(runner.Agent):
     """Notes, while it "talks to the network", whether its connection is in a transaction,
     and how many reconciles of its kind run at the same time."""
 
@@ -33,7 +34,7 @@ class ProbeAgent(base.Agent):
         time.sleep(self.pause)  # a slow broker
         with self.lock:
             self.running -= 1
-        return base.Report()
+        return runner.Report()
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def space(transactional_db, tenant):
 
 def test_no_transaction_is_open_while_the_agent_talks_to_its_target(space):
     agent = ProbeAgent()
-    assert base.run(space.uid, "storage", agent) == space.last_sequence
+    assert runner.run(space.uid, "storage", agent) == space.last_sequence
     assert agent.in_transaction == [False]
     state = AgentState.objects.get(space_uid=space.uid, kind="storage")
     assert state.applied_sequence == space.last_sequence
@@ -55,7 +56,7 @@ def test_reconciles_of_one_space_and_kind_never_overlap(space):
 
     def one_run():
         try:
-            base.run(space.uid, "storage", agent)
+            runner.run(space.uid, "storage", agent)
         finally:
             connection.close()  # each thread had a connection of its own
 
@@ -74,10 +75,10 @@ def test_an_invalidation_that_came_during_a_reconcile_is_kept(space):
                 invalidated="Router restarted", invalidated_at=timezone.now())
             return super().reconcile(space)
 
-    base.run(space.uid, "storage", Invalidating())
+    runner.run(space.uid, "storage", Invalidating())
     state = AgentState.objects.get(space_uid=space.uid, kind="storage")
     assert state.invalidated == "Router restarted"
-    base.run(space.uid, "storage", ProbeAgent())  # the restore that follows
+    runner.run(space.uid, "storage", ProbeAgent())  # the restore that follows
     state.refresh_from_db()
     assert state.invalidated == "" and state.invalidated_at is None
 
@@ -95,7 +96,7 @@ def standard(transactional_db, tenant):
 def kind_agent(kind: str, errors: dict | None = None) -> ProbeAgent:
     agent = ProbeAgent()
     agent.kind = kind
-    agent.reconcile = lambda space: base.Report(address_errors=errors or {})
+    agent.reconcile = lambda space: runner.Report(address_errors=errors or {})
     return agent
 
 
@@ -107,7 +108,7 @@ def test_the_record_covers_each_event_once_and_acknowledges_once_every_agent_app
     nothing twice."""
     last = standard.last_sequence
     errors = {"orders": {"message": "Not yet verified", "permanent": False}}
-    base.run(standard.uid, "storage", kind_agent("storage", errors))
+    runner.run(standard.uid, "storage", kind_agent("storage", errors))
     state = AgentState.objects.get(space_uid=standard.uid, kind="storage")
     assert (state.applied_sequence, state.address_errors) == (last, errors)
     applied = AppliedEvent.objects.filter(event__stream_id=standard.uid, kind="storage")
@@ -115,13 +116,13 @@ def test_the_record_covers_each_event_once_and_acknowledges_once_every_agent_app
     assert all(0 <= a.latency_seconds < 60 for a in applied)
     pending = Outbox.objects.filter(stream_uid=standard.uid, acked_at__isnull=True)
     assert pending.count() == last  # the router agent has applied nothing yet
-    base.run(standard.uid, "router", kind_agent("router"))
+    runner.run(standard.uid, "router", kind_agent("router"))
     assert pending.count() == last  # the storage agent has an error to retry: the relay re-sends
-    base.run(standard.uid, "storage", kind_agent("storage"), only_if_behind=True)
+    runner.run(standard.uid, "storage", kind_agent("storage"), only_if_behind=True)
     assert pending.count() == 0
     assert applied.count() == last
 
-    base._record(standard, "storage", 1, base.Report(), timezone.now())
+    runner._record(standard, "storage", 1, runner.Report(), timezone.now())
     state.refresh_from_db()
     assert (state.applied_sequence, state.address_errors) == (last, {})
     assert applied.count() == last
@@ -142,11 +143,11 @@ def test_an_event_is_acknowledged_only_once_no_agent_has_it_to_retry(
     the other's state counts as well as its own outcome."""
     pending = Outbox.objects.filter(stream_uid=standard.uid, acked_at__isnull=True)
     router = kind_agent("router")
-    router.reconcile = lambda space: base.Report(address_errors=errors, space_error=space_error)
-    base.run(standard.uid, "router", router)
-    base.run(standard.uid, "storage", kind_agent("storage"))
+    router.reconcile = lambda space: runner.Report(address_errors=errors, space_error=space_error)
+    runner.run(standard.uid, "router", router)
+    runner.run(standard.uid, "storage", kind_agent("storage"))
     assert (pending.count() == 0) is acknowledged
-    base._ack_outbox(standard.uid, standard)  # the runner's own check when nothing is behind
+    runner._ack_outbox(standard.uid, standard)  # the runner's own check when nothing is behind
     assert (pending.count() == 0) is acknowledged
-    base.run(standard.uid, "router", kind_agent("router"), only_if_behind=True)  # the retry
+    runner.run(standard.uid, "router", kind_agent("router"), only_if_behind=True)  # the retry
     assert pending.count() == 0

@@ -8,11 +8,12 @@ from django.db.models import Exists, OuterRef, Subquery
 from django.test.utils import CaptureQueriesContext
 
 from config_service import services
-from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
+from config_service.models import Address, AddressSpace, AgentState, MessagingUser
+from eventlog.models import ConfigEvent
 from tenants.models import AddressSpacePlan, Tenant, TenantQuota
 from tests.config_service.test_statements import fields, no_query
 from tests.conftest import CTX, b64
-from workers.agents import base, statements
+from workers.agents import runner, statements
 
 RULES = [{"addresses": ["*"], "operations": ["send", "recv"]}]
 
@@ -37,7 +38,7 @@ def test_a_run_reads_the_space_its_tenant_the_state_and_the_events_not_applied(t
     assert read.created_at.tzinfo is not None
     assert fields(no_query(lambda: read.tenant)) == fields(orm.tenant)
     assert state is None  # the agent never ran: its events are those after sequence 0
-    assert events == base._events_after(space.uid, 0, 100) and len(events) == 4
+    assert events == runner._events_after(space.uid, 0, 100) and len(events) == 4
     assert events[1][0] == "address.created" and events[1][1]["address"] == "a1"
 
     mine = AgentState.objects.create(space_uid=space.uid, kind="router", applied_sequence=2,
@@ -46,7 +47,7 @@ def test_a_run_reads_the_space_its_tenant_the_state_and_the_events_not_applied(t
     _, state, events = statements.run_start(space.uid, "router", True, 101)
     assert fields(state) == fields(AgentState.objects.get(pk=mine.pk))
     assert state.address_errors == {"a1": {"message": "x", "permanent": True}}
-    assert events == base._events_after(space.uid, 2, 100) and len(events) == 2
+    assert events == runner._events_after(space.uid, 2, 100) and len(events) == 2
 
     _, _, none = statements.run_start(space.uid, "storage", True, 101)
     assert none == []  # every event applied: none, not unread
@@ -61,22 +62,22 @@ def test_the_run_uses_what_it_read_and_creates_a_missing_state(tenant):
     space = standard_space(tenant, "runs")
     seen = {}
 
-    class Looking(base.Agent):
+    class Looking(runner.Agent):
         kind = "router"
 
         def reconcile(self, space):
-            seen["events"] = base.pending_events(space.uid, self.kind)
-            seen["state"] = base.agent_state(space.uid, self.kind)
-            return base.Report()
+            seen["events"] = runner.pending_events(space.uid, self.kind)
+            seen["state"] = runner.agent_state(space.uid, self.kind)
+            return runner.Report()
 
     with CaptureQueriesContext(connection) as ctx:
-        assert base.run(space.uid, "router", Looking()) == 4
-    assert seen["events"] == base._events_after(space.uid, 0, 100)
+        assert runner.run(space.uid, "router", Looking()) == 4
+    assert seen["events"] == runner._events_after(space.uid, 0, 100)
     assert seen["state"].space_uid == space.uid and seen["state"].pk is not None
     assert not any(q["sql"].lstrip().startswith('SELECT "config_service_configevent"')
                    for q in ctx.captured_queries)  # the events came with the space
     assert AgentState.objects.get(space_uid=space.uid, kind="router").applied_sequence == 4
-    base.run(space.uid, "router", Looking(), check=True)
+    runner.run(space.uid, "router", Looking(), check=True)
     assert seen["events"] is None  # a drift check takes no shortcut
 
 

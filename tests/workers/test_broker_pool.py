@@ -19,13 +19,14 @@ from proton.utils import BlockingConnection
 
 from config_service import rebuild, services
 from config_service.api.resources import endpoints as client_endpoints
-from config_service.models import AddressSpace, AgentState, ConfigEvent
+from config_service.models import AddressSpace, AgentState
+from eventlog.models import ConfigEvent
 from tests.conftest import CTX, b64, wait_for
 from tests.workers.broker_pool import api, node1_name, vhosts_on
 from workers import dispatch
 from workers import endpoints as space_endpoints
-from workers.agents import base
-from workers.storage import broker_watch
+from workers.agents import runner
+from workers.agents.storage import watch as broker_watch
 
 PASSWORD = "app-password"
 
@@ -86,7 +87,7 @@ def test_a_space_lives_on_its_broker_alone_and_its_clients_reach_it_there(
     assert (first.broker, other.broker) == ("", "maas1")
     try:
         for space in (first, other):
-            base.run(space.uid, "storage")
+            runner.run(space.uid, "storage")
         assert first.vhost in vhosts_on(shared) and first.vhost not in vhosts_on(second)
         assert other.vhost in vhosts_on(second) and other.vhost not in vhosts_on(shared)
         queues = api(second, f"/queues/{quote(other.vhost, safe='')}?columns=name").json()
@@ -112,7 +113,7 @@ def test_a_space_lives_on_its_broker_alone_and_its_clients_reach_it_there(
     finally:
         for space in (first, other):
             services.delete_address_space(ctx=CTX, space=space)
-            base.run(space.uid, "storage")
+            runner.run(space.uid, "storage")
     assert other.vhost not in vhosts_on(second)
 
 
@@ -122,11 +123,11 @@ def test_the_watch_repairs_a_restart_of_one_broker_and_leaves_the_others(tenant,
     other = brokered(tenant, f"d{uuid.uuid4().hex[:5]}")
     try:
         for space in (first, other):
-            base.run(space.uid, "storage")
+            runner.run(space.uid, "storage")
         broker_watch.tick()  # markers on both brokers from now on
         for space in (first, other):  # what the reconciles the tick may have queued do
             dispatch.claim(space.uid, resync=True)
-            base.run(space.uid, "storage", only_if_behind=True)
+            runner.run(space.uid, "storage", only_if_behind=True)
         assert broker_watch.tick().restarted is False
 
         for command in ("stop_app", "start_app"):
@@ -149,9 +150,9 @@ def test_the_watch_repairs_a_restart_of_one_broker_and_leaves_the_others(tenant,
 
 def _applied(space) -> bool:
     try:
-        base.run(space.uid, "storage")
+        runner.run(space.uid, "storage")
         return True
-    except base.TransientError:
+    except runner.TransientError:
         return False
 
 

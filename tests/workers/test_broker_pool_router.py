@@ -26,7 +26,7 @@ def relay_to_second(router, second_broker):
     if router.kind != "qdrouterd":
         yield None
         return
-    proc = subprocess.Popen([sys.executable, "-m", "workers.vhost_relay", "--listen",
+    proc = subprocess.Popen([sys.executable, "-m", "dataplane.vhost_relay", "--listen",
                              "127.0.0.1:5691", "--broker", "127.0.0.1:5681"], cwd=settings.BASE_DIR)
     wait_for(lambda: port_open(5691), 10, what="the vhost relay of maas1")
     yield proc

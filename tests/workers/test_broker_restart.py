@@ -17,8 +17,9 @@ from config_service.status import address_status, agent_states
 from tests.conftest import CTX, b64, wait_for
 from tests.workers import rabbit
 from workers import dispatch
-from workers.agents import base
-from workers.storage import broker_watch, rabbitmq
+from workers.agents import runner
+from workers.agents.storage import rabbitmq
+from workers.agents.storage import watch as broker_watch
 from workers.tasks import resync_candidates
 
 PASSWORD = "app-password"
@@ -35,7 +36,7 @@ def space(transactional_db, redis_server, tenant):
         ctx=CTX, space=s, username="app",
         authentication={"type": "password", "password": b64(PASSWORD)},
         authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
     yield s
     services.delete_address_space(ctx=CTX, space=s)
     apply(s)
@@ -46,8 +47,8 @@ def apply(space, **kw):
     deadline = time.monotonic() + 60
     while True:
         try:
-            return base.run(space.uid, "storage", **kw)
-        except base.TransientError:
+            return runner.run(space.uid, "storage", **kw)
+        except runner.TransientError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)

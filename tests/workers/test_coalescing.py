@@ -7,11 +7,12 @@ from django.conf import settings
 from django.db import connection
 
 from config_service import services
-from config_service.models import AddressSpace, AgentState, AppliedEvent, ConfigEvent
+from config_service.models import AddressSpace, AgentState, AppliedEvent
+from eventlog.models import ConfigEvent
 from tests.conftest import CTX, Worker, wait_for
 from tests.workers import celery_queue, rabbit
-from workers.agents import base
-from workers.storage.controller import StorageController
+from workers.agents import runner
+from workers.agents.storage.agent import StorageController
 from workers.tasks import reconcile_space
 
 QUEUE = settings.CELERY_TASK_DEFAULT_QUEUE
@@ -25,7 +26,7 @@ def space(transactional_db, redis_server, tenant):
                                       plan="brokered-single-broker")
     yield s
     services.delete_address_space(ctx=CTX, space=s)
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
 
 
 @pytest.fixture
@@ -96,7 +97,7 @@ def test_the_outbox_relay_adds_no_task_while_one_waits_behind_a_backlog(space):
     import redis
     from django.utils import timezone
 
-    from config_service.models import Outbox
+    from eventlog.models import Outbox
     from workers import dispatch
     from workers.tasks import relay_outbox
 
@@ -120,7 +121,7 @@ def test_a_relayed_task_runs_only_the_agents_still_behind(space):
 
     from django.utils import timezone
 
-    from config_service.models import Outbox
+    from eventlog.models import Outbox
     from workers import dispatch
     from workers.tasks import relay_outbox
 
@@ -142,7 +143,7 @@ def test_the_relay_counts_a_resend_only_once_it_went_out(space, redis_server):
 
     from django.utils import timezone
 
-    from config_service.models import Outbox
+    from eventlog.models import Outbox
     from workers import dispatch
     from workers.tasks import relay_outbox
 
@@ -171,7 +172,7 @@ def test_the_relay_backs_off_from_a_space_it_keeps_resending(space, settings, lo
 
     from django.utils import timezone
 
-    from config_service.models import Outbox
+    from eventlog.models import Outbox
     from workers.tasks import relay_outbox
 
     settings.MAAS_RELAY_AFTER_SECONDS, settings.MAAS_RELAY_MAX_BACKOFF_SECONDS = 10, longest

@@ -17,7 +17,7 @@ from tests.workers import celery_queue, rabbit
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import connect, receive_bodies, user
 from workers import credentials, dispatch, tasks
-from workers.agents import base
+from workers.agents import runner
 
 pytestmark = pytest.mark.slow
 QUEUE = django_settings.CELERY_TASK_DEFAULT_QUEUE
@@ -68,7 +68,7 @@ def test_a_credential_lost_with_the_secret_key_heals_by_the_resync_alone(
     settings.SECRET_KEY = "another key, as after var/ was lost"
     settings.MAAS_RESYNC_INTERVAL = settings.MAAS_DRIFT_CHECK_PERIOD = 1.0
     router.restart()  # as the platform restarts: the router comes back empty
-    base.run(space.uid, "router")  # its restore (router_watch): the router agent alone
+    runner.run(space.uid, "router")  # its restore (router_watch): the router agent alone
     new_user, _ = credentials.router_broker(space.vhost)
     assert new_user == "$router-2"
     assert AgentState.objects.get(space_uid=space.uid, kind="router").address_errors
@@ -98,7 +98,7 @@ def test_a_credential_lost_with_the_secret_key_wakes_its_space_at_once(router, s
     celery_queue.take_all(QUEUE)
     dispatch.claim(space.uid)
     router.restart()
-    base.run(space.uid, "router")  # its restore (router_watch): the router agent alone
+    runner.run(space.uid, "router")  # its restore (router_watch): the router agent alone
     new_user, _ = credentials.router_broker(space.vhost)
     assert new_user == "$router-2"
     assert f"{new_user}@{space.vhost}" not in rabbit.user_names()
@@ -110,7 +110,7 @@ def test_a_credential_lost_with_the_secret_key_wakes_its_space_at_once(router, s
     assert f"{new_user}@{space.vhost}" in rabbit.user_names()
 
     def router_healed() -> bool:
-        base.run(space.uid, "router")  # its next run: a retry, or the task's own
+        runner.run(space.uid, "router")  # its next run: a retry, or the task's own
         return not AgentState.objects.get(space_uid=space.uid, kind="router").address_errors
 
     wait_for(router_healed, 30, what="the router's autoLinks to attach with the new login")

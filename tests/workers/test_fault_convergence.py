@@ -24,20 +24,19 @@ from config_service.models import (
     Address,
     AddressSpace,
     AppliedEvent,
-    ConfigEvent,
     MessagingUser,
-    Outbox,
     RouterIncarnation,
 )
 from config_service.status import address_status, agent_states, agents_needed, space_status
+from eventlog.models import ConfigEvent, Outbox
 from tests.conftest import CTX, Worker, b64, wait_for
 from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
 from workers import endpoints
-from workers.agents import router_config as rc
-from workers.agents.qdr import Management
-from workers.agents.router import entity_types
-from workers.storage.controller import desired_state, management_api
+from workers.agents.router import desired as rc
+from workers.agents.router.agent import entity_types
+from workers.agents.storage.agent import desired_state, management_api
+from workers.clients.qdr import Management
 from workers.tasks import relay_outbox, watch_router
 
 PASSWORD = "app-password"

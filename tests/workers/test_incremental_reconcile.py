@@ -12,9 +12,9 @@ from tenants.models import TenantQuota
 from tests.conftest import CTX
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases, user
-from workers.agents import router_config as rc
-from workers.agents.base import run
-from workers.agents.router import RouterAgent, features
+from workers.agents.router import desired as rc
+from workers.agents.router.agent import RouterAgent, features
+from workers.agents.runner import run
 
 BOTH_ROUTERS = True
 
@@ -64,7 +64,7 @@ def test_a_run_reads_the_agent_state_and_the_pending_events_once(mgmt, space):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from workers.storage.controller import StorageController
+    from workers.agents.storage.agent import StorageController
 
     add(space, "once", "anycast", "standard-small-anycast")
     for kind, agent in (("storage", StorageController()), ("router", RouterAgent(management=mgmt))):

@@ -3,7 +3,8 @@ and recovery when the worker is killed mid fan-out and Redis restarts empty."""
 from django.test import override_settings
 
 from config_service import services
-from config_service.models import Address, AppliedEvent, ConfigEvent, Outbox
+from config_service.models import Address, AppliedEvent
+from eventlog.models import ConfigEvent, Outbox
 from tests.conftest import CTX, address_manifest, client_for, space_manifest, wait_for
 from tests.workers import rabbit
 from workers.tasks import relay_outbox

@@ -12,7 +12,7 @@ from django.utils import timezone
 from proton.utils import BlockingConnection, LinkDetached
 
 from config_service import services
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from spark.samples import GAUGES, write_samples
 from tenants.models import AddressUsageHourly, SpacePeakHourly, TenantQuota, UsageJobRun
 from tenants.services import throttle, unthrottle

@@ -12,7 +12,7 @@ from config_service.status import address_status, agent_states
 from tests.conftest import CTX
 from tests.storage.clients import queue_policy
 from tests.workers import rabbit
-from workers.agents import base
+from workers.agents import runner
 
 
 @pytest.fixture
@@ -26,10 +26,10 @@ def space(tenant):
                                       type="standard", plan="ops-small")
     for name in ("a", "b"):
         services.create_address(ctx=CTX, space=s, address=name, type="queue", plan="ops-queue")
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
     yield s
     services.delete_address_space(ctx=CTX, space=s)
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
 
 
 def policy(space, queue: str) -> dict:
@@ -53,7 +53,7 @@ def test_new_credits_reach_the_broker_and_an_address_over_the_plan_loses_its_que
     services.replace_address_plan(ctx=CTX, name="ops-queue", spec={
         "addressType": "queue", "resources": {"router": 0.001, "broker": 0.6},
         "messageTtl": {"maximum": 60000}})
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
 
     assert policy(space, "a")["max-length-bytes"] == int(0.6 * size)
     assert policy(space, "a")["message-ttl"] == 60000

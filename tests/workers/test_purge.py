@@ -5,10 +5,10 @@ import pytest
 from proton import Message
 
 from config_service import services
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tests.conftest import CTX, b64
 from tests.workers import rabbit
-from workers.agents import base
+from workers.agents import runner
 
 PASSWORD = "purge-password"
 
@@ -23,10 +23,10 @@ def space(tenant):
         ctx=CTX, space=s, username="app",
         authentication={"type": "password", "password": b64(PASSWORD)},
         authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
     yield s
     services.delete_address_space(ctx=CTX, space=s)
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
 
 
 def _send(space, *bodies):
@@ -63,9 +63,9 @@ def test_a_purge_through_the_api_drops_the_stored_messages_once(tenant, space, a
     event = ConfigEvent.objects.get(stream_id=space.uid, type="address.purged")
     assert event.payload == {"name": "purging.orders"} and event.actor == "token:default:olivia"
 
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     _send(space, "d", "e")
-    base.run(space.uid, "storage")  # a duplicate delivery, or the resync
+    runner.run(space.uid, "storage")  # a duplicate delivery, or the resync
     assert _drain(space) == ["d", "e"]
 
 

@@ -6,7 +6,7 @@ import os
 from proton.reactor import Container
 
 from tests.router.conftest import ADMIN_PASSWORD
-from workers.agents.qdr import Management, SharedSslContainer
+from workers.clients.qdr import Management, SharedSslContainer
 
 # Reactor state that differs between any two containers (queues, handlers, clocks)
 PER_CONTAINER = {"container_id", "ssl", "_collector", "_global_handler", "_handler", "_now",

@@ -8,7 +8,7 @@ from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
 from config_service import services
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from tenants import services as tenant_services
 from tenants.models import TenantQuota
 from tests.conftest import CTX, b64

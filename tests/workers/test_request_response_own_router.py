@@ -109,7 +109,7 @@ def test_who_may_not_reply_is_refused_with_an_amqp_error(own):
 ])
 def test_the_routers_own_addresses_stay_out_of_reach(own, target):
     """The policy grants `_topo/0/*` for replies; the guard link routes refuse every `_topo`
-    address but a dynamic one (workers/qdrouterd.py, TOPO_GUARD_PATTERNS)."""
+    address but a dynamic one (dataplane/qdrouterd.py, TOPO_GUARD_PATTERNS)."""
     proc, space = own
     server = connect(proc, space, "server")
     try:

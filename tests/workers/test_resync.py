@@ -12,7 +12,7 @@ from config_service import services
 from config_service.models import AgentState
 from tests.conftest import CTX
 from tests.workers import celery_queue, rabbit
-from workers.agents import base
+from workers.agents import runner
 from workers.tasks import drift_check_countdowns, reconcile_space, resync_all
 
 RESYNC = settings.MAAS_RESYNC_QUEUE
@@ -35,7 +35,7 @@ def spaces(redis_server, tenant):
     its agent has not applied yet."""
     made = {name: new_space(tenant, name) for name in ("quiet", "quieter", "fresh", "behind")}
     for s in made.values():
-        base.run(s.uid, "storage")
+        runner.run(s.uid, "storage")
     # Each compared whole with the broker when it last applied (a space's first apply is a
     # change's, not yet a drift check: `checked_at` is set here)
     an_hour_ago, now = timezone.now() - datetime.timedelta(hours=1), timezone.now()
@@ -50,7 +50,7 @@ def spaces(redis_server, tenant):
     yield made
     for s in made.values():
         services.delete_address_space(ctx=CTX, space=s)
-        base.run(s.uid, "storage")
+        runner.run(s.uid, "storage")
 
 
 def resync_tasks(spaces) -> dict[str, dict]:
@@ -120,7 +120,7 @@ def test_a_resync_of_an_up_to_date_space_leaves_it_alone_but_a_wake_up_repairs_i
         redis_server, tenant):
     space = new_space(tenant)
     queue(space, "orders")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     rabbit.delete_queue(space.vhost, "orders")
     reconcile_space(str(space.uid), resync=True, only_behind=True)
     assert "orders" not in rabbit.queue_names(space.vhost)  # nothing behind: not even looked at
@@ -128,14 +128,14 @@ def test_a_resync_of_an_up_to_date_space_leaves_it_alone_but_a_wake_up_repairs_i
     reconcile_space(str(space.uid))
     assert "orders" in rabbit.queue_names(space.vhost)
     services.delete_address_space(ctx=CTX, space=space)
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
 
 
 def test_a_resync_of_a_space_behind_applies_its_change(redis_server, tenant):
     space = new_space(tenant)
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     queue(space, "orders")
     reconcile_space(str(space.uid), resync=True, only_behind=True)
     assert "orders" in rabbit.queue_names(space.vhost)
     services.delete_address_space(ctx=CTX, space=space)
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")

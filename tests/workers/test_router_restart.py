@@ -12,12 +12,13 @@ from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
 from config_service import services
-from config_service.models import AddressSpace, AgentState, ConfigEvent, RouterIncarnation
+from config_service.models import AddressSpace, AgentState, RouterIncarnation
 from config_service.status import address_status, agent_states, space_status
+from eventlog.models import ConfigEvent
 from tests.conftest import CTX, b64, wait_for
 from tests.router.conftest import pump_until
 from tests.workers.conftest import sync
-from workers.agents import router_watch
+from workers.agents.router import watch as router_watch
 from workers.tasks import watch_router
 
 BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd

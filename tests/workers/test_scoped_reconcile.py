@@ -9,10 +9,10 @@ from config_service.models import AddressSpace
 from tests.conftest import CTX
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases
-from workers.agents import qdr
-from workers.agents import router as router_agent
-from workers.agents import router_config as rc
-from workers.agents.base import run
+from workers.agents.router import agent as router_agent
+from workers.agents.router import desired as rc
+from workers.agents.runner import run
+from workers.clients import qdr
 
 BOTH_ROUTERS = True
 FOREIGN = 300  # other spaces' entities on the router

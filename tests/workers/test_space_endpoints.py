@@ -14,9 +14,9 @@ from tests.conftest import CTX, b64
 from tests.faults import HttpFaultProxy
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess
 from workers import endpoints
-from workers.agents import base
-from workers.agents import router_config as rc
-from workers.agents.qdr import Management
+from workers.agents import runner
+from workers.agents.router import desired as rc
+from workers.clients.qdr import Management
 from workers.usage import sampler
 
 WHERE: dict = {}  # space uid -> SpaceEndpoints, read by `lookup`
@@ -78,10 +78,10 @@ def test_every_reader_goes_to_the_space_s_own_broker_and_router(
     second = _space(tenant, relays[1], second_router)
     try:
         for space in (first, second):
-            base.run(space.uid, "storage")
-            base.run(space.uid, "router")
+            runner.run(space.uid, "storage")
+            runner.run(space.uid, "router")
             services.purge_address(ctx=CTX, space=space, name=f"{space.name}.orders")
-            base.run(space.uid, "storage")
+            runner.run(space.uid, "storage")
             stats.address_stats(space, list(space.addresses.all()))
         rows = sampler.collect()
 
@@ -98,8 +98,8 @@ def test_every_reader_goes_to_the_space_s_own_broker_and_router(
     finally:
         for space in (first, second):
             services.delete_address_space(ctx=CTX, space=space)
-            base.run(space.uid, "router")
-            base.run(space.uid, "storage")
+            runner.run(space.uid, "router")
+            runner.run(space.uid, "storage")
 
 
 def test_on_kubernetes_a_standard_space_lives_on_its_own_services(tenant, settings):

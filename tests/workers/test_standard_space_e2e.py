@@ -11,15 +11,15 @@ from proton.utils import BlockingConnection, LinkDetached, SendException
 from config_service import services
 from config_service.models import Address, AddressSpace
 from config_service.status import address_status, agent_states
-from maas.core.amqp import open_receiver, open_sender
+from core.amqp import open_receiver, open_sender
 from tenants.models import AddressSpacePlan
 from tests.conftest import CTX, b64, wait_for
 from tests.router.conftest import ADMIN_PASSWORD, pump, pump_until
 from tests.workers import rabbit
 from tests.workers.conftest import sync
-from workers.agents import router as router_agent
-from workers.agents import router_config as rc
-from workers.agents.qdr import Management
+from workers.agents.router import agent as router_agent
+from workers.agents.router import desired as rc
+from workers.clients.qdr import Management
 
 BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
 PASSWORD = "app-password"

@@ -6,12 +6,13 @@ import pytest
 from proton import ConnectionException
 
 from config_service import services
-from config_service.models import AddressSpace, AgentState, AppliedEvent, ConfigEvent
+from config_service.models import AddressSpace, AgentState, AppliedEvent
 from config_service.status import address_status, agent_states, space_status
+from eventlog.models import ConfigEvent
 from tests.conftest import CTX, b64
 from tests.workers import rabbit
-from workers.agents import base
-from workers.storage import rabbitmq
+from workers.agents import runner
+from workers.agents.storage import rabbitmq
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def space(tenant):
                                       type="brokered", plan="brokered-single-broker")
     yield s
     services.delete_address_space(ctx=CTX, space=s)
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
 
 
 def queue(space, name, **kw):
@@ -45,7 +46,7 @@ def test_a_queue_becomes_active_only_after_the_agent_applied_it(space):
     queue(space, "orders")
     space_st, addr_st = statuses(space)
     assert addr_st[f"{space.name}.orders"].phase == "Configuring"
-    assert base.run(space.uid, "storage") == 2
+    assert runner.run(space.uid, "storage") == 2
     space_st, addr_st = statuses(space)
     assert space_st.phase == "Active"
     assert addr_st[f"{space.name}.orders"].phase == "Active"
@@ -56,7 +57,7 @@ def test_a_messaging_user_sends_and_receives_and_others_are_refused(space, tenan
     queue(space, "orders")
     queue(space, "secret")
     user(space, "app", "app-password", [{"addresses": ["orders"], "operations": ["send", "recv"]}])
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     login = rabbitmq.broker_username(space.vhost, "app")
     rabbit.send(space.vhost, login, "app-password", "orders", "hello")
     assert rabbit.receive(space.vhost, login, "app-password", "orders") == "hello"
@@ -68,19 +69,19 @@ def test_a_messaging_user_sends_and_receives_and_others_are_refused(space, tenan
 
 def test_a_queue_deleted_behind_its_back_comes_back_on_resync(space):
     queue(space, "orders")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     rabbit.delete_queue(space.vhost, "orders")
     assert "orders" not in rabbit.queue_names(space.vhost)
-    base.run(space.uid, "storage")  # the periodic resync
+    runner.run(space.uid, "storage")  # the periodic resync
     assert "orders" in rabbit.queue_names(space.vhost)
 
 
 def test_deleting_an_address_removes_only_its_queue(space):
     queue(space, "a")
     queue(space, "b")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     services.delete_address(ctx=CTX, space=space, name=f"{space.name}.a")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert {"a", "b"} & rabbit.queue_names(space.vhost) == {"b"}
 
 
@@ -104,8 +105,8 @@ def test_every_event_delivered_twice_and_out_of_order_gives_the_same_end_state(t
         for i, step in enumerate(steps):
             step()
             for _ in range(deliveries(i)):
-                base.run(s.uid, "storage")
-        base.run(s.uid, "storage")
+                runner.run(s.uid, "storage")
+        runner.run(s.uid, "storage")
         return s
 
     once = scenario("once" + uuid.uuid4().hex[:4], lambda i: 1)
@@ -120,18 +121,18 @@ def test_every_event_delivered_twice_and_out_of_order_gives_the_same_end_state(t
         events = ConfigEvent.objects.filter(stream_id=s.uid).count()
         assert AppliedEvent.objects.filter(event__stream_id=s.uid).count() == events
         services.delete_address_space(ctx=CTX, space=s)
-        base.run(s.uid, "storage")
+        runner.run(s.uid, "storage")
 
 
 def test_deleting_the_space_tears_down_the_vhost_and_removes_the_space(tenant):
     s = services.create_address_space(ctx=CTX, tenant=tenant, name="gone", type="brokered",
                                       plan="brokered-single-broker")
     queue(s, "orders")
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
     assert rabbit.vhost_exists(s.vhost)
     services.delete_address_space(ctx=CTX, space=s)
     assert statuses(s)[0].phase == "Terminating"
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
     assert not rabbit.vhost_exists(s.vhost)
     assert not AddressSpace.objects.filter(uid=s.uid).exists()
     assert ConfigEvent.objects.filter(stream_id=s.uid).last().type == "address_space.removed"
@@ -152,12 +153,12 @@ def test_a_change_reads_only_its_space_and_a_resync_also_looks_for_stale_users(
 
     monkeypatch.setattr(rabbitmq.RabbitMQApi, "request", recording)
     queue(space, "orders")
-    base.run(space.uid, "storage")  # the space's first reconcile: its new vhost and queue
+    runner.run(space.uid, "storage")  # the space's first reconcile: its new vhost and queue
     queue(space, "invoices")
-    base.run(space.uid, "storage")  # a change
+    runner.run(space.uid, "storage")  # a change
     assert "/users/without-permissions" not in paths
     assert all(space.vhost in path or path.startswith("/users/") or path == "/overview"
                for path in paths), paths
 
-    base.run(space.uid, "storage")  # no new event: a resync
+    runner.run(space.uid, "storage")  # no new event: a resync
     assert paths.count("/users/without-permissions") == 1

@@ -13,8 +13,9 @@ from config_service.status import address_status, agent_states
 from tenants.models import TenantQuota
 from tests.conftest import CTX, b64
 from tests.workers import rabbit
-from workers.agents import base
-from workers.storage import controller, rabbitmq
+from workers.agents import runner
+from workers.agents.storage import agent as controller
+from workers.agents.storage import rabbitmq
 
 
 class ReadCountingApi(rabbitmq.RabbitMQApi):
@@ -48,10 +49,10 @@ def space(tenant):
         ctx=CTX, space=s, username="app", authentication={"type": "password",
                                                           "password": b64("app-password")},
         authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
-    base.run(s.uid, "storage")  # the full apply: the vhost as desired, no error
+    runner.run(s.uid, "storage")  # the full apply: the vhost as desired, no error
     yield s
     services.delete_address_space(ctx=CTX, space=s)
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
 
 
 def queue(space, name, **kw):
@@ -86,7 +87,7 @@ def test_a_new_queue_is_made_and_verified_by_name_and_carries_messages(space, co
     before = rabbit.broker_state(space.vhost)
     queue(space, "orders")
     queue(space, "invoices")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert listed(counted, space.vhost) == []
     writes = [c for c in counted.calls if c[0] != "GET"]
     assert len(writes) == 1 and writes[0] == ("POST", f"/definitions/{space.vhost}")  # 6 objects
@@ -105,7 +106,7 @@ def test_a_new_queue_is_made_and_verified_by_name_and_carries_messages(space, co
 
 def test_one_queue_is_three_calls_and_two_rounds_of_reads(space, counted):
     queue(space, "orders")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert [c for c in counted.calls if c[0] != "GET"] == [
         ("PUT", f"/exchanges/{space.vhost}/orders"), ("PUT", f"/queues/{space.vhost}/orders"),
         ("POST", f"/bindings/{space.vhost}/e/orders/q/orders")]
@@ -116,14 +117,14 @@ def test_a_list_of_many_queues_takes_the_full_apply(space, counted):
     services.create_addresses(ctx=CTX, space=space, items=[
         {"address": f"bulk{i}", "type": "queue", "plan": "brokered-queue"}
         for i in range(controller.NEW_QUEUES_BY_NAME + 1)])
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert listed(counted, space.vhost)  # fewer calls than three objects by name each, twice
     assert set(phases(space).values()) == {"Active"} and full_apply_changes(space) == []
 
 
 def test_a_queue_with_a_policy_takes_the_full_apply(space, counted):
     queue(space, "short", spec={"messageTtl": {"maximum": 5000}})
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert listed(counted, space.vhost)  # the policy names its queues together
     assert phases(space)["short"] == "Active"
     assert any(p[1].startswith("[('message-ttl', 5000)")
@@ -135,10 +136,10 @@ def test_a_first_queue_a_send_right_matches_changes_permissions_in_full(space, c
         ctx=CTX, space=space, username="shop", authentication={
             "type": "password", "password": b64("shop-password")},
         authorization=[{"addresses": ["cart*"], "operations": ["send"]}])
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     counted.calls.clear()
     queue(space, "cart1")  # the first queue `cart*` matches: write on its exchange now
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert listed(counted, space.vhost)
     assert phases(space)["cart1"] == "Active" and full_apply_changes(space) == []
     login = rabbitmq.broker_username(space.vhost, "shop")
@@ -151,7 +152,7 @@ def test_a_throttle_without_an_event_is_not_skipped_by_a_new_queue(space, counte
     # A throttle wakes the agents without an event; here a queue is created before they run.
     TenantQuota.objects.filter(tenant=tenant).update(throttled=True)
     queue(space, "late")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert listed(counted, space.vhost)  # the permissions differ: the full apply cuts writes
     login = rabbitmq.broker_username(space.vhost, "app")
     perms = {p[0]: p for p in rabbit.broker_state(space.vhost)["permissions"]}
@@ -162,7 +163,7 @@ def test_a_throttle_without_an_event_is_not_skipped_by_a_new_queue(space, counte
 def test_a_vhost_gone_behind_its_back_is_made_again_by_the_full_apply(space, counted):
     counted.delete_vhost(space.vhost)
     queue(space, "orders")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert listed(counted, space.vhost)
     assert set(phases(space).values()) == {"Active"}
     assert len(rabbit.queue_names(space.vhost)) == 21
@@ -173,7 +174,7 @@ def test_after_an_error_the_next_new_queue_takes_the_full_apply(space, counted):
         address_errors={f"{space.name}.q1": {"message": "Not yet verified on the broker",
                                              "permanent": False}})
     queue(space, "orders")
-    base.run(space.uid, "storage")
+    runner.run(space.uid, "storage")
     assert listed(counted, space.vhost)
     assert AgentState.objects.get(space_uid=space.uid, kind="storage").address_errors == {}
     assert set(phases(space).values()) == {"Active"}

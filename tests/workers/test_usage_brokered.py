@@ -14,7 +14,7 @@ from spark.samples import write_samples
 from tenants.models import AddressUsageDaily, Tenant
 from tests.conftest import CTX, b64
 from tests.workers.rabbit import connect
-from workers.agents import base
+from workers.agents import runner
 from workers.usage import sampler
 from workers.usage.job import run_day
 
@@ -36,7 +36,7 @@ def brokered(tenant):
         ctx=CTX, space=s, username="app",
         authentication={"type": "password", "password": b64(PASSWORD)},
         authorization=[{"addresses": ["*"], "operations": ["send", "recv"]}])
-    base.run(s.uid, "storage")
+    runner.run(s.uid, "storage")
     return s
 
 
@@ -47,7 +47,7 @@ def spaces(tenant):
     yield made
     for s in made:
         services.delete_address_space(ctx=CTX, space=s)
-        base.run(s.uid, "storage")
+        runner.run(s.uid, "storage")
 
 
 def traffic(space, sent: int, taken: int):

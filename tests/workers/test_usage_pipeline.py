@@ -9,7 +9,7 @@ from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
 from config_service import services
-from config_service.models import ConfigEvent
+from eventlog.models import ConfigEvent
 from spark.samples import write_samples
 from tenants.models import AddressUsageDaily, QuotaEvaluation, TenantQuota, TenantUsageDaily
 from tests.conftest import CTX, b64

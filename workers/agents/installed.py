@@ -3,16 +3,16 @@ with `MAAS_ROUTER_ENABLED`, and the infra agent with `MAAS_INFRA_BACKEND=kuberne
 workers/apps.py registers `installed_agents` with the runner (`base.install`)."""
 from django.conf import settings
 
-from .base import Agent
+from workers.agents.runner import Agent
 
 
 def installed_agents() -> dict[str, Agent]:
-    from workers.infra.backend import infra_agent
-    from workers.storage.controller import StorageController
+    from workers.agents.infra import infra_agent
+    from workers.agents.storage.agent import StorageController
 
     agents: dict[str, Agent] = {"storage": StorageController()}
     if settings.MAAS_ROUTER_ENABLED:
-        from .router import RouterAgent
+        from workers.agents.router.agent import RouterAgent
 
         agents["router"] = RouterAgent()
     infra = infra_agent()  # None with MAAS_INFRA_BACKEND=local

@@ -1,4 +1,5 @@
-"""The statements an agent's run reads, written by hand (`maas.core.rows` says why).
+"""The statements of an agent's run, written by hand: what it reads (`core.rows` says why) and
+what it records.
 
 Each does what the ORM queries it replaces did, instances and related caches alike;
 tests/workers/test_agent_statements.py runs both and compares them. Only what every change's
@@ -11,9 +12,10 @@ from functools import cache
 
 from django.db import connection
 
-from config_service.models import Address, AddressSpace, AgentState, ConfigEvent, MessagingUser
-from maas.core.rows import Columns, fetch
-from maas.core.rows import table as _table
+from config_service.models import Address, AddressSpace, AgentState, AppliedEvent, MessagingUser
+from core.rows import Columns, fetch
+from core.rows import table as _table
+from eventlog.models import ConfigEvent, Outbox
 from tenants.models import AddressSpacePlan, Tenant, TenantQuota
 
 
@@ -29,7 +31,7 @@ def _columns() -> dict[str, Columns]:
 def _sql() -> dict[str, str]:
     c = _columns()
     return {
-        # The events as base._events_after orders and limits them; not read (NULL) when
+        # The events as runner._events_after orders and limits them; not read (NULL) when
         # %(events)s is false, none (an empty array) when there are none.
         "run": f"""
             SELECT {c['space'].sql}, {c['tenant'].sql}, {c['state'].sql},
@@ -110,3 +112,121 @@ def throttle_and_plan_policy(space: AddressSpace) -> tuple[bool, dict | None]:
     for convert in connection.ops.get_db_converters(col) + col.get_db_converters(connection):
         policy = convert(policy, col, connection)  # jsonb comes as text, as for the ORM
     return bool(throttled), policy
+
+
+# What a run records (runner.run, runner.record_unaffected) and reads before it (space_to_run),
+# each in one statement.
+
+_TABLES = {"state": AgentState._meta.db_table, "spaces": AddressSpace._meta.db_table,
+           "applied": AppliedEvent._meta.db_table, "events": ConfigEvent._meta.db_table,
+           "outbox": Outbox._meta.db_table}
+
+_RECORD = """
+WITH old AS (
+    SELECT id, applied_sequence, invalidated_at FROM {state}
+    WHERE space_uid = %(uid)s AND kind = %(kind)s FOR UPDATE
+), recorded AS (
+    UPDATE {state} s SET
+        applied_sequence = GREATEST(old.applied_sequence, %(target)s),
+        applied_at = %(now)s,
+        checked_at = CASE WHEN %(checked)s THEN %(now)s ELSE s.checked_at END,
+        address_errors = %(errors)s::jsonb,
+        space_error = %(space_error)s,
+        torn_down = s.torn_down OR %(terminating)s,
+        invalidated = CASE WHEN old.invalidated_at IS NULL OR old.invalidated_at < %(started)s
+                           THEN '' ELSE s.invalidated END,
+        invalidated_at = CASE WHEN old.invalidated_at IS NULL
+                                   OR old.invalidated_at < %(started)s
+                              THEN NULL ELSE s.invalidated_at END
+    FROM old WHERE s.id = old.id
+    RETURNING old.applied_sequence AS after
+), {applied_events}
+"""
+
+# An AppliedEvent per event the `recorded` CTE newly covers (after it, up to `{target}`), with
+# its latency: `.format(target=...)`, then into a statement as its `applied_events`.
+_APPLIED = """applied AS (
+    INSERT INTO {applied} (event_id, kind, applied_at, latency_seconds)
+    SELECT e.position, %(kind)s, %(now)s, EXTRACT(EPOCH FROM %(now)s - e.created_at)::float8
+    FROM {events} e, recorded
+    WHERE e.stream_id = %(uid)s AND e.sequence > recorded.after AND e.sequence <= {target}
+    ON CONFLICT DO NOTHING
+)"""
+
+# Whether a state's address errors hold one not marked permanent (`_settled`'s test in SQL, so
+# that thousands of errors during a fill are not loaded): `.format(column=...)`.
+RETRYABLE_ERRORS = "jsonb_path_exists({column}, '$.* ? (!exists(@.permanent ? (@ == true)))')"
+
+# Acknowledged: up to the lowest sequence the space's installed agents applied, the recording
+# one's new sequence and outcome counted (the statement's snapshot holds its old ones); none
+# while one of them has no state yet, when the type has no agent installed here, or while one
+# of them has something to retry (`_settled`: invalidated, a space error, an address error
+# not permanent). So the relay re-sends an event until its addresses are really configured:
+# an autoLink still inactive after the router agent's wait is retried within
+# MAAS_RELAY_AFTER_SECONDS, not at the next resync. `{target}` is the recording kind's new
+# sequence and `{own_clean}` whether its outcome leaves nothing to retry.
+_ACK = """
+UPDATE {outbox} SET acked_at = %(now)s
+WHERE stream_uid = %(uid)s AND acked_at IS NULL AND %(nkinds)s > 0 AND sequence <= (
+    SELECT MIN(CASE WHEN kind = %(kind)s THEN GREATEST(applied_sequence, {target})
+                    ELSE applied_sequence END)
+    FROM {state} WHERE space_uid = %(uid)s AND kind = ANY(%(kinds)s)
+    HAVING COUNT(DISTINCT kind) = %(nkinds)s AND BOOL_AND(CASE
+        WHEN kind = %(kind)s THEN {own_clean} ELSE {clean} END)
+)
+"""
+
+# A state with nothing to retry, as its row stands (`_settled`).
+_CLEAN = ("invalidated = '' AND space_error = '' AND NOT "
+          + RETRYABLE_ERRORS.format(column="address_errors"))
+
+# `record_unaffected`: the state moved to the space's last sequence if every event after its
+# own creates an address of %(types)s and the state is clean of what a run would repair, with
+# the AppliedEvent rows and the outbox acknowledged (`_ACK`, this state's new sequence counted,
+# its errors as they are, and nothing acknowledged when nothing was recorded); the sequence
+# recorded, or no row.
+_UNAFFECTED = """
+WITH old AS (
+    SELECT s.id, s.applied_sequence, sp.last_sequence AS target
+    FROM {state} s JOIN {spaces} sp ON sp.uid = s.space_uid
+    WHERE s.space_uid = %(uid)s AND s.kind = %(kind)s AND NOT sp.terminating
+      AND s.applied_at IS NOT NULL AND s.invalidated = ''
+      AND s.applied_sequence < sp.last_sequence
+      AND NOT EXISTS (
+          SELECT 1 FROM {events} e
+          WHERE e.stream_id = %(uid)s AND e.sequence > s.applied_sequence
+            AND e.sequence <= sp.last_sequence
+            AND (e.type <> 'address.created'
+                 OR COALESCE(e.payload ->> 'type', '') <> ALL(%(types)s)))
+    FOR UPDATE OF s
+), recorded AS (
+    UPDATE {state} s SET applied_sequence = old.target, applied_at = %(now)s
+    FROM old WHERE s.id = old.id
+    RETURNING old.applied_sequence AS after, old.target
+), {applied_events}, acked AS ({ack})
+SELECT target FROM recorded
+"""
+
+# `space_to_run`: the events as `_events_after` orders and limits them, in a JSON array.
+_SPACE_TO_RUN = """
+SELECT sp.type, sp.terminating, asked.yes, CASE WHEN asked.yes THEN (
+    SELECT json_agg(json_build_array(e.type, e.payload) ORDER BY e.sequence) FROM (
+        SELECT type, payload, sequence FROM {events}
+        WHERE stream_id = sp.uid AND sequence > COALESCE((
+            SELECT applied_sequence FROM {state} WHERE space_uid = sp.uid AND kind = %(kind)s
+        ), 0)
+        ORDER BY sequence LIMIT %(limit)s) e
+) END
+FROM {spaces} sp, LATERAL (SELECT NOT sp.terminating AND sp.type = ANY(%(types)s) AS yes) asked
+WHERE sp.uid = %(uid)s
+"""
+
+SPACE_TO_RUN_SQL = _SPACE_TO_RUN.format(**_TABLES)
+ACK_SQL = _ACK.format(**_TABLES, target="%(target)s", clean=_CLEAN, own_clean=(
+    "%(settled)s AND (invalidated_at IS NULL OR invalidated_at < %(started)s)"))
+RECORD_SQL = _RECORD.format(
+    **_TABLES, applied_events=_APPLIED.format(**_TABLES, target="%(target)s")) + ACK_SQL
+UNAFFECTED_SQL = _UNAFFECTED.format(
+    **_TABLES, applied_events=_APPLIED.format(**_TABLES, target="recorded.target"),
+    ack=_ACK.format(**_TABLES, target="(SELECT target FROM recorded)", clean=_CLEAN,
+                    own_clean="EXISTS (SELECT 1 FROM recorded) AND " + _CLEAN))

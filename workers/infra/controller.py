@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from . import manifests as m
+from workers.infra import manifests as m
 
 logger = logging.getLogger(__name__)
 

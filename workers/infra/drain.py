@@ -17,9 +17,9 @@ import logging
 import time
 from urllib.parse import quote
 
-from ..storage.rabbitmq import BrokerError, RabbitMQApi
-from . import manifests as m
-from .controller import DRAIN_SETTLING, DRAIN_UNREACHABLE
+from workers.clients.rabbitmq_api import BrokerError, RabbitMQApi
+from workers.infra import manifests as m
+from workers.infra.controller import DRAIN_SETTLING, DRAIN_UNREACHABLE
 
 logger = logging.getLogger(__name__)
 

@@ -6,6 +6,10 @@ a router StatefulSet, one broker StatefulSet per broker cluster the credits call
 agent, Services for the endpoints, and certificate Secrets. Every object carries the labels of
 its space and an owner reference to the space's owner ConfigMap, so deleting that ConfigMap
 lets Kubernetes' garbage collector remove the rest. Nothing here talks to Kubernetes or Django.
+
+One module of 600-odd lines: the objects of a space name, label and mount each other (the
+router's Service, its ConfigMap and certificate Secret, the brokers' StatefulSets and their
+headless Services), and one place keeps those names consistent.
 """
 import base64
 import hashlib
@@ -13,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .. import qdrouterd
+from dataplane import qdrouterd
 
 FIELD_MANAGER = "maas-infra"
 PART_OF = "maas"
@@ -271,7 +275,7 @@ def router_listeners(space: SpaceInfra, cfg: InfraSettings) -> qdrouterd.Listene
 
 
 def router_config(space: SpaceInfra, cfg: InfraSettings) -> list:
-    """The qdrouterd configuration of the space's router pods (workers/qdrouterd.py): the
+    """The qdrouterd configuration of the space's router pods (dataplane/qdrouterd.py): the
     listeners, the auth service plugin and the management policy; the agent adds the rest over
     management. The image expands `${HOSTNAME}` (the pod name) into a unique router id."""
     return qdrouterd.router_config("${HOSTNAME}", router_listeners(space, cfg))

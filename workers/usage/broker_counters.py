@@ -7,8 +7,8 @@ for the whole broker only `/nodes` (before and after, to tell a restart during t
 the tracked connections (no statistics); READERS calls at once. RabbitMQ 3.10 adds statistics
 only to the page asked for (it sorts and pages on the names first:
 rabbit_mgmt_util:augment_resources) but lists every object of the path for each page, so a
-whole-broker listing adds every object's statistics in one call (in a scale run with 800 vhosts
-and 15,000 queues, `GET /queues` never answered within 60 s) and the whole broker in pages
+whole-broker listing adds every object's statistics in one call (at 800 vhosts and 15,000
+queues `GET /queues` does not answer within 60 s) and the whole broker in pages
 lists it all again for each page (measured in docs/storage.md "Brokered metering").
 
 API for the sampler::
@@ -65,6 +65,9 @@ Epochs: the management statistics live in the node's memory and start again at 0
 node restarts, and an object's start again when it is deleted and recreated. The vhost epoch
 is the node's (`EpochMemory`); a queue, exchange or vhost that the storage controller created
 carries its creation time (`INCARNATION_ARG`, `INCARNATION_TAG_PREFIX`), appended to its epoch.
+
+One module of 500-odd lines: the calls, their paging and the epoch bookkeeping make one reading
+consistent (nodes read before and after, a vhost skipped whole when one of its calls fails).
 """
 from __future__ import annotations
 
@@ -79,10 +82,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import quote
 
-from maas.core.threads import process_pool
-
-from ..storage.rabbitmq_api import BrokerError, RabbitMQApi
-from ..storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX
+from core.threads import process_pool
+from workers.agents.storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX
+from workers.clients.rabbitmq_api import BrokerError, RabbitMQApi
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from maas.core.context import Context
+from core.context import Context
 from tenants import services as tenant_services
 from tenants.models import (
     AddressUsageDaily,

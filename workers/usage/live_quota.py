@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db.models import Sum
 from django.utils import timezone
 
-from maas.core.context import Context
+from core.context import Context
 from tenants import services as tenant_services
 from tenants.limits import USAGE_LIMITS, breaches
 from tenants.models import AddressUsageHourly, SpacePeakHourly, Tenant, TenantQuota, UsageJobRun
@@ -37,7 +37,7 @@ def queue_evaluation(tenant_id: int) -> None:
 def _live():
     # Imported when evaluating: every process registers queue_evaluation at start-up (workers/
     # apps.py), and only workers need pyarrow for it.
-    from . import live
+    from workers.usage import live
 
     return live
 

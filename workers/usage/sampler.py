@@ -18,13 +18,18 @@ from typing import NamedTuple
 from django.conf import settings
 
 from config_service.models import Address, AddressSpace, RouterIncarnation
-
-from .. import endpoints
-from ..agents import router_config as rc
-from ..agents import router_watch
-from ..agents.qdr import Management, ManagementError, RouterUnreachable, router_address, tenant_of
-from ..storage import rabbitmq
-from . import broker_counters
+from workers import endpoints
+from workers.agents.router import desired as rc
+from workers.agents.router import watch as router_watch
+from workers.agents.storage import rabbitmq
+from workers.clients.qdr import (
+    Management,
+    ManagementError,
+    RouterUnreachable,
+    router_address,
+    tenant_of,
+)
+from workers.usage import broker_counters
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from proton.utils import BlockingConnection
 from config_service.api.resources import endpoints
 from config_service.models import AddressSpace
 from config_service.wire import receive_address, send_address
-from maas.core.amqp import open_receiver, open_sender
+from core.amqp import open_receiver, open_sender
 
 
 def open_connection(space: AddressSpace, user: str, password: str) -> BlockingConnection:

@@ -22,7 +22,7 @@ from django.db import transaction
 
 from config_service import services
 from config_service.models import Address, AddressSpace
-from maas.core.context import Context
+from core.context import Context
 from tenants.models import Tenant, TenantQuota
 from tenants.services import create_tenant
 

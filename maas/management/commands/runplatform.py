@@ -19,8 +19,9 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from dataplane import qdrouterd
 from maas.supervisor import Supervisor
-from workers import endpoints, qdrouterd
+from workers import endpoints
 
 # Nothing here reads Celery's worker events or needs workers to know of each other: without
 # them a worker neither sends a heartbeat event every 2 s nor reads every other worker's.
@@ -54,7 +55,7 @@ def processes(bind: str) -> dict[str, list[str]]:
                  "--schedule", str(settings.BASE_DIR / "var" / "celerybeat-schedule")],
     }
     if settings.MAAS_ROUTER_ENABLED and settings.MAAS_RUN_EMBEDDED_ROUTER:
-        from workers.agents.certificates import ensure_self_signed
+        from workers.agents.router.certificates import ensure_self_signed
 
         ensure_self_signed(settings.MAAS_ROUTER_TLS_CERT, settings.MAAS_ROUTER_TLS_KEY,
                            settings.MAAS_PUBLIC_HOST)
@@ -71,14 +72,14 @@ def processes(bind: str) -> dict[str, list[str]]:
         ]
     if settings.MAAS_ROUTER_ENABLED and settings.MAAS_MQTT_GATEWAY_ENABLED:
         # MQTT for standard spaces: an AMQP client of whichever router runs (docs/mqtt.md).
-        procs["mqtt-gateway"] = [py, "-m", "workers.mqtt_gateway"]
+        procs["mqtt-gateway"] = [py, str(settings.BASE_DIR / "manage.py"), "run_mqtt_gateway"]
     if settings.MAAS_ROUTER_ENABLED and qdrouterd.binary():
         # qdrouterd opens RabbitMQ connections with its connector's host as the AMQP hostname,
         # so they land in vhost `/`; the relay sets `vhost:<vhost>` from the login.
         # One relay per broker of the pool (workers.endpoints.broker_pool).
         for broker in endpoints.broker_pool():
             procs["-".join(filter(None, ("vhost-relay", broker.name)))] = [
-                py, "-m", "workers.vhost_relay",
+                py, "-m", "dataplane.vhost_relay",
                 "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{broker.relay_port}",
                 "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
             ]
@@ -104,7 +105,7 @@ def qdrouterd_command(mgmt) -> list[str]:
 def embedded_router_command(mgmt) -> list[str]:
     py = sys.executable
     return [
-        py, "-m", "workers.router", "--host", settings.MAAS_ROUTER_HOST,
+        py, "-m", "dataplane.router", "--host", settings.MAAS_ROUTER_HOST,
         "--amqp-port", str(settings.MAAS_ROUTER_AMQP_PORT),
         "--amqps-port", str(settings.MAAS_ROUTER_AMQPS_PORT),
         "--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY,

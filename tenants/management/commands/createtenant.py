@@ -2,8 +2,8 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from maas.core.context import Context
-from maas.core.errors import ServiceError
+from core.context import Context
+from core.errors import ServiceError
 from tenants.services import create_tenant
 
 

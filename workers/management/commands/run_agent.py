@@ -9,7 +9,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from workers.agents import base
+from workers.agents import runner
 from workers.wakeup import subscribe
 
 logger = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--resync", type=float, default=settings.MAAS_RESYNC_INTERVAL)
 
     def handle(self, space, kind, resync, **options):
-        kinds = kind or list(base.installed_agents())
+        kinds = kind or list(runner.installed_agents())
         pubsub = None
         next_resync = 0.0
         while True:
@@ -34,11 +34,11 @@ class Command(BaseCommand):
                 due = time.monotonic() >= next_resync
                 if due or pubsub.get_message(timeout=1.0):
                     for k in kinds:  # on the timer, a drift check
-                        if base.run(space, k, check=due) is None:
+                        if runner.run(space, k, check=due) is None:
                             self.stdout.write(f"address space {space} is gone; stopping")
                             return
                     next_resync = time.monotonic() + resync
-            except base.TransientError:
+            except runner.TransientError:
                 logger.warning("agent.retry", extra={"space": space}, exc_info=True)
                 time.sleep(2)
             except Exception:  # Redis down: keep resyncing on the timer, reconnect later

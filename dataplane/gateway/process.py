@@ -1,0 +1,49 @@
+"""The gateway as a process: MQTT (default 1885) and MQTTS (with the router's TLS certificate)
+in front of the standard spaces' router, Prometheus figures beside them, until SIGTERM or
+SIGINT. `manage.py run_mqtt_gateway` starts it with the control plane's store (maas/bindings.py)
+and the settings as defaults."""
+
+import asyncio
+import logging
+import os
+import signal
+import ssl
+from dataclasses import dataclass
+
+from ..control import GatewayStore
+from . import metrics
+from .server import Gateway
+
+logger = logging.getLogger("dataplane.gateway")
+
+
+@dataclass(frozen=True)
+class Options:
+    host: str
+    port: int
+    router: tuple[str, int]  # the router's AMQP listener
+    tls_port: int = 0  # MQTTS; started when the certificate and key exist
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # Prometheus /metrics; 0: none
+
+
+async def serve(options: Options, control: GatewayStore) -> int:
+    gateway = Gateway(*options.router, control)
+    metrics.serve(options.metrics_host, options.metrics_port)
+    await gateway.listen(options.host, options.port)
+    cert, key = options.tls_cert or "", options.tls_key or ""
+    if options.tls_port and os.path.exists(cert) and os.path.exists(key):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        await gateway.listen(options.host, options.tls_port, context)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    logger.info("mqtt.gateway_started", extra={"port": options.port,
+                                               "tls_port": options.tls_port,
+                                               "router": f"{options.router[0]}:{options.router[1]}"})
+    await stop.wait()
+    await gateway.close()
+    return 0

@@ -1,0 +1,157 @@
+"""The relay's sockets (asyncio protocols): each accepted connection gets one to the broker;
+client bytes go through a `Preamble` until the open, then both ways unchanged."""
+import asyncio
+import logging
+
+from .preamble import Preamble, ProtocolError
+
+logger = logging.getLogger("dataplane.vhost_relay")
+
+
+class _Side(asyncio.Protocol):
+    """One socket of a relayed pair (`pair.other(self)` is the other)."""
+
+    def __init__(self, pair: "Pair"):
+        self.pair = pair
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.set_write_buffer_limits(high=1 << 20)
+
+    # The peer's send buffer is full: stop reading here until it drains.
+    def pause_writing(self):
+        self.pair.other(self).transport.pause_reading()
+
+    def resume_writing(self):
+        other = self.pair.other(self).transport
+        if other is not None and not other.is_closing():
+            other.resume_reading()
+
+    def eof_received(self):
+        return False  # AMQP peers close both ways: our transport closes, then the pair
+
+    def connection_lost(self, exc):
+        self.pair.close()
+
+
+class ClientSide(_Side):
+    """The router's connection to us."""
+
+    def __init__(self, relay: "Relay"):
+        super().__init__(Pair(relay, self))
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        transport.pause_reading()  # until the broker is connected
+        self.pair.connect()
+
+    def data_received(self, data):
+        self.pair.from_client(data)
+
+
+class BrokerSide(_Side):
+    """Our connection to the broker, made for one `ClientSide`."""
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        if self.pair.closed:  # the client left while we were connecting
+            transport.close()
+
+    def data_received(self, data):
+        self.pair.client.transport.write(data)
+
+
+class Pair:
+    """A client connection and its broker connection."""
+
+    def __init__(self, relay: "Relay", client: ClientSide):
+        self.relay, self.client = relay, client
+        self.broker = BrokerSide(self)
+        self.preamble = Preamble()
+        self.peer = ""
+        self.connecting: asyncio.Task | None = None
+        self.closed = self.logged = False
+
+    def other(self, side: _Side) -> _Side:
+        return self.broker if side is self.client else self.client
+
+    def connect(self) -> None:
+        peer = self.client.transport.get_extra_info("peername") or ("?", 0)
+        self.peer = f"{peer[0]}:{peer[1]}"
+        self.relay.pairs.add(self)
+        self.connecting = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(loop.create_connection(
+                lambda: self.broker, self.relay.broker_host, self.relay.broker_port),
+                self.relay.connect_timeout)
+        except (TimeoutError, OSError) as exc:
+            self.logged = True
+            logger.warning("vhost_relay.broker_unreachable",
+                           extra={"peer": self.peer, "error": str(exc) or type(exc).__name__})
+            self.close()
+            return
+        if not self.closed:
+            self.client.transport.resume_reading()
+        elif self.broker.transport is not None:
+            self.broker.transport.close()
+
+    def from_client(self, data: bytes) -> None:
+        if self.preamble.done:
+            self.broker.transport.write(data)
+            return
+        try:
+            out = self.preamble.feed(data)
+        except ProtocolError as exc:
+            self.logged = True
+            logger.warning("vhost_relay.refused", extra={"peer": self.peer, "error": str(exc)})
+            self.close(abort=True)
+            return
+        if out:
+            self.broker.transport.write(out)
+        if self.preamble.done:
+            self._log("vhost_relay.connection")
+
+    def _log(self, event: str) -> None:
+        """The connection's one info line: relayed, or closed before its open."""
+        self.logged = True
+        logger.info(event, extra={"peer": self.peer, "vhost": self.preamble.vhost,
+                                  "user": self.preamble.user})
+
+    def close(self, abort: bool = False) -> None:
+        """Closes both sides (after sending what is buffered, unless `abort`)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.relay.pairs.discard(self)
+        if not self.logged:
+            self._log("vhost_relay.closed_before_open")
+        if self.connecting is not None and not self.connecting.done():
+            self.connecting.cancel()
+        for side in (self.client, self.broker):
+            if side.transport is not None:
+                side.transport.abort() if abort else side.transport.close()
+
+
+class Relay:
+    """The listener; `pairs` are the connections being relayed."""
+
+    def __init__(self, broker_host: str, broker_port: int, connect_timeout: float = 10.0):
+        self.broker_host, self.broker_port = broker_host, broker_port
+        self.connect_timeout = connect_timeout
+        self.pairs: set[Pair] = set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: ClientSide(self), host, port,
+                                               reuse_address=True, backlog=512)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for pair in list(self.pairs):
+            pair.close()

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class EventLogConfig(AppConfig):
+    name = "eventlog"
+    verbose_name = "Config log"

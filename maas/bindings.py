@@ -1,0 +1,165 @@
+"""The data plane's control interface (dataplane/control.py) on the Django apps: logins checked
+against the messaging users of the database, and the MQTT gateway's addresses, retained
+messages, persistent sessions and durable subscriptions.
+
+Logins: no address-authz. qdrouterd 1.19 turns anonymous senders on for a connection whose
+permissions come from the auth service and checks their messages' `to` as written, but routes
+it after dropping a `scheme:/` head, so a prefix grant (`news/*`) would reach the router's own
+`_local/$management`. The agent's per-space vhost policy carries the address rules instead
+(anonymous senders off), on qdrouterd and the embedded router alike (docs/router.md).
+
+The gateway's calls each run in a worker thread (`asyncio.to_thread`): Django's ORM is
+synchronous."""
+import hmac
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from config_service import services
+from config_service.models import Address, AddressSpace, MessagingUser
+from config_service.passwords import verify_password
+from core.context import Context
+from dataplane.control import Identity, Retained
+from dataplane.gateway.mapping import matches
+from dataplane.gateway.store import durable_prefix
+from workers.models import MqttSession, RetainedMessage
+
+
+# -- logins --------------------------------------------------------------------------------------
+def verify(login: str, password: str) -> Identity | None:
+    """The identity of `user@vhost`, of a bare `user` whose password matches in exactly one
+    space, or of the router admin; None if the login is refused."""
+    close_old_connections()
+    try:
+        return _admin(login, password) or _messaging_user(login, password)
+    finally:
+        connection.close()  # each login runs in a thread of its own, which then ends
+
+
+def _admin(login: str, password: str) -> Identity | None:
+    user, secret = settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD
+    if not user or not secret or login != user:
+        return None
+    if not hmac.compare_digest(password.encode("utf-8"), secret.encode("utf-8")):
+        return None
+    return Identity(sub=user, preferred_username=user)
+
+
+def _messaging_user(login: str, password: str) -> Identity | None:
+    username, at, vhost = login.rpartition("@")
+    users = MessagingUser.objects.select_related("space__tenant").filter(
+        space__terminating=False, space__tenant__deleted_at__isnull=True)
+    if at:
+        slug, dot, space = vhost.partition(".")  # neither slugs nor space names have a dot
+        if not dot:
+            return None
+        users = users.filter(username=username, space__tenant__slug=slug, space__name=space)
+    else:
+        users = users.filter(username=login)
+    # A bare login names nobody if its password fits users of several spaces.
+    matching = [u for u in users if verify_password(password, u.password_hash)]
+    if len(matching) != 1:
+        return None
+    user = matching[0]
+    return Identity(sub=f"{user.username}@{user.space.vhost}", preferred_username=user.username)
+
+
+# -- the MQTT gateway ----------------------------------------------------------------------------
+def _space(vhost: str) -> AddressSpace | None:
+    slug, _, name = vhost.partition(".")
+    return AddressSpace.objects.filter(tenant__slug=slug, name=name, type="standard",
+                                       terminating=False).first()
+
+
+class GatewayStore:
+    """dataplane.control.GatewayStore on the control plane's database."""
+
+    def addresses(self, vhost: str) -> dict[str, str]:
+        close_old_connections()
+        slug, _, name = vhost.partition(".")
+        rows = Address.objects.filter(space__tenant__slug=slug, space__name=name,
+                                      space__terminating=False, space__type="standard")
+        return dict(rows.values_list("address", "type"))
+
+    def router_of(self, vhost: str, default: tuple[str, int]) -> tuple[str, int]:
+        """On Kubernetes the Service of the space's own router (workers/infra), otherwise the
+        one router of the machine (`default`)."""
+        if settings.MAAS_INFRA_BACKEND != "kubernetes":
+            return default
+        from workers.infra import manifests as m
+        from workers.infra.backend import infra_settings
+
+        close_old_connections()
+        slug, _, name = vhost.partition(".")
+        uid = AddressSpace.objects.filter(tenant__slug=slug, name=name, type="standard") \
+            .values_list("uid", flat=True).first()
+        if uid is None:
+            return default  # no such space: the router refuses the login anyway
+        return m.service_host(m.router_name(m.infra_id(str(uid))), infra_settings()), \
+            m.ROUTER_AMQP_PORT
+
+    def save_retained(self, vhost: str, topic: str, payload: bytes, qos: int) -> None:
+        """An empty payload removes the topic's retained message (3.1.1 section 3.3.1.3)."""
+        close_old_connections()
+        space = _space(vhost)
+        if space is None:
+            return
+        if not payload:
+            RetainedMessage.objects.filter(space_uid=space.uid, topic=topic).delete()
+            return
+        RetainedMessage.objects.update_or_create(space_uid=space.uid, topic=topic,
+                                                 defaults={"payload": payload, "qos": qos})
+
+    def load_retained(self, vhost: str, topic_filter: str) -> list[Retained]:
+        close_old_connections()
+        space = _space(vhost)
+        if space is None:
+            return []
+        # by the uid: a space deleted and made again under its name does not see the old ones
+        rows = RetainedMessage.objects.filter(space_uid=space.uid)
+        head = topic_filter.split("/", 1)[0]
+        if head not in ("+", "#"):
+            rows = rows.filter(topic__startswith=head)
+        return [Retained(r.topic, bytes(r.payload), r.qos) for r in rows.order_by("topic")
+                if matches(topic_filter, r.topic)]
+
+    def load_session(self, vhost: str, client_id: str) -> dict | None:
+        close_old_connections()
+        space = _space(vhost)
+        if space is None:
+            return None
+        row = MqttSession.objects.filter(space_uid=space.uid, client_id=client_id).first()
+        return None if row is None else dict(row.subscriptions)
+
+    def save_session(self, vhost: str, client_id: str, subscriptions: dict) -> None:
+        close_old_connections()
+        space = _space(vhost)
+        if space is not None:
+            MqttSession.objects.update_or_create(space_uid=space.uid, client_id=client_id,
+                                                 defaults={"subscriptions": subscriptions})
+
+    def ensure_subscription(self, vhost: str, topic: str, name: str, actor: str) -> None:
+        """Made through the service function (a config event; the agents give it its broker
+        queue) if the space does not have it."""
+        close_old_connections()
+        space = _space(vhost)
+        if space is None or Address.objects.filter(space=space, address=name).exists():
+            return
+        services.create_address(ctx=Context(actor=actor), space=space, address=name,
+                                type="subscription", plan=settings.MAAS_MQTT_SESSION_PLAN,
+                                topic=topic)
+
+    def drop_subscriptions(self, vhost: str, client_id: str, actor: str,
+                           names: list[str] | None = None) -> None:
+        close_old_connections()
+        space = _space(vhost)
+        if space is None:
+            return
+        if names is None:
+            MqttSession.objects.filter(space_uid=space.uid, client_id=client_id).delete()
+        rows = Address.objects.filter(space=space, type="subscription",
+                                      address__startswith=durable_prefix(client_id))
+        if names is not None:
+            rows = rows.filter(address__in=list(names))
+        for name in list(rows.values_list("name", flat=True)):
+            services.delete_address(ctx=Context(actor=actor), space=space, name=name)

@@ -1,0 +1,35 @@
+"""manage.py run_authservice [--host] [--port]: the auth service routers delegate SASL to.
+
+Serves SASL PLAIN against messaging users and the router admin until stopped (docs/router.md,
+"Auth service"); with --tls-cert/--tls-key, over TLS only.
+"""
+import ssl
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from dataplane.authservice.server import AuthServer
+from maas import bindings
+
+
+class Command(BaseCommand):
+    help = "Run the auth service (qdrouterd authServicePlugin) for messaging users."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=settings.MAAS_AUTH_SERVICE_HOST)
+        parser.add_argument("--port", type=int, default=settings.MAAS_AUTH_SERVICE_PORT)
+        parser.add_argument("--tls-cert", help="PEM certificate: serve TLS only")
+        parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+
+    def handle(self, host, port, tls_cert, tls_key, **options):
+        context = None
+        if tls_cert:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(tls_cert, tls_key)
+        with AuthServer((host, port), bindings.verify, ssl_context=context) as server:
+            self.stdout.write(f"auth service on {host}:{server.server_address[1]}"
+                              f"{' (TLS)' if context else ''}")
+            try:
+                server.serve_forever()
+            except KeyboardInterrupt:
+                pass

@@ -1,0 +1,48 @@
+"""manage.py run_mqtt_gateway: the MQTT gateway of standard spaces (dataplane/gateway,
+docs/mqtt.md) with the control plane's store; the settings are the defaults."""
+import asyncio
+import logging
+import os
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from dataplane.gateway.process import Options, serve
+from maas.bindings import GatewayStore
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Command(BaseCommand):
+    help = "Run the MQTT gateway (MQTT and MQTTS) in front of the standard spaces' router."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=settings.MAAS_MQTT_GATEWAY_HOST)
+        parser.add_argument("--port", type=int, default=settings.MAAS_MQTT_GATEWAY_PORT)
+        parser.add_argument("--tls-port", type=int, default=settings.MAAS_MQTT_GATEWAY_TLS_PORT,
+                            help="MQTTS; started when the certificate and key exist")
+        parser.add_argument("--tls-cert", default=settings.MAAS_ROUTER_TLS_CERT)
+        parser.add_argument("--tls-key", default=settings.MAAS_ROUTER_TLS_KEY)
+        parser.add_argument("--router", type=_host_port,
+                            default=(settings.MAAS_MQTT_GATEWAY_ROUTER_HOST,
+                                     settings.MAAS_ROUTER_AMQP_PORT),
+                            help="HOST:PORT of the router's AMQP listener")
+        parser.add_argument("--metrics-host", default=settings.MAAS_MQTT_GATEWAY_METRICS_HOST)
+        parser.add_argument("--metrics-port", type=int,
+                            default=settings.MAAS_MQTT_GATEWAY_METRICS_PORT,
+                            help="Prometheus /metrics; 0: none")
+        parser.add_argument("--log-level",
+                            default=os.environ.get("MAAS_MQTT_GATEWAY_LOG_LEVEL", "INFO"))
+
+    def handle(self, *, log_level, **o):
+        logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        logging.getLogger("dataplane.gateway").setLevel(log_level.upper())
+        options = Options(host=o["host"], port=o["port"], router=o["router"],
+                          tls_port=o["tls_port"], tls_cert=o["tls_cert"], tls_key=o["tls_key"],
+                          metrics_host=o["metrics_host"], metrics_port=o["metrics_port"])
+        sys.exit(asyncio.run(serve(options, GatewayStore())))

@@ -1,0 +1,399 @@
+"""The router agent: configures a space's router over AMQP management, EnMasse style.
+
+Per reconcile it builds the desired entities (router_config), QUERYs the router, deletes its
+own entities that are stale or differ, creates what is missing (bounded concurrency is the
+router's request pipeline: one connection, requests in order), verifies with what the router's
+answers confirm, and waits briefly for the queues' autoLinks to attach. A router restarted empty is configured again at
+once, through this agent, by the router watch (router_watch.py). Only entities named
+`maas:<vhost>:...` are ever touched.
+"""
+import logging
+import os
+import threading
+import time
+
+from django.conf import settings
+
+from config_service.models import Address, AddressSpace
+from config_service.status import ROUTER_ONLY_TYPES
+from workers import credentials, endpoints
+from workers.agents import statements
+from workers.agents.router import desired as rc
+from workers.agents.runner import (
+    Agent,
+    Report,
+    TransientError,
+    agent_state,
+    only_creates,
+    pending_events,
+)
+from workers.clients.qdr import QUERY_PAGE, Management, ManagementError, RouterUnreachable
+from workers.naming import broker_username
+
+logger = logging.getLogger(__name__)
+
+AUTOLINK_WAIT_SECONDS = 3.0
+# An idle management connection is kept for the next reconcile of this process for so long:
+# opening one (SASL relayed to the auth service) costs about as much as the reconcile of a small
+# change. Below the 16 s after which qdrouterd drops a connection that sent nothing.
+POOL_IDLE_SECONDS = 10.0
+# Idle connections of this process by management URL: [(Management, released at)]. A
+# reconcile takes one out and gives it back, so each is used by one thread at a time (the
+# parallel agents run in threads that live for one task).
+_pool: dict[str, list] = {}
+_pool_lock = threading.Lock()
+_pool_pid = os.getpid()  # a forked worker does not use its parent's sockets
+
+
+def management_client(router: endpoints.RouterEndpoint | None = None) -> Management:
+    """A management connection to `router` (default: the shared one of the settings)."""
+    router = router or endpoints.shared_router()
+    return Management(router.management_url, router.admin_user, router.admin_password)
+
+
+def entity_types(mgmt: Management) -> list[str]:
+    """The agent's entity types this router has (a router answers a QUERY of a type it lacks
+    with 400 or 404)."""
+    schema = mgmt.schema()
+    return [etype for etype in rc.ENTITY_TYPES if etype in schema]
+
+
+def features(mgmt: Management, vhost: str | None = None) -> rc.RouterFeatures:
+    found = rc.RouterFeatures.of(mgmt.schema())
+    if vhost is not None and not found.exact_message_targets:
+        if vhost not in mgmt.serves_only:  # listeners are static: once per connection
+            mgmt.serves_only[vhost] = serves_only(mgmt, vhost)
+        found = found._replace(serves_one_space=mgmt.serves_only[vhost])
+    return found
+
+
+def serves_only(mgmt: Management, vhost: str) -> bool:
+    """True if every tenant listener of this qdrouterd (`multiTenant`) takes `vhost` as its
+    policy vhost: the router serves that space alone (dataplane/qdrouterd.py, `tenant_vhost`).
+    A few rows, read once per connection and space on qdrouterd."""
+    tenant = [row for row in mgmt.query(rc.LISTENER, ["name", "multiTenant", "policyVhost"])
+              if row.get("multiTenant")]
+    return bool(tenant) and all(row.get("policyVhost") == vhost for row in tenant)
+
+
+def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
+    # Only the attributes the diff and the verification look at, and only this space's
+    # entities where the router can filter by name (the embedded router; qdrouterd answers
+    # every space's, filtered here: on Kubernetes each space has its own router anyway).
+    wanted: dict = {etype: {"name"} for etype in rc.ENTITY_TYPES}
+    wanted[rc.AUTO_LINK].add("operStatus")
+    for (etype, _), attributes in desired.items():
+        wanted[etype].update(k for k in attributes if k not in rc.WRITE_ONLY)
+    actual = {}
+    for etype in entity_types(mgmt):
+        read_before = mgmt.rows_read
+        rows = mgmt.query(etype, sorted(wanted[etype]), name_prefix=prefix)
+        actual.update(((etype, row["name"]), row) for row in rows)
+        read = mgmt.rows_read - read_before
+        if read >= QUERY_PAGE and read > len(rows):
+            # A router that does not filter (qdrouterd), read in pages while other spaces
+            # changed its table: one of ours may have moved across a page boundary unseen.
+            # Ask for each desired one not seen by name. (The embedded router answers every
+            # page of a read from one snapshot.)
+            for key in desired:
+                if key[0] == etype and key not in actual:
+                    row = mgmt.read(etype, key[1])
+                    if row is not None:
+                        actual[key] = {k: row.get(k) for k in wanted[etype]}
+    return actual
+
+
+def owned_by_space(mgmt: Management) -> dict[str, dict]:
+    """{owner prefix: {(type, name): row}} of every space's entities on the router, from one
+    QUERY per entity type: a snapshot for restoring many spaces at once."""
+    snapshot: dict = {}
+    for etype in entity_types(mgmt):
+        for row in mgmt.query(etype, name_prefix="maas:"):
+            name = str(row.get("name", ""))
+            if name.count(":") >= 2:
+                owner = name[:name.index(":", len("maas:")) + 1]
+                snapshot.setdefault(owner, {})[(etype, name)] = row
+    return snapshot
+
+
+def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = None,
+          refused: dict | None = None) -> dict:
+    """Brings the router to `desired`; returns the owned entities afterwards, as the router
+    confirmed them (each CREATE and UPDATE answers with the entity it now holds), so a
+    reconcile reads the router's whole tables once, not twice. `actual`: what the router holds
+    of this space, if it was just read (a snapshot of many spaces); else it is queried.
+    `refused`: if given, an entity the router refuses is recorded there ({key: error}) and the
+    rest is still applied; else the first refusal raises ManagementError."""
+    if actual is None:
+        actual = _owned(mgmt, prefix, desired)
+    stale = [k for k in actual if k not in desired]
+    changed = [k for k in desired if k in actual and rc.differs(desired[k], actual[k])]
+    order = {t: i for i, t in enumerate(rc.ENTITY_TYPES)}
+    after = {k: v for k, v in actual.items() if k not in stale}
+
+    def attempt(key, call, *args):
+        try:
+            return call(*args)
+        except ManagementError as exc:
+            if refused is None:
+                raise
+            refused[key] = exc
+            logger.warning("router.refused", extra={"entity": key[1], "type": key[0],
+                                                    "error": str(exc)})
+            return None
+
+    for key in sorted(stale, key=lambda k: -order[k[0]]):
+        attempt(key, mgmt.delete, *key)
+    for key in changed:
+        if key[0] == rc.VHOST:  # keep clients connected
+            answer = attempt(key, mgmt.update, key[0], key[1], desired[key])
+            if key not in (refused or {}):
+                after[key] = _confirmed(desired[key], answer)
+        else:
+            attempt(key, mgmt.delete, *key)
+            del after[key]
+    for key in sorted(desired, key=lambda k: order[k[0]]):
+        if key not in after and key not in (refused or {}):
+            answer = attempt(key, mgmt.create, key[0], key[1], desired[key])
+            if key not in (refused or {}):
+                after[key] = _confirmed(desired[key], answer)
+    if stale or changed or len(actual) != len(desired):
+        logger.info("router.applied", extra={"owner": prefix, "n_deleted": len(stale),
+                                             "n_changed": len(changed),
+                                             "n_created": len(set(desired) - set(actual))})
+    return after
+
+
+def _confirmed(desired: dict, answer) -> dict:
+    """The entity as a CREATE or UPDATE answered it; attributes a router does not echo (a
+    password hash) are what was sent."""
+    return {**desired, **(answer if isinstance(answer, dict) else {})}
+
+
+class RouterAgent(Agent):
+    kind = "router"
+
+    def __init__(self, management: Management | None = None, snapshot: dict | None = None):
+        # A connection to reuse (the router watch restores many spaces over one); by default
+        # each reconcile opens and closes its own. `snapshot` (owned_by_space), if given, is
+        # what the router held of every space when the restore began.
+        self.management, self.snapshot = management, snapshot
+
+    def _connect(self, where: endpoints.SpaceEndpoints) -> Management:
+        if self.management:
+            return self.management
+        kept = _take_pooled(where.router)
+        if kept is not None:
+            return kept
+        try:
+            return management_client(where.router)
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
+
+    def _release(self, mgmt: Management, broken: bool = False) -> None:
+        if mgmt is self.management:
+            return
+        if broken:
+            mgmt.close()
+        else:
+            _give_back(mgmt)
+
+    @staticmethod
+    def _fresh(where: endpoints.SpaceEndpoints) -> Management:
+        try:
+            return management_client(where.router)
+        except RouterUnreachable as exc:
+            raise TransientError(str(exc)) from exc
+
+    def _desired(self, space: AddressSpace, where: endpoints.SpaceEndpoints | None = None,
+                 features: rc.RouterFeatures = rc.EMBEDDED, addresses: list | None = None):
+        """(addresses, desired entities, their keys by address) of the space; `addresses`:
+        only these (the short path), with the space's own entities as always."""
+        if addresses is None:
+            addresses = list(Address.objects.filter(space=space, scheduled=True))
+        users = statements.messaging_users(space)
+        user, password = credentials.router_broker(space.vhost)
+        broker = (where or endpoints.of(space)).broker
+        host, port = broker.amqp_host, broker.amqp_port
+        if not features.connector_virtual_host and settings.MAAS_INFRA_BACKEND != "kubernetes":
+            # The shared RabbitMQ of one machine: only the vhost relay puts a router without
+            # the virtualHost extension into the space's vhost (docs/router.md).
+            host = settings.MAAS_VHOST_RELAY_HOST
+            port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
+        login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password)
+        # Read at every reconcile, so an operator's change of the plan reaches the routers at
+        # the next resync without a config event.
+        throttled, plan_policy = statements.throttle_and_plan_policy(space)
+        return addresses, *rc.desired_entities(space, addresses, users, login, throttled,
+                                               plan_policy=plan_policy, features=features)
+
+    def reconcile(self, space: AddressSpace) -> Report:
+        where = endpoints.of(space)  # once: on Kubernetes it reads the space's infra
+        return self._on_connection(where, lambda mgmt: self._reconcile(space, where, mgmt))
+
+    def _on_connection(self, where: endpoints.SpaceEndpoints, work):
+        """work(connection), on a kept connection if there is one; if that fails as
+        unreachable (the router restarted, or closed it while idle), once more on a new one.
+        A reconcile or teardown is a diff: repeating it is safe. `work` releases it."""
+        mgmt = self._connect(where)
+        if mgmt is not self.management and mgmt.pooled:
+            try:
+                return work(mgmt)
+            except TransientError:
+                mgmt = self._fresh(where)
+        return work(mgmt)
+
+    def _reconcile(self, space: AddressSpace, where, mgmt: Management) -> Report:
+        prefix = rc.owner_prefix(space.vhost)
+        refused: dict = {}
+        broken = False
+        try:
+            report = self._incremental(space, where, mgmt)
+            if report is not None:
+                return report
+            addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
+            actual = self._apply(mgmt, desired, prefix, refused)
+            deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
+            while time.monotonic() < deadline and self._inactive(actual):
+                time.sleep(0.05)
+                # Only the autoLinks' status can still change: re-read that alone.
+                for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"], name_prefix=prefix):
+                    if (rc.AUTO_LINK, row["name"]) in actual:
+                        actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row["operStatus"]
+        except ManagementError as exc:  # a QUERY or the schema: nothing could be compared
+            return Report(space_error=f"Router refused the configuration: {exc}", checked=False)
+        except RouterUnreachable as exc:
+            broken = True
+            raise TransientError(str(exc)) from exc
+        finally:
+            self._release(mgmt, broken)
+        return self._verify(desired, by_address, actual, refused)
+
+    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
+        if self.snapshot is None:
+            return apply(mgmt, desired, prefix, refused=refused)
+        try:
+            return apply(mgmt, desired, prefix, dict(self.snapshot.get(prefix, {})))
+        except ManagementError:  # changed since the snapshot (a reconcile ran): read it anew
+            return apply(mgmt, desired, prefix, refused=refused)
+
+    def _incremental(self, space: AddressSpace, where, mgmt: Management) -> Report | None:
+        """Only the new entities, when every event the agent has not applied creates an
+        anycast or multicast address and its last reconcile left the space clean (no error,
+        not invalidated by a router restart): the space's vhost policy is READ and compared,
+        the new entities CREATEd, and their answers confirm them. None: a full reconcile is
+        needed (it is also what every resync and drift check runs). So a small change costs
+        what it changes, not what its space holds."""
+        if self.snapshot is not None:
+            return None
+        events = pending_events(space.uid, self.kind)
+        if not only_creates(events, ROUTER_ONLY_TYPES):
+            return None
+        state = agent_state(space.uid, self.kind)
+        if (not state or not state.applied_sequence or state.address_errors
+                or state.space_error or state.invalidated):
+            return None
+        names = [p["name"] for _, p in events]
+        new = statements.addresses_named(space, names)
+        _, desired, by_address = self._desired(space, where, features(mgmt, space.vhost), new)
+        # The space's policy must be as desired already: a throttle, a user or a plan may have
+        # changed it without an event this path would see (a wake-up with creates pending).
+        for key in [k for k in desired if k[0] in (rc.VHOST, rc.CONNECTOR)]:
+            row = mgmt.read(*key)
+            if row is None or rc.differs(desired[key], row):
+                return None
+            del desired[key]
+        refused: dict = {}
+        actual = apply(mgmt, desired, rc.owner_prefix(space.vhost), actual={}, refused=refused)
+        if refused:
+            return None  # a name taken (the router holds more than the agent knew): full diff
+        return self._verify(desired, by_address, actual, checked=False)
+
+    @staticmethod
+    def _inactive(actual: dict) -> set:
+        return {key for key, row in actual.items()
+                if key[0] == rc.AUTO_LINK and row.get("operStatus") != "active"
+                and not rc.is_usage_hold(key[1])}
+
+    def _verify(self, desired, by_address, actual, refused=None, checked=True) -> Report:
+        refused = refused or {}
+        missing = {k for k in desired if k not in actual or rc.differs(desired[k], actual[k])}
+        inactive = self._inactive(actual)
+        errors = {}
+        for name, keys in by_address.items():
+            said = [_refusal(k, refused[k]) for k in keys if k in refused]
+            if said:
+                errors[name] = {"message": "; ".join(said), "permanent": False}
+            elif missing & set(keys):
+                errors[name] = {"message": "Router configuration not yet verified",
+                                "permanent": False}
+            elif inactive & set(keys):
+                errors[name] = {"message": "Router autoLink to the broker is not active",
+                                "permanent": False}
+        space_keys = [k for k in desired if k[0] in (rc.VHOST, rc.CONNECTOR)]
+        said = [_refusal(k, refused[k]) for k in space_keys if k in refused]
+        space_missing = [k for k in space_keys if k in missing]
+        space_error = ("; ".join(said) if said
+                       else "Router policy not yet verified" if space_missing else "")
+        return Report(address_errors=errors, space_error=space_error, checked=checked)
+
+    def teardown(self, space: AddressSpace) -> None:
+        self._on_connection(endpoints.of(space), lambda mgmt: self._teardown(space, mgmt))
+
+    def _teardown(self, space: AddressSpace, mgmt: Management) -> None:
+        broken = False
+        try:
+            apply(mgmt, {}, rc.owner_prefix(space.vhost))
+        except RouterUnreachable as exc:
+            broken = True
+            raise TransientError(str(exc)) from exc
+        finally:
+            self._release(mgmt, broken)
+
+
+def _take_pooled(router: endpoints.RouterEndpoint) -> Management | None:
+    """A kept connection to `router` that has not idled too long, or None."""
+    global _pool_pid
+    found, stale = None, []
+    with _pool_lock:
+        if _pool_pid != os.getpid():
+            _pool.clear()
+            _pool_pid = os.getpid()
+        idle = _pool.get(router.management_url, [])
+        while idle and found is None:
+            mgmt, released = idle.pop()
+            fresh = time.monotonic() - released <= POOL_IDLE_SECONDS
+            if fresh and mgmt.user == router.admin_user:
+                found = mgmt
+            else:
+                stale.append(mgmt)
+    for mgmt in stale:  # outside the lock: closing waits for the router's answer
+        mgmt.close()
+    return found
+
+
+def _give_back(mgmt: Management) -> None:
+    mgmt.pooled = True
+    with _pool_lock:
+        _pool.setdefault(mgmt.url, []).append((mgmt, time.monotonic()))
+
+
+def _refusal(key: tuple, exc: ManagementError) -> str:
+    """What a tenant reads in the status when the router refused one of its entities."""
+    etype = key[0].rsplit(".", 1)[-1]
+    return f"Router refused {etype} {key[1]}: {exc.status} {exc.description}"
+
+
+def pooled_count() -> int:
+    """Idle management connections this process keeps (tests, diagnostics)."""
+    with _pool_lock:
+        return sum(len(idle) for idle in _pool.values())
+
+
+def close_pooled() -> None:
+    """Closes every kept connection (a router about to go away, tests)."""
+    with _pool_lock:
+        kept = [mgmt for idle in _pool.values() for mgmt, _ in idle]
+        _pool.clear()
+    for mgmt in kept:
+        mgmt.close()

@@ -1,0 +1,208 @@
+"""A client of Qpid Dispatch Router's AMQP management protocol (`$management`).
+
+Works against qdrouterd / skupper-router and MaaS's embedded router alike: requests from a
+sender to `$management` with application properties `operation`, `type`/`entityType` and
+`name`/`identity`; replies to a dynamic receiver with `statusCode` and `statusDescription`.
+"""
+import itertools
+import logging
+import os
+import threading
+import uuid
+
+from proton import ConnectionException, Message, SSLUnavailable, Timeout
+from proton.reactor import Container
+from proton.utils import BlockingConnection, LinkDetached
+
+logger = logging.getLogger(__name__)
+
+ROUTER = "org.apache.qpid.dispatch.router"
+# Rows per QUERY answer: a few thousand proton nodes, far below the 65,535 of one message.
+QUERY_PAGE = 500
+
+
+class ManagementError(Exception):
+    """The router answered with an error status (4xx, 5xx)."""
+
+    def __init__(self, status: int, description: str):
+        super().__init__(f"{status} {description}")
+        self.status = status
+        self.description = description
+
+
+class RouterUnreachable(Exception):
+    """No connection to the router's management (it may be restarting)."""
+
+
+class SharedSslContainer(Container):
+    """proton's Container, with one SSL configuration per process instead of one each.
+
+    proton makes a client and a server OpenSSL context for every Container, whatever the URL:
+    about 50 ms of CPU on OpenSSL 3 (measured), so opening a management connection cost that
+    much, once a second for the router watch and after every idle spell for the agents. Nothing
+    ever changes these default contexts, so one pair serves every connection of the process.
+    The rest is what Container.__init__ sets up (tests/workers/test_qdr_container.py checks
+    that it still matches the installed proton)."""
+
+    _ssl: tuple[int, object] | None = None  # (pid, proton's SSLConfig or None)
+    _ssl_lock = threading.Lock()
+
+    def __init__(self):
+        super().__init__(impl=None)  # `impl`: Container.__init__ leaves its own set-up out
+        self.ssl = self._shared_ssl()
+        from proton._reactor import GlobalOverrides
+
+        self.global_handler = GlobalOverrides(self.global_handler)
+        self.trigger = None
+        self.container_id = str(uuid.uuid4())
+        self.allow_insecure_mechs = True
+        self.allowed_mechs = None
+        self.sasl_enabled = True
+        self.user = None
+        self.password = None
+
+    @classmethod
+    def _shared_ssl(cls):
+        from proton._reactor import SSLConfig
+
+        with cls._ssl_lock:
+            if cls._ssl is None or cls._ssl[0] != os.getpid():  # never a parent's, after fork
+                try:
+                    cls._ssl = (os.getpid(), SSLConfig())
+                except SSLUnavailable:
+                    cls._ssl = (os.getpid(), None)
+            return cls._ssl[1]
+
+
+class Management:
+    def __init__(self, url: str, user: str | None = None, password: str | None = None,
+                 timeout: float = 10.0):
+        try:
+            self.conn = BlockingConnection(url, user=user, password=password, timeout=timeout,
+                                           container=SharedSslContainer(),
+                                           allowed_mechs="PLAIN" if user else "ANONYMOUS",
+                                           allow_insecure_mechs=True)
+            self.receiver = self.conn.create_receiver(None, dynamic=True)
+            self.sender = self.conn.create_sender("$management")
+        except (ConnectionException, Timeout, LinkDetached, OSError) as exc:
+            raise RouterUnreachable(f"router management at {url}: {exc}") from exc
+        self.reply_to = self.receiver.remote_source.address
+        self.url, self.user = url, user
+        self.pooled = False  # kept between reconciles (workers/agents/router/agent.py)
+        # {vhost: whether this router serves that space alone}, read once per connection
+        # (workers/agents/router/agent.py, serves_only): listeners are static configuration.
+        self.serves_only: dict[str, bool] = {}
+        self._ids = itertools.count(1)
+        self.timeout = timeout
+        self._schema: dict[str, frozenset] | None = None
+        self.rows_read = 0  # entities this connection has read by QUERY (tests, benchmarks)
+
+    def request(self, operation: str, body=None, **properties):
+        # A string: qdrouterd's Python agent (vhost, connector, ...) echoes no other kind.
+        correlation = str(next(self._ids))
+        properties["operation"] = operation
+        try:
+            self.sender.send(Message(body=body, properties=properties, reply_to=self.reply_to,
+                                     correlation_id=correlation))
+            while True:
+                reply = self.receiver.receive(self.timeout)  # replies come pre-settled
+                if reply.correlation_id == correlation:
+                    break
+        except (ConnectionException, Timeout, LinkDetached) as exc:
+            raise RouterUnreachable(str(exc)) from exc
+        status = int(reply.properties.get("statusCode", 500))
+        if not 200 <= status < 300:
+            raise ManagementError(status, str(reply.properties.get("statusDescription", "")))
+        return reply.body
+
+    def schema(self) -> dict[str, frozenset]:
+        """{entity type: its attribute names} as this router declares them (GET-ATTRIBUTES,
+        asked once per connection): which MaaS extensions it has, which attributes exist."""
+        if self._schema is None:
+            body = self.request("GET-ATTRIBUTES", None) or {}
+            self._schema = {str(t): frozenset(map(str, names or ())) for t, names in body.items()}
+        return self._schema
+
+    def query(self, entity_type: str, attributes=(), name_prefix: str = "",
+              page: int = QUERY_PAGE) -> list[dict]:
+        """Every entity of the type (only those named `name_prefix`... if given), with the
+        given attributes (all if none are given), read `page` rows per request.
+
+        Paged with qdrouterd's `count` and `offset`: one answer holding every row of a big
+        router would pass proton's limit of 65,535 nodes per message and fail to encode. A
+        router that ignores paging (qdrouterd's Python-agent types such as vhost) answers
+        everything at once, which ends the loop. `namePrefix` is the embedded router's
+        extension: it answers only matching rows, from an index, so a reconcile reads its own
+        space, not the fleet; qdrouterd ignores the property, hence the filter here too."""
+        rows: list[dict] = []
+        offset = 0
+        while True:
+            properties = {"entityType": entity_type, "count": page, "offset": offset}
+            if name_prefix:
+                properties["namePrefix"] = name_prefix
+            body = self.request("QUERY", {"attributeNames": list(attributes)}, **properties)
+            names, results = body["attributeNames"], body["results"]
+            self.rows_read += len(results)
+            rows.extend(dict(zip(names, row, strict=True)) for row in results)
+            if len(results) != page:  # the last page, or a router that does not page
+                break
+            offset += page
+        if name_prefix:
+            rows = [r for r in rows if str(r.get("name", "")).startswith(name_prefix)]
+        return rows
+
+    def uptime_seconds(self) -> int:
+        """Seconds since the router started (`uptimeSeconds` of the router entity, qdrouterd
+        1.x and the embedded router); a restart resets it."""
+        rows = self.request("QUERY", {"attributeNames": ["uptimeSeconds"]},
+                            entityType=ROUTER)["results"]
+        if not rows or rows[0][0] is None:
+            raise ManagementError(501, "The router reports no uptimeSeconds")
+        return int(rows[0][0])
+
+    def read(self, entity_type: str, name: str) -> dict | None:
+        """The entity's attributes, or None if the router has no entity of that name."""
+        try:
+            row = self.request("READ", None, type=entity_type, name=name)
+            self.rows_read += 1
+            return row
+        except ManagementError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, entity_type: str, name: str, attributes: dict) -> dict:
+        return self.request("CREATE", attributes, type=entity_type, name=name)
+
+    def update(self, entity_type: str, name: str, attributes: dict) -> dict:
+        return self.request("UPDATE", attributes, type=entity_type, name=name)
+
+    def delete(self, entity_type: str, name: str) -> None:
+        try:
+            self.request("DELETE", None, type=entity_type, name=name)
+        except ManagementError as exc:
+            if exc.status != 404:  # already gone is what we wanted
+                raise
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except (ConnectionException, Timeout):
+            pass
+
+
+def router_address(row: dict) -> tuple[str, int]:
+    """(address, phase) of a `router.address` (or a link's `owningAddr`): the embedded router
+    names both; qdrouterd gives only its hash key, `M<phase><address>` for the addresses
+    clients use. ("", 0) for the router's own (local, topological, link-route) keys."""
+    if row.get("address"):
+        return str(row["address"]), int(row.get("phase") or 0)
+    key = str(row.get("key") or row.get("owningAddr") or "")
+    if len(key) > 2 and key[0] == "M" and key[1].isdigit():
+        return key[2:], int(key[1])
+    return "", 0
+
+
+def tenant_of(connection: dict) -> str:
+    """A connection's vhost: qdrouterd reports its tenant space with the trailing `/`."""
+    return str(connection.get("tenant") or "").rstrip("/")

@@ -1,1 +1,0 @@
-"""The storage controller: places queues and topics on brokers and configures RabbitMQ."""

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test services venv migrate lint bench clean
+.PHONY: run test test-quick checks services venv migrate lint bench clean
 
 $(STAMP): pyproject.toml cli/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,12 +29,25 @@ OIDC := deploy/local/oidc
 $(OIDC)/node_modules/.package-lock.json: $(OIDC)/package.json $(OIDC)/package-lock.json
 	cd $(OIDC) && npm ci --no-audit --no-fund
 
-test: venv services $(OIDC)/node_modules/.package-lock.json
+# The tests run on both cores (pytest-xdist, a file's tests on one worker), then those that
+# restart or hold a server every test shares (`serial`) on their own. PYTEST_ARGS: more options
+# for both runs, e.g. PYTEST_ARGS="-x".
+PYTEST := $(PY) -m pytest
+PARALLEL := -n 2 --dist loadfile
+
+test: checks
+	$(PYTEST) $(PARALLEL) -m "not serial" $(PYTEST_ARGS)
+	$(PYTEST) -m serial $(PYTEST_ARGS)
+
+# The inner loop: every test not marked slow or serial, in a few minutes.
+test-quick: checks
+	$(PYTEST) $(PARALLEL) -m "not slow and not serial" $(PYTEST_ARGS)
+
+checks: venv services $(OIDC)/node_modules/.package-lock.json
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: migrate
 	$(PY) tests/bench/bench_control_plane.py

@@ -1,11 +1,22 @@
-"""Settings for the test suite: the same as production's, on a Redis database and Celery queue
-of their own so that tests never disturb a platform running on the same machine."""
+"""Settings for the test suite: the same as production's, on a Redis, a Celery queue and a
+RabbitMQ node of their own so that tests never disturb a platform running on the same machine."""
 import os
 
-# A Redis of the tests' own (started by tests/conftest.py), which a test may restart.
-os.environ.setdefault("MAAS_TEST_REDIS_PORT", "6390")
-os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:{os.environ['MAAS_TEST_REDIS_PORT']}/0")
-os.environ.setdefault("MAAS_CELERY_QUEUE", "maas-test")
+# Under pytest-xdist each worker process (gw0, gw1, ...) has a database (pytest-django adds the
+# suffix), a Redis and a Celery queue of its own: a test may restart its Redis, and a Celery
+# worker it starts must take only its own tasks. Set here, not defaulted: a worker inherits the
+# environment of the process that started it, the xdist controller's included.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+_REDIS_PORT = int(os.environ.get("MAAS_TEST_REDIS_BASE_PORT", "6390")) + _WORKER
+os.environ["MAAS_TEST_REDIS_PORT"] = str(_REDIS_PORT)  # tests/conftest.py starts it
+os.environ["REDIS_URL"] = os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{_REDIS_PORT}/0"
+os.environ["MAAS_CELERY_QUEUE"] = f"maas-test-{_WORKER}"
+
+# The suite's own RabbitMQ node (tests/broker.py), apart from `make run`'s, with statistics
+# read within seconds.
+os.environ.setdefault("RABBITMQ_API_URL", "http://127.0.0.1:15689/api")
+os.environ.setdefault("RABBITMQ_AMQP_PORT", "5689")
+os.environ.setdefault("RABBITMQ_MQTT_PORT", "1899")
 
 from .settings import *  # noqa: E402,F401,F403
 

@@ -20,6 +20,7 @@ from core.context import Context
 from tenants import default_plans
 from tenants.models import AddressPlan, AddressSpacePlan, PersonalAccessToken, Role
 from tenants.services import add_member, create_tenant
+from tests import broker
 
 CTX = Context(actor="test")
 
@@ -35,6 +36,12 @@ def django_db_setup(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                        " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_broker():
+    """The suite's own RabbitMQ node, started once (and left running for the next run)."""
+    broker.start()
 
 
 @pytest.fixture(autouse=True)
@@ -87,6 +94,22 @@ def outsider(db):
 def default_plans_installed() -> None:
     """Transactional tests flush the tables, data migrations included: put the plans back."""
     default_plans.install(AddressPlan, AddressSpacePlan)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _default_plans_after_every_flush():
+    """A transactional test ends with a flush of every table, the plans the migration installed
+    included, and Django sends post_migrate after it (as it does to put content types back):
+    the plans come back there, so a test never depends on which test ran before it."""
+    from django.db.models.signals import post_migrate
+
+    def reinstall(sender, **kwargs):
+        if sender.name == "tenants":
+            default_plans_installed()
+
+    post_migrate.connect(reinstall, weak=False, dispatch_uid="tests.default_plans")
+    yield
+    post_migrate.disconnect(dispatch_uid="tests.default_plans")
 
 
 @pytest.fixture
@@ -166,12 +189,10 @@ def mailer(settings, smtp_server):
 
 REDIS_PORT = int(os.environ.get("MAAS_TEST_REDIS_PORT", "6390"))
 
-# RabbitMQ's management statistics: its objects emit them every 5 s (collect_statistics_interval,
-# RabbitMQ's default) and its management agent copies them every MAAS_RABBITMQ_STATS_SECONDS
-# (deploy/local/services.sh): a figure read through the HTTP API shows a change up to the sum
-# later (docs/storage.md, "Lag").
-BROKER_STATS_EMIT = 5.0
-BROKER_STATS_COPY = float(os.environ.get("MAAS_RABBITMQ_STATS_SECONDS", "30"))
+# The test broker's management statistics (tests/broker.py): a figure read through the HTTP API
+# shows a change up to their sum later (docs/storage.md, "Lag").
+BROKER_STATS_EMIT = broker.STATS_EMIT
+BROKER_STATS_COPY = broker.STATS_COPY
 BROKER_STATS_LAG = BROKER_STATS_EMIT + BROKER_STATS_COPY
 
 

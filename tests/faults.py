@@ -3,10 +3,11 @@
 Not a mock: every request it does not fail goes to the real server and its real answer comes
 back; the failures are what a broker under load gives (503, or no answer until a timeout)."""
 import http.server
-import subprocess
 import threading
 
 import requests
+
+from tests import broker
 
 
 class HttpFaultProxy:
@@ -80,5 +81,4 @@ def release_vhost_starts() -> None:
 
 
 def _rabbitmqctl_eval(expression: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", "eval", expression], check=True, timeout=60,
-                   capture_output=True)
+    broker.rabbitmqctl("eval", expression, timeout=60)

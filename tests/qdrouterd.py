@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dataplane import qdrouterd
+from tests import broker
 from tests.router.conftest import ROOT, RouterProcess, free_port, terminate, wait_port
 
 SKIP_REASON = "QDROUTERD does not name a qdrouterd 1.19 build (see docs/router.md)"
@@ -41,7 +42,7 @@ class AuthService:
 class VhostRelay:
     """The vhost relay (`python -m dataplane.vhost_relay`) in front of the local RabbitMQ."""
 
-    def __init__(self, broker_host: str = "127.0.0.1", broker_port: int = 5672):
+    def __init__(self, broker_host: str = "127.0.0.1", broker_port: int = broker.AMQP_PORT):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dataplane.vhost_relay", "--listen", f"127.0.0.1:{self.port}",

@@ -8,8 +8,13 @@
 #   bash deploy/local/rabbitmq-nodes.sh start N   # nodes maas1..maas<N-1> run (a running one is left alone)
 #   bash deploy/local/rabbitmq-nodes.sh stop N    # nodes maas1..maas<N-1> stopped
 #   bash deploy/local/rabbitmq-nodes.sh reset N   # stopped, their data and files deleted: they next start empty
+#   bash deploy/local/rabbitmq-nodes.sh test      # the test suite's own node maastest@<host> runs
 #
 # N is the TOTAL number of brokers, the default node included (N=1: nothing to do; at most 9).
+# The test node (k=9: AMQP 5689, management 15689, MQTT 1899, Prometheus 15709) is the same kind
+# of broker with its statistics emitted every second and copied every 5 s instead of 30, so
+# that a test reads a change through the management API within about 6 s; the suite starts it
+# (tests/broker.py) and leaves it running, apart from `make run`'s broker.
 # Node k listens on 127.0.0.1 only: AMQP 5680+k, management 15680+k, MQTT 1890+k, Prometheus
 # 15700+k; Erlang distribution 25680+k (RabbitMQ's AMQP+20000). Its settings are
 # /etc/rabbitmq/maas<k>.conf, the default node's rabbitmq.conf without its listeners plus these
@@ -29,16 +34,21 @@ wait_port() {
   log "port $1 did not open"; return 1
 }
 
-usage() { log "usage: $0 start|stop|reset N   (N: brokers in all, the default node included, 1..9)"; exit 2; }
-[ $# = 2 ] || usage
-action=$1 total=$2
-case "$action" in start|stop|reset) ;; *) usage ;; esac
+usage() { log "usage: $0 start|stop|reset N   (N: brokers in all, the default node included, 1..9) | test"; exit 2; }
+TEST_NODE=9  # k of the test suite's node
+if [ "${1:-}" = test ] && [ $# = 1 ]; then
+  action=test total=1
+else
+  [ $# = 2 ] || usage
+  action=$1 total=$2
+  case "$action" in start|stop|reset) ;; *) usage ;; esac
+fi
 [[ "$total" =~ ^[1-9][0-9]*$ ]] || usage
 if [ "$total" -gt 9 ]; then
   log "N=$total: at most 9 brokers on one machine (the default node and maas1..maas8; their ports are 5681..5688 etc.)"
   exit 1
 fi
-[ "$total" -gt 1 ] || exit 0
+[ "$total" -gt 1 ] || [ "$action" = test ] || exit 0
 
 # The host part of the nodes' names: the default node's (rabbitmq-env.conf may set it, e.g.
 # rabbit@localhost), else what RABBITMQ_NODENAME or rabbitmq-env.conf say, else the short hostname.
@@ -49,8 +59,9 @@ host=${host#*@}
 host=${host//[\'\"]/}
 mnesia=/var/lib/rabbitmq/mnesia
 
-node_of() { echo "maas$1@$host"; }
-running() { [[ "$(epmd -names 2>/dev/null)" == *"name maas$1 at port "* ]]; }
+name_of() { if [ "$1" = "$TEST_NODE" ]; then echo maastest; else echo "maas$1"; fi; }
+node_of() { echo "$(name_of "$1")@$host"; }
+running() { [[ "$(epmd -names 2>/dev/null)" == *"name $(name_of "$1") at port "* ]]; }
 has_maas_topic() {  # has_maas_topic MGMT_PORT: the node's overview lists the x-maas-topic exchange type
   [[ "$(curl -sf -u guest:guest "http://127.0.0.1:$1/api/overview")" == *'"name":"x-maas-topic"'* ]]
 }
@@ -61,7 +72,15 @@ write_files() {  # write_files K: the node's rabbitmq.conf and enabled_plugins
     echo "# $(node_of "$k"): written by deploy/local/rabbitmq-nodes.sh, edits are overwritten."
     echo "# The default node's /etc/rabbitmq/rabbitmq.conf without its listeners:"
     grep -Ev '^[[:space:]]*([a-z0-9_]+\.)*listeners?\.|^[[:space:]]*[a-z0-9_]+\.(tcp|ssl)\.' \
-      /etc/rabbitmq/rabbitmq.conf 2>/dev/null || true
+      /etc/rabbitmq/rabbitmq.conf 2>/dev/null |
+      if [ "$k" = "$TEST_NODE" ]; then grep -Ev 'sample_retention_policies\.[a-z]+\.minute|statistics copied|one left out'; else cat; fi || true
+    if [ "$k" = "$TEST_NODE" ]; then
+      echo "# The test node's statistics: emitted every second, copied every 5 s."
+      echo "collect_statistics_interval = 1000"
+      for policy in global basic detailed; do
+        echo "management.sample_retention_policies.$policy.minute = 5"
+      done
+    fi
     echo "# This node's ports:"
     echo "listeners.tcp.default = 127.0.0.1:$((5680 + k))"
     echo "management.tcp.ip = 127.0.0.1"
@@ -69,9 +88,9 @@ write_files() {  # write_files K: the node's rabbitmq.conf and enabled_plugins
     echo "mqtt.listeners.tcp.default = 127.0.0.1:$((1890 + k))"
     echo "prometheus.tcp.ip = 127.0.0.1"
     echo "prometheus.tcp.port = $((15700 + k))"
-  } > "/etc/rabbitmq/maas$k.conf"
+  } > "/etc/rabbitmq/$(name_of "$k").conf"
   echo '[rabbitmq_amqp1_0,rabbitmq_maas_topic,rabbitmq_management,rabbitmq_mqtt,rabbitmq_prometheus].' \
-    > "/etc/rabbitmq/maas$k.enabled_plugins"
+    > "/etc/rabbitmq/$(name_of "$k").enabled_plugins"
 }
 
 start_node() {  # start_node K: launches the node, detached; waiting for it is check_node's
@@ -83,8 +102,8 @@ start_node() {  # start_node K: launches the node, detached; waiting for it is c
   write_files "$k"
   log "starting $node"
   RABBITMQ_NODENAME="$node" RABBITMQ_DIST_PORT=$((25680 + k)) \
-    RABBITMQ_CONFIG_FILE="/etc/rabbitmq/maas$k.conf" \
-    RABBITMQ_ENABLED_PLUGINS_FILE="/etc/rabbitmq/maas$k.enabled_plugins" \
+    RABBITMQ_CONFIG_FILE="/etc/rabbitmq/$(name_of "$k").conf" \
+    RABBITMQ_ENABLED_PLUGINS_FILE="/etc/rabbitmq/$(name_of "$k").enabled_plugins" \
     rabbitmq-server -detached >/dev/null
 }
 
@@ -127,6 +146,11 @@ write_targets() {  # the Prometheus endpoints of the pool nodes running now, for
 
 last=$((total - 1))
 case "$action" in
+  test)
+    running "$TEST_NODE" || start_node "$TEST_NODE"
+    check_node "$TEST_NODE"
+    exit 0
+    ;;
   start)
     # All launched first, then waited for: their boots overlap.
     for k in $(seq 1 "$last"); do running "$k" || start_node "$k"; done

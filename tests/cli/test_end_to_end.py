@@ -4,7 +4,11 @@ AMQP 1.0 and MQTT by the same tool, objects changed by a second apply and delete
 import json
 import time
 
+import pytest
+
 from .conftest import DATA, ok
+
+pytestmark = pytest.mark.slow
 
 USER = ("-u", "user1", "-p", "password")  # the EnMasse example's user (password: base64)
 

@@ -5,10 +5,14 @@ import datetime
 import json
 import stat
 
+import pytest
+
 from tests.conftest import free_tcp_port, make_user
 from workers.usage.job import store
 
 from .conftest import DATA, Maasctl, ok
+
+pytestmark = pytest.mark.slow
 
 BROKERED = str(DATA / "brokered.yaml")
 

@@ -23,6 +23,8 @@ from tests.identity.conftest import CLIENT_ID, CLIENT_SECRET, Browser, Provider
 
 from .conftest import DATA, Maasctl, ok
 
+pytestmark = pytest.mark.slow
+
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 TOKEN_TTL = 3  # seconds: short, so that the test sees a token expire and be renewed
 

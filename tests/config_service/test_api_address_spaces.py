@@ -4,6 +4,7 @@ import yaml
 
 from config_service.models import AddressSpace
 from eventlog.models import ConfigEvent
+from tests import broker
 from tests.conftest import space_manifest
 
 
@@ -22,7 +23,7 @@ def test_owner_creates_a_space_and_gets_the_enmasse_shape(tenant, clients):
     assert body["status"]["phase"] == "Configuring"
     assert body["status"]["isReady"] is False
     ports = body["status"]["endpointStatuses"][0]["servicePorts"]
-    assert ports == [{"name": "amqp", "port": 5672}]
+    assert ports == [{"name": "amqp", "port": broker.AMQP_PORT}]
     event = ConfigEvent.objects.get(type="address_space.created")
     assert event.sequence == 1 and event.actor == "token:default:olivia"
 

@@ -11,6 +11,8 @@ from tenants.models import AddressPlan, AddressSpacePlan, Membership
 from tenants.services import create_tenant
 from tests.conftest import CTX, make_user
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]

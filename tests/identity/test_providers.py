@@ -26,6 +26,8 @@ from tests.conftest import CTX, make_user, space_manifest
 from .conftest import USERS, Browser, Provider
 from .dot import DotProvider
 
+pytestmark = pytest.mark.slow
+
 KINDS = {"keycloak": Provider, "dot": DotProvider}
 PROVIDERS = [("keycloak", "jwt"), ("keycloak", "opaque"), ("dot", "jwt"), ("dot", "opaque")]
 

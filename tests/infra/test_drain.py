@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
+from tests import broker
 from tests.conftest import BROKER_STATS_LAG, wait_for
 from workers.agents.storage.rabbitmq import RabbitMQApi
 from workers.infra import manifests as m
@@ -20,10 +21,14 @@ from workers.infra.drain import RabbitMQDrainer
 
 from . import spaces
 
-API_URL = os.environ.get("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")
+pytestmark = pytest.mark.slow
+
+API_URL = broker.API_URL
 USER = os.environ.get("RABBITMQ_API_USER", "guest")
 PASSWORD = os.environ.get("RABBITMQ_API_PASSWORD", "guest")
-HOST = API_URL.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
+HOST, _, MANAGEMENT_PORT = API_URL.split("//", 1)[1].split("/", 1)[0].rpartition(":")
+# The test node's ports, where the broker pods listen on RabbitMQ's defaults.
+PORTS = {"management_port": int(MANAGEMENT_PORT), "amqp_port": broker.AMQP_PORT}
 
 
 @pytest.fixture
@@ -43,8 +48,10 @@ def stored(api, vhost, queue):
 
 def test_drain_counts_until_the_queues_are_empty(space):
     s, api = space
+    # Settling twice the test broker's statistics lag, as SETTLE_SECONDS is RabbitMQ's.
     drainer = RabbitMQDrainer(spaces.CFG, lambda infra: PASSWORD, user=USER,
-                              host_of=lambda sp, cluster: HOST)
+                              host_of=lambda sp, cluster: HOST, **PORTS,
+                              settle=2 * BROKER_STATS_LAG)
     assert drainer.drain(s, "broker-1", ("broker-0",)) == 0  # no vhost there: nothing stored
     api.put_vhost(s.vhost)
     api.put_permissions(s.vhost, USER, ".*", ".*", ".*")
@@ -61,7 +68,7 @@ def test_drain_counts_until_the_queues_are_empty(space):
     assert drainer.drain(s, "broker-1", ("broker-0",)) == 3
     assert drainer.drain(s, "broker-1", ()) == 0  # nothing left in the space to keep them for
     api.purge_queue(s.vhost, "orders")  # its consumers drained it
-    wait_for(lambda: drainer.drain(s, "broker-1", ("broker-0",)) == 0, timeout=2 * BROKER_STATS_LAG,
+    wait_for(lambda: drainer.drain(s, "broker-1", ("broker-0",)) == 0, timeout=4 * BROKER_STATS_LAG,
              interval=0.2, what="the drainer to see the purged queue empty")
 
 
@@ -70,7 +77,8 @@ def test_a_message_stored_just_before_the_drain_keeps_the_broker(space):
     once is not believed until a reading made `settle` after the drain began."""
     s, api = space
     drainer = RabbitMQDrainer(spaces.CFG, lambda infra: PASSWORD, user=USER,
-                              host_of=lambda sp, cluster: HOST, settle=BROKER_STATS_LAG + 5)
+                              host_of=lambda sp, cluster: HOST, **PORTS,
+                              settle=BROKER_STATS_LAG + 5)
     api.put_vhost(s.vhost)
     api.put_permissions(s.vhost, USER, ".*", ".*", ".*")
     api.put_queue(s.vhost, "orders", {})
@@ -92,7 +100,7 @@ def test_each_drain_waits_its_own_settle(space):
     s, api = space
     now = [0.0]
     drainer = RabbitMQDrainer(spaces.CFG, lambda infra: PASSWORD, user=USER,
-                              host_of=lambda sp, cluster: HOST, settle=20, stale=900,
+                              host_of=lambda sp, cluster: HOST, **PORTS, settle=20, stale=900,
                               clock=lambda: now[0])
     api.put_vhost(s.vhost)
     api.put_permissions(s.vhost, USER, ".*", ".*", ".*")

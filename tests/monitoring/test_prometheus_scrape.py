@@ -17,13 +17,14 @@ from config_service import services
 from config_service.models import AgentState
 from tenants.services import set_quota, throttle
 from tenants.usage import UsageJobRun
+from tests import broker
 from tests.conftest import CTX, free_tcp_port, port_open, wait_for
 from tests.router.conftest import RouterProcess
 from workers.agents import runner
 
 from .monitoring import DASHBOARDS, MONITORING, RULES, panels, substitute, tool, variables
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 class Prometheus:
@@ -105,7 +106,7 @@ def mqtt_login_attempt() -> None:
     """One MQTT login on RabbitMQ (refused), so its MQTT figures exist on a fresh broker."""
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="maas-monitoring-test")
     client.username_pw_set("nobody", "wrong")
-    client.connect("127.0.0.1", 1884)
+    client.connect("127.0.0.1", broker.MQTT_PORT)
     client.loop_start()
     time.sleep(0.5)
     client.loop_stop()
@@ -124,8 +125,8 @@ def test_every_dashboard_panel_returns_data_from_a_real_prometheus(
         "maas-control-plane": live_server.url.removeprefix("http://").replace("localhost",
                                                                               "127.0.0.1"),
         "maas-router": f"127.0.0.1:{router.metrics_port}",
-        "maas-broker": "127.0.0.1:15692",
-        "maas-broker-queues": "127.0.0.1:15692",
+        "maas-broker": f"127.0.0.1:{broker.PROMETHEUS_PORT}",
+        "maas-broker-queues": f"127.0.0.1:{broker.PROMETHEUS_PORT}",
         "maas-mqtt-gateway": f"127.0.0.1:{free_tcp_port()}",  # not started here: up is 0
     })
     try:

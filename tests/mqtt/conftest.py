@@ -17,6 +17,9 @@ from tests.conftest import CTX, b64
 from tests.router.conftest import ADMIN_PASSWORD, ROOT, free_port, terminate, wait_port
 from tests.workers.conftest import router, router_kind, sync  # noqa: F401
 
+# qdrouterd's half runs in make test, not in make test-quick (the inner loop).
+ROUTER_KINDS = ["embedded", pytest.param("qdrouterd", marks=pytest.mark.slow)]
+
 PASSWORD = "app-password"
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +29,7 @@ def pytest_generate_tests(metafunc):
     (where `QDROUTERD` names a build; skipped with the reason elsewhere), as tests/workers."""
     if "router_kind" in metafunc.fixturenames:
         both = getattr(metafunc.module, "BOTH_ROUTERS", False)
-        metafunc.parametrize("router_kind", ["embedded", "qdrouterd"] if both else ["embedded"],
+        metafunc.parametrize("router_kind", ROUTER_KINDS if both else ["embedded"],
                              scope="module")
 
 

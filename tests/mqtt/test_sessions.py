@@ -11,7 +11,7 @@ from tests.mqtt.conftest import Client, add, user
 from tests.workers.conftest import sync
 from workers.models import MqttSession
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 BOTH_ROUTERS = True  # tests/mqtt/conftest.py: the embedded router and qdrouterd
 
 

@@ -21,6 +21,8 @@ from tenants.services import add_member, create_tenant
 from tests.conftest import BROKER_STATS_LAG, CTX, Worker, make_user
 from tests.workers.conftest import router, router_kind, router_settings  # noqa: F401 - fixtures
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]

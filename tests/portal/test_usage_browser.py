@@ -9,7 +9,7 @@ from tests.conftest import CTX, default_plans_installed, make_user
 from tests.portal.test_browser import browser, shot, sign_in  # noqa: F401 - fixture
 from tests.portal.usage_data import write_month
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_usage_page_draws_its_charts_in_a_browser(live_server, browser):  # noqa: F811

@@ -17,10 +17,11 @@ from proton import Message
 from proton.utils import BlockingConnection
 
 from dataplane.authservice.server import AuthServer, Identity
+from tests import broker
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_PASSWORD = "admin-secret"
-RABBIT_API = "http://127.0.0.1:15672/api"
+RABBIT_API = broker.API_URL
 RABBIT_AUTH = ("guest", "guest")
 
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
@@ -273,7 +274,7 @@ class TcpProxy:
     """A TCP relay in front of RabbitMQ so a test can cut the router's broker connections
     (RabbitMQ's own connection list lags by a stats interval, so it cannot be relied on)."""
 
-    def __init__(self, target=("127.0.0.1", 5672)):
+    def __init__(self, target=("127.0.0.1", broker.AMQP_PORT)):
         self.target = target
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]

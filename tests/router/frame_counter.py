@@ -3,6 +3,8 @@ and AMQP 1.0 performatives by name (attach, begin, ...), read from the frames as
 import struct
 from collections import Counter
 
+from tests import broker
+
 from .conftest import TcpProxy
 
 PERFORMATIVES = {0x10: "open", 0x11: "begin", 0x12: "attach", 0x13: "flow", 0x14: "transfer",
@@ -13,7 +15,7 @@ class FrameCounter(TcpProxy):
     """Counts the performatives of the client's AMQP frames (SASL frames and protocol headers
     are skipped); `connections` counts the connections it accepted."""
 
-    def __init__(self, target=("127.0.0.1", 5672)):
+    def __init__(self, target=("127.0.0.1", broker.AMQP_PORT)):
         self.performatives: Counter = Counter()
         super().__init__(target)
 

@@ -19,6 +19,8 @@ from .conftest import (
 )
 from .frame_counter import FrameCounter
 
+pytestmark = pytest.mark.slow
+
 GROUP = {"users": "bo", "sources": "*", "targets": "*"}
 
 

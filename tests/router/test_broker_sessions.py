@@ -13,6 +13,7 @@ import requests
 from proton import Message
 
 from dataplane.router.broker_links import is_culprit, names_object, refused_object
+from tests import broker
 from tests.conftest import BROKER_STATS_COPY, BROKER_STATS_LAG
 
 from .conftest import (
@@ -25,6 +26,8 @@ from .conftest import (
     add_tenant,
     pump_until,
 )
+
+pytestmark = pytest.mark.slow
 
 QUEUES = ("s1", "s2", "s3")
 GROUP = {"users": "sam", "sources": "*", "targets": "*"}
@@ -39,7 +42,7 @@ def autolinks(mgmt, vhost: str, queue: str) -> None:
 
 
 def connector(mgmt, vhost: str, rabbit_vhost: str) -> None:
-    mgmt.create(CONNECTOR, f"{vhost}-broker", host="127.0.0.1", port="5672",
+    mgmt.create(CONNECTOR, f"{vhost}-broker", host="127.0.0.1", port=str(broker.AMQP_PORT),
                 role="route-container", saslUsername="guest", saslPassword="guest",
                 virtualHost=f"vhost:{rabbit_vhost}")
 

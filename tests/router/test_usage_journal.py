@@ -13,6 +13,8 @@ from dataplane.router.usage_journal import FILE_NAME
 
 from .conftest import ADDRESS, RouterProcess, add_tenant
 
+pytestmark = pytest.mark.slow
+
 ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 VHOST = "uj"
 USER, PASSWORD = "uj-user", "uj-password"  # unique: USERS is shared

@@ -31,6 +31,7 @@ from proton.utils import BlockingConnection
 
 from dataplane import qdrouterd
 from dataplane.vhost_relay.preamble import AMQP_HEADER, SASL_HEADER, Preamble, ProtocolError
+from tests import broker
 from tests.qdrouterd import needs_qdrouterd
 
 from .conftest import RABBIT_API, RABBIT_AUTH, ROOT, free_port, wait_port
@@ -39,7 +40,8 @@ PASSWORD = "relay-secret"
 
 
 class RelayProcess:
-    def __init__(self, broker_port: int = 5672, log_level: str = "WARNING", stderr=None):
+    def __init__(self, broker_port: int = broker.AMQP_PORT, log_level: str = "WARNING",
+                 stderr=None):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dataplane.vhost_relay", "--listen", f"127.0.0.1:{self.port}",

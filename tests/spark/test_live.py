@@ -13,6 +13,8 @@ from spark.samples import COUNTERS, GAUGES, gap, write_samples
 from tenants.limits import USAGE_LIMITS, breached, breaches
 from workers.usage import live
 
+pytestmark = pytest.mark.slow  # a Spark JVM starts (seconds)
+
 DAY = date(2026, 11, 20)
 START = datetime(2026, 11, 20, tzinfo=UTC)
 WINDOW = START - timedelta(minutes=5)

@@ -6,6 +6,8 @@ import pytest
 from spark.jobs.nightly import HISTORY_SCHEMA, QUOTAS_SCHEMA, collect
 from spark.quota import evaluate
 
+pytestmark = pytest.mark.slow  # a Spark JVM starts (seconds)
+
 DAY = date(2026, 11, 20)
 MEASURES = ("messages", "bytes", "stored_bytes", "connections")
 

@@ -14,6 +14,8 @@ from spark.usage import daily_address, read_samples, with_deltas
 from . import generate
 from .generate import DAY, START, TENANTS
 
+pytestmark = pytest.mark.slow
+
 COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
 LINKS = ("connections", "senders", "receivers")
 

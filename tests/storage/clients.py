@@ -8,12 +8,11 @@ import threading
 
 from proton.utils import BlockingConnection
 
+from tests import broker
 from workers.agents.storage.rabbitmq_objects import POLICY_PREFIX, TEMP_QUEUE_POLICY
 
 AMQP_HOST = os.environ.get("RABBITMQ_AMQP_HOST", "127.0.0.1")
-AMQP_PORT = int(os.environ.get("RABBITMQ_AMQP_PORT", "5672"))
-MQTT_PORT = int(os.environ.get("RABBITMQ_MQTT_PORT", "1884"))
-API_URL = os.environ.get("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")
+AMQP_PORT, MQTT_PORT, API_URL = broker.AMQP_PORT, broker.MQTT_PORT, broker.API_URL
 API_USER = os.environ.get("RABBITMQ_API_USER", "guest")
 API_PASSWORD = os.environ.get("RABBITMQ_API_PASSWORD", "guest")
 

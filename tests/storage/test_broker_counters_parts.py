@@ -17,6 +17,8 @@ from workers.agents.storage.desired import BrokerQueue, BrokerTopic, VhostState
 from workers.agents.storage.rabbitmq import BrokerError, BrokerReconciler, RabbitMQApi
 from workers.usage.broker_counters import EpochMemory, read_broker, same_instances
 
+pytestmark = pytest.mark.slow
+
 PAGE = 3
 EXTRA_QUEUES = [f"q-{i:02d}" for i in range(8)]
 EXTRA_EXCHANGES = [f"x-{i:02d}" for i in range(5)]

@@ -1,5 +1,5 @@
 """MQTT on a brokered space with least privilege: real paho-mqtt and proton clients against
-the real RabbitMQ (its MQTT plugin on RABBITMQ_MQTT_PORT, 1884 by default), the vhost
+the real RabbitMQ (its MQTT plugin on RABBITMQ_MQTT_PORT: the test node's), the vhost
 configured by the storage reconciler alone (no Django)."""
 import queue
 import socket
@@ -18,6 +18,8 @@ from workers.agents.storage.rabbitmq import (
     broker_username,
     hash_password,
 )
+
+pytestmark = pytest.mark.slow
 
 PASSWORD = "mqtt-password"
 RULES = {  # user -> (send, recv): the only rights each has

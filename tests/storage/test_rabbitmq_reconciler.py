@@ -19,6 +19,7 @@ import pytest
 from proton import Delivery, Endpoint, Message, Timeout
 from proton.utils import BlockingConnection, SendException
 
+from tests import broker
 from tests.conftest import wait_for
 from tests.storage.clients import queue_policy
 from workers.agents.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
@@ -38,12 +39,13 @@ from workers.agents.storage.rabbitmq import (
     verify_password,
 )
 
-API_URL = os.environ.get("RABBITMQ_API_URL", "http://127.0.0.1:15672/api")
+pytestmark = pytest.mark.slow
+
+API_URL = broker.API_URL
 API_USER = os.environ.get("RABBITMQ_API_USER", "guest")
 API_PASSWORD = os.environ.get("RABBITMQ_API_PASSWORD", "guest")
 AMQP_HOST = os.environ.get("RABBITMQ_AMQP_HOST", "127.0.0.1")
-AMQP_PORT = int(os.environ.get("RABBITMQ_AMQP_PORT", "5672"))
-MQTT_PORT = int(os.environ.get("RABBITMQ_MQTT_PORT", "1884"))
+AMQP_PORT, MQTT_PORT = broker.AMQP_PORT, broker.MQTT_PORT
 PASSWORD = "s3cret-pw"
 
 

@@ -18,6 +18,9 @@ from workers.clients.rabbitmq_api import VHOST_PUT_WAIT
 
 from .clients import API_PASSWORD, API_URL, API_USER
 
+# Restarts or holds a broker every test shares: run apart from the others (make test).
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture
 def reads():

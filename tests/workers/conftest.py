@@ -10,11 +10,14 @@ from workers.agents import runner
 from workers.agents.router.agent import close_pooled
 from workers.clients.qdr import Management
 
+# qdrouterd's half runs in make test, not in make test-quick (the inner loop).
+ROUTER_KINDS = ["embedded", pytest.param("qdrouterd", marks=pytest.mark.slow)]
+
 
 def pytest_generate_tests(metafunc):
     if "router_kind" in metafunc.fixturenames:
         both = getattr(metafunc.module, "BOTH_ROUTERS", False)
-        metafunc.parametrize("router_kind", ["embedded", "qdrouterd"] if both else ["embedded"],
+        metafunc.parametrize("router_kind", ROUTER_KINDS if both else ["embedded"],
                              scope="module")
 
 

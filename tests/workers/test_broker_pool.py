@@ -28,6 +28,9 @@ from workers import endpoints as space_endpoints
 from workers.agents import runner
 from workers.agents.storage import watch as broker_watch
 
+# Restarts or holds a broker every test shares: run apart from the others (make test).
+pytestmark = pytest.mark.serial
+
 PASSWORD = "app-password"
 
 

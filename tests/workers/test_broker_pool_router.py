@@ -16,6 +16,9 @@ from tests.conftest import CTX, b64, port_open, wait_for
 from tests.workers.broker_pool import api, vhosts_on
 from tests.workers.conftest import sync
 
+# Restarts or holds a broker every test shares: run apart from the others (make test).
+pytestmark = pytest.mark.serial
+
 BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
 PASSWORD = "app-password"
 

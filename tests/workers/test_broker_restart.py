@@ -1,7 +1,6 @@
 """A RabbitMQ that restarts: MaaS's transient exchanges are gone, the broker watch notices, the
 API stops calling the space's addresses Active, the storage controller makes them again, and no
-acknowledged message is lost. Real RabbitMQ, restarted with `rabbitmqctl stop_app/start_app`."""
-import subprocess
+acknowledged message is lost. Real RabbitMQ, (the test node) restarted with `rabbitmqctl stop_app/start_app`."""
 import time
 import uuid
 from datetime import timedelta
@@ -14,6 +13,7 @@ from proton import Message
 from config_service import services
 from config_service.models import AddressSpace, AgentState, RouterIncarnation
 from config_service.status import address_status, agent_states
+from tests import broker
 from tests.conftest import CTX, b64, wait_for
 from tests.workers import rabbit
 from workers import dispatch
@@ -21,6 +21,9 @@ from workers.agents import runner
 from workers.agents.storage import rabbitmq
 from workers.agents.storage import watch as broker_watch
 from workers.tasks import resync_candidates
+
+# Restarts or holds a broker every test shares: run apart from the others (make test).
+pytestmark = pytest.mark.serial
 
 PASSWORD = "app-password"
 
@@ -88,8 +91,7 @@ def send_durable(vhost: str, login: str, body: str) -> None:
 
 def restart_rabbitmq() -> None:
     for command in ("stop_app", "start_app"):
-        subprocess.run(["rabbitmqctl", "-q", command], check=True, timeout=300,
-                       capture_output=True)
+        broker.rabbitmqctl(command)
     wait_for(lambda: rabbit.api("/overview").status_code == 200, 60, what="the management API")
 
 

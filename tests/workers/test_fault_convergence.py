@@ -39,6 +39,8 @@ from workers.agents.storage.agent import desired_state, management_api
 from workers.clients.qdr import Management
 from workers.tasks import relay_outbox, watch_router
 
+pytestmark = pytest.mark.slow
+
 PASSWORD = "app-password"
 KINDS = {"queue": "standard-small-queue", "anycast": "standard-small-anycast"}
 MESSAGES = 20  # per queue, acknowledged by RabbitMQ before the faults

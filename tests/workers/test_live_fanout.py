@@ -1,5 +1,6 @@
 """End to end with a real Celery worker: API call -> event -> fan-out -> RabbitMQ -> Active,
 and recovery when the worker is killed mid fan-out and Redis restarts empty."""
+import pytest
 from django.test import override_settings
 
 from config_service import services
@@ -8,6 +9,8 @@ from eventlog.models import ConfigEvent, Outbox
 from tests.conftest import CTX, address_manifest, client_for, space_manifest, wait_for
 from tests.workers import rabbit
 from workers.tasks import relay_outbox
+
+pytestmark = pytest.mark.slow
 
 
 def phase(client, url):

@@ -19,6 +19,8 @@ from workers.agents.router import desired as rc
 from workers.clients.qdr import Management
 from workers.usage import sampler
 
+pytestmark = pytest.mark.slow
+
 WHERE: dict = {}  # space uid -> SpaceEndpoints, read by `lookup`
 
 

@@ -19,7 +19,7 @@ from workers.usage import sampler
 from workers.usage.job import run_day
 
 PASSWORD = "app-password"
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,8 @@ from tests.workers.conftest import sync
 from workers.usage import sampler
 from workers.usage.job import run_day
 
+pytestmark = pytest.mark.slow
+
 BOTH_ROUTERS = True  # tests/workers/conftest.py: the embedded router and qdrouterd
 PASSWORD = "app-password"
 

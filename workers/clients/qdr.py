@@ -184,7 +184,12 @@ class Management:
             if exc.status != 404:  # already gone is what we wanted
                 raise
 
+    # A close waits this long for the router's close frame: a router that is gone or stopped
+    # (SIGSTOP, a partition) never sends one, and the connection is let go anyway.
+    CLOSE_TIMEOUT = 1.0
+
     def close(self) -> None:
+        self.conn.timeout = min(self.conn.timeout, self.CLOSE_TIMEOUT)
         try:
             self.conn.close()
         except (ConnectionException, Timeout):

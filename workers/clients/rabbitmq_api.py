@@ -80,6 +80,13 @@ class RabbitMQApi:
         # the socket gone before any answer. Every call here is idempotent: retry that once.
         self._retry = _RetryClosedSocket(total=1, connect=1, read=1, status=0, redirect=0,
                                          allowed_methods=None, raise_on_status=False)
+        # A read the broker failed while other clients changed what it lists (RabbitMQ 3.10's
+        # `GET /users/without-permissions` answers 500 when a user goes meanwhile) is asked
+        # once more, a moment later: a read changes nothing.
+        self._retry_read = _RetryClosedSocket(total=2, connect=1, read=1, status=1, redirect=0,
+                                              status_forcelist=(500, 502, 503),
+                                              backoff_factor=0.1, allowed_methods=None,
+                                              raise_on_status=False)
         self._pool = urllib3.PoolManager(num_pools=2, maxsize=POOL_SIZE,
                                          ssl_context=ssl.create_default_context())
 
@@ -98,7 +105,8 @@ class RabbitMQApi:
             body = json.dumps(body).encode()
         try:
             resp = self._pool.request(method, url, body=body, headers=headers,
-                                      retries=self._retry, redirect=False,
+                                      retries=self._retry_read if method == "GET" else self._retry,
+                                      redirect=False,
                                       timeout=urllib3.Timeout(connect=wait, read=wait))
         except HTTPError as exc:
             raise BrokerError(f"{method} {path}: {exc}", transient=True) from exc

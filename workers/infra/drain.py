@@ -34,20 +34,23 @@ SETTLE_SECONDS = 20.0
 STALE_SECONDS = 3600.0
 
 
-def _amqp_uri(host: str, user: str, password: str, vhost: str) -> str:
+def _amqp_uri(host: str, port: int, user: str, password: str, vhost: str) -> str:
     return (f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{host}:"
-            f"{m.BROKER_AMQP_PORT}/{quote(vhost, safe='')}")
+            f"{port}/{quote(vhost, safe='')}")
 
 
 class RabbitMQDrainer:
     def __init__(self, cfg: m.InfraSettings, admin_password, timeout: float = 10,
                  user: str = m.BROKER_ADMIN_USER, host_of=None,
                  settle: float = SETTLE_SECONDS, stale: float = STALE_SECONDS,
-                 clock=time.monotonic):
+                 clock=time.monotonic, management_port: int = m.BROKER_MANAGEMENT_PORT,
+                 amqp_port: int = m.BROKER_AMQP_PORT):
         """`admin_password(infra)` returns the brokers' admin password of a space;
-        `host_of(space, cluster_id)` a broker's host (default: its Service)."""
+        `host_of(space, cluster_id)` a broker's host (default: its Service), which listens on
+        `management_port` and `amqp_port` (the broker pods' ports)."""
         self.cfg, self.admin_password, self.timeout = cfg, admin_password, timeout
         self.user, self.settle, self.stale, self.clock = user, settle, stale, clock
+        self.management_port, self.amqp_port = management_port, amqp_port
         self.host_of = host_of or (
             lambda space, cluster: m.service_host(m.broker_name(space.infra, cluster), cfg))
         # (began, last asked) of each (space, broker) this process drains. Kept in memory only:
@@ -74,7 +77,7 @@ class RabbitMQDrainer:
         """(messages left, whether that is the statistics' count): a vhost that is not there,
         or no broker to keep the messages for, is known at once."""
         password = self.admin_password(space.infra)
-        api = RabbitMQApi(f"http://{self.host_of(space, cluster_id)}:{m.BROKER_MANAGEMENT_PORT}"
+        api = RabbitMQApi(f"http://{self.host_of(space, cluster_id)}:{self.management_port}"
                           f"/api", self.user, password, timeout=self.timeout)
         vhost = quote(space.vhost, safe="")
         try:
@@ -85,8 +88,9 @@ class RabbitMQDrainer:
             left = sum(int(q.get("messages") or 0) for q in queues)
             if not targets:
                 return 0, False  # no stored address is left in the space: nothing to keep
-            dest = _amqp_uri(self.host_of(space, targets[0]), self.user, password, space.vhost)
-            src = _amqp_uri("localhost", self.user, password, space.vhost)
+            dest = _amqp_uri(self.host_of(space, targets[0]), self.amqp_port, self.user, password,
+                             space.vhost)
+            src = _amqp_uri("localhost", self.amqp_port, self.user, password, space.vhost)
             for q in queues:
                 if int(q.get("messages") or 0) > 0:
                     self._shovel(api, space, cluster_id, q["name"], src, dest)

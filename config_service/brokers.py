@@ -25,17 +25,18 @@ class BrokerEndpoint:
     api_password: str
     amqp_host: str
     amqp_port: int
-    mqtt_port: int = 0  # tenants' MQTT listener (brokered spaces); 0: none known
+    mqtt_port: int = 0  # tenants' MQTT listener (brokered spaces): the MQTT relay; 0: none known
     name: str = ""  # in the pool: what a space records (AddressSpace.broker); "" the shared one
     relay_port: int = 0  # on one machine: the vhost relay in front of it (docs/router.md)
+    broker_mqtt_port: int = 0  # RabbitMQ's own MQTT listener, behind the MQTT relay
 
 
 def shared_broker() -> BrokerEndpoint:
     """The RabbitMQ of the control plane's settings: the first of the pool."""
     return BrokerEndpoint(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
                           settings.RABBITMQ_API_PASSWORD, settings.RABBITMQ_AMQP_HOST,
-                          settings.RABBITMQ_AMQP_PORT, settings.RABBITMQ_MQTT_PORT, "",
-                          settings.MAAS_VHOST_RELAY_PORT)
+                          settings.RABBITMQ_AMQP_PORT, settings.MAAS_MQTT_RELAY_PORT, "",
+                          settings.MAAS_VHOST_RELAY_PORT, settings.RABBITMQ_MQTT_PORT)
 
 
 def broker_pool() -> list[BrokerEndpoint]:
@@ -45,8 +46,8 @@ def broker_pool() -> list[BrokerEndpoint]:
     api_host = urlsplit(shared.api_url).hostname or shared.amqp_host
     return [shared] + [
         BrokerEndpoint(f"http://{api_host}:{15680 + k}/api", shared.api_user,
-                       shared.api_password, shared.amqp_host, 5680 + k, 1890 + k, f"maas{k}",
-                       5690 + k)
+                       shared.api_password, shared.amqp_host, 5680 + k, 1900 + k, f"maas{k}",
+                       5690 + k, 1890 + k)
         for k in range(1, settings.MAAS_RABBITMQ_NODES)]
 
 

@@ -21,7 +21,9 @@ class Identity:
 
 
 # A login and its password -> the identity, or None when refused. It may block (a database
-# read); the auth service calls it off its event loop.
+# read); the auth service calls it off its event loop. It may also have `cached(login,
+# password)`, which never blocks: the identity of a login it verified before and still trusts,
+# else None; the auth service asks that first, on its loop.
 Verifier = Callable[[str, str], Identity | None]
 
 

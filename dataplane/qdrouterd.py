@@ -50,6 +50,7 @@ class Listeners:
     # gets that space's policy and address prefix whatever AMQP open hostname it sends.
     tenant_vhost: str | None = None
     worker_threads: int | None = None
+    handshake_timeout: float = 5.0  # seconds a client has for TLS, SASL and its open
 
 
 # Link routes to a container that never connects: an attach to a router-internal address
@@ -99,7 +100,10 @@ def router_config(router_id: str, where: Listeners) -> list:
     if where.inter_router_port and where.mode != "interior":
         raise ValueError("an inter-router listener needs mode interior")
     sasl = {"authenticatePeer": True, "saslMechanisms": "PLAIN", "saslPlugin": AUTH_PLUGIN}
-    tenant = {"multiTenant": True, **sasl}
+    # A client that has not finished TLS, SASL and its open by then is closed: one that sends
+    # nothing must not hold a connection (and the auth service's) for long.
+    tenant = {"multiTenant": True, **sasl,
+              "initialHandshakeTimeoutSeconds": round(where.handshake_timeout)}
     if where.tenant_vhost:
         tenant["policyVhost"] = where.tenant_vhost
     router = {"mode": where.mode, "id": router_id}

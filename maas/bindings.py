@@ -10,10 +10,17 @@ it after dropping a `scheme:/` head, so a prefix grant (`news/*`) would reach th
 
 The gateway's calls each run in a worker thread (`asyncio.to_thread`): Django's ORM is
 synchronous."""
+import hashlib
 import hmac
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
+from django.db.models import Max
 
 from config_service import services
 from config_service.models import Address, AddressSpace, MessagingUser
@@ -22,18 +29,122 @@ from core.context import Context
 from dataplane.control import Identity, Retained
 from dataplane.gateway.mapping import matches
 from dataplane.gateway.store import durable_prefix
+from eventlog.models import ConfigEvent
 from workers.models import MqttSession, RetainedMessage
 
-
 # -- logins --------------------------------------------------------------------------------------
-def verify(login: str, password: str) -> Identity | None:
-    """The identity of `user@vhost`, of a bare `user` whose password matches in exactly one
-    space, or of the router admin; None if the login is refused."""
-    close_old_connections()
-    try:
-        return _admin(login, password) or _messaging_user(login, password)
-    finally:
-        connection.close()  # each login runs in a thread of its own, which then ends
+# The config events after which a kept login may no longer hold: its user's password or rules
+# changed, a user of its name came or went, its space or tenant went.
+_CHANGES = ("messaging_user.created", "messaging_user.updated", "messaging_user.deleted",
+            "address_space.deleted", "address_space.removed", "tenant.deleted")
+
+
+@dataclass(frozen=True)
+class _Kept:
+    digest: bytes  # of the password, salted per process
+    identity: Identity
+    space_uid: uuid.UUID
+    tenant_uid: uuid.UUID  # the uid of the tenant's stream
+    username: str
+
+
+class Logins:
+    """dataplane.control.Verifier on the database, for the auth service's few verifying threads
+    (each keeps its database connection from one login to the next).
+
+    A login it verified is kept (its password's salted digest, never the password), so that the
+    same client's next login reads nothing but what changed: at most once a second, one indexed
+    read of the config log since the last, after which every kept login of a space whose users
+    changed, or of a deleted space or tenant, is dropped before it is trusted again. What was
+    read is read again for LATE seconds, so that a change committed after a later one (its
+    position is older) is not missed. A refused login is not kept: each is checked, and the
+    auth service delays the next try of that name (dataplane/authservice/server.py)."""
+
+    POLL_EVERY = 1.0  # seconds between two reads of what changed
+    FRESH = 2 * POLL_EVERY  # how old that read may be for `cached` to answer
+    LATE = 10.0  # seconds a change may take from its position to its commit
+    CAPACITY = 100_000  # logins kept, the oldest dropped first
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._salt = secrets.token_bytes(16)
+        self._kept: dict[str, _Kept] = {}
+        self._tops: list[tuple[float, int]] = []  # (when, the log's last position then)
+        self._polled = float("-inf")
+
+    def __call__(self, login: str, password: str) -> Identity | None:
+        """The identity of `user@vhost`, of a bare `user` whose password matches in exactly
+        one space, or of the router admin; None if the login is refused."""
+        close_old_connections()  # one past CONN_MAX_AGE, or broken, is replaced
+        admin = _admin(login, password)
+        if admin is not None:
+            return admin
+        self._forget_changed()
+        digest = hashlib.sha256(self._salt + password.encode("utf-8", "surrogatepass")).digest()
+        with self._lock:
+            kept = self._kept.get(login)
+        if kept is not None and hmac.compare_digest(kept.digest, digest):
+            return kept.identity
+        user = _messaging_user(login, password)
+        if user is None:
+            return None
+        kept = _Kept(digest, Identity(sub=f"{user.username}@{user.space.vhost}",
+                                      preferred_username=user.username),
+                     user.space.uid, user.space.tenant.uid, user.username)
+        with self._lock:
+            self._kept.pop(login, None)
+            self._kept[login] = kept
+            while len(self._kept) > self.CAPACITY:
+                del self._kept[next(iter(self._kept))]
+        return kept.identity
+
+    def cached(self, login: str, password: str) -> Identity | None:
+        """The identity of a login kept, from memory alone (the auth service asks on its event
+        loop, before its threads), or None: then ask the verifier itself. Only while what
+        changed was read within FRESH seconds; after that the verifier's next call reads it."""
+        digest = hashlib.sha256(self._salt + password.encode("utf-8", "surrogatepass")).digest()
+        with self._lock:
+            if self.clock() - self._polled > self.FRESH:
+                return None
+            kept = self._kept.get(login)
+        if kept is not None and hmac.compare_digest(kept.digest, digest):
+            return kept.identity
+        return None
+
+    def forget(self) -> None:
+        """Drops every kept login (tests)."""
+        with self._lock:
+            self._kept.clear()
+
+    def _forget_changed(self) -> None:
+        now = self.clock()
+        with self._lock:
+            if now - self._polled < self.POLL_EVERY:
+                return
+            self._polled = now
+            settled = [entry for entry in self._tops if now - entry[0] >= self.LATE]
+            recent = [entry for entry in self._tops if now - entry[0] < self.LATE]
+            # from the last position seen LATE seconds ago (or the oldest seen, early on)
+            read_from = (settled or recent or [(0.0, None)])[-1 if settled else 0][1]
+        top = ConfigEvent.objects.aggregate(top=Max("position"))["top"] or 0
+        changed = [] if read_from is None else list(
+            ConfigEvent.objects.filter(position__gt=read_from, position__lte=top,
+                                       type__in=_CHANGES)
+            .values_list("stream_id", "payload__username"))
+        streams = {stream for stream, _ in changed}
+        names = {name for _, name in changed if name}
+        with self._lock:
+            self._tops = settled[-1:] + recent + [(now, top)]
+            if not changed:
+                return
+            for login in [login for login, kept in self._kept.items()
+                          if kept.space_uid in streams or kept.tenant_uid in streams
+                          or ("@" not in login and kept.username in names)]:
+                del self._kept[login]
+
+
+verify = Logins()
 
 
 def _admin(login: str, password: str) -> Identity | None:
@@ -45,7 +156,9 @@ def _admin(login: str, password: str) -> Identity | None:
     return Identity(sub=user, preferred_username=user)
 
 
-def _messaging_user(login: str, password: str) -> Identity | None:
+def _messaging_user(login: str, password: str) -> MessagingUser | None:
+    """The one messaging user `login` names whose password matches, with its space and
+    tenant; a bare login names nobody if its password fits users of several spaces."""
     username, at, vhost = login.rpartition("@")
     users = MessagingUser.objects.select_related("space__tenant").filter(
         space__terminating=False, space__tenant__deleted_at__isnull=True)
@@ -56,12 +169,8 @@ def _messaging_user(login: str, password: str) -> Identity | None:
         users = users.filter(username=username, space__tenant__slug=slug, space__name=space)
     else:
         users = users.filter(username=login)
-    # A bare login names nobody if its password fits users of several spaces.
     matching = [u for u in users if verify_password(password, u.password_hash)]
-    if len(matching) != 1:
-        return None
-    user = matching[0]
-    return Identity(sub=f"{user.username}@{user.space.vhost}", preferred_username=user.username)
+    return matching[0] if len(matching) == 1 else None
 
 
 # -- the MQTT gateway ----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "maas.csp.ContentSecurityPolicyMiddleware",  # the portal's pages run this site's scripts only
     "maas.control_characters.ControlCharacterMiddleware",  # NUL in a URL: 400, not a 500
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files straight from the apps
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -306,11 +307,16 @@ RABBITMQ_API_USER = env("RABBITMQ_API_USER", "guest")
 RABBITMQ_API_PASSWORD = env("RABBITMQ_API_PASSWORD", "guest")
 RABBITMQ_AMQP_HOST = env("RABBITMQ_AMQP_HOST", "127.0.0.1")
 RABBITMQ_AMQP_PORT = env_int("RABBITMQ_AMQP_PORT", 5672)
-RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)
+RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)  # its own MQTT listener: the relay's
+# Brokered spaces' MQTT clients reach RabbitMQ through the vhost relay in MQTT mode, which
+# scopes each client id to its space (`make run` starts one per broker; docs/storage.md).
+MAAS_MQTT_RELAY_HOST = env("MAAS_MQTT_RELAY_HOST", "127.0.0.1")
+MAAS_MQTT_RELAY_PORT = env_int("MAAS_MQTT_RELAY_PORT", 1886)
 # Placement over several brokers (docs/storage.md, "Several local brokers"): the broker above
 # and MAAS_RABBITMQ_NODES - 1 more on this host, independent nodes (not a cluster) started by
 # deploy/local/rabbitmq-nodes.sh, node k with AMQP on 5680+k, management on 15680+k and MQTT
-# on 1890+k. Each new space goes to the broker holding the fewest spaces, and stays there.
+# on 1890+k (its MQTT relay on 1900+k). Each new space goes to the broker holding the fewest
+# spaces, and stays there.
 MAAS_RABBITMQ_NODES = env_int("MAAS_RABBITMQ_NODES", 1)
 if not 1 <= MAAS_RABBITMQ_NODES <= 9:
     raise RuntimeError("MAAS_RABBITMQ_NODES must be between 1 and 9")
@@ -322,6 +328,11 @@ MAAS_ROUTER_ENABLED = env_bool("MAAS_ROUTER_ENABLED", True)
 MAAS_RUN_EMBEDDED_ROUTER = env_bool("MAAS_RUN_EMBEDDED_ROUTER", True)
 MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqp://127.0.0.1:5675")
 MAAS_ROUTER_ADMIN_USER = env("MAAS_ROUTER_ADMIN_USER", "admin")
+# Brokered spaces' messaging users on RabbitMQ (user limits: over all their connections), and
+# the bytes an MQTT session queue outside the space's addresses may hold (docs/security.md).
+MAAS_BROKER_MAX_CONNECTIONS_PER_USER = env_int("MAAS_BROKER_MAX_CONNECTIONS_PER_USER", 100)
+MAAS_BROKER_MAX_CHANNELS_PER_USER = env_int("MAAS_BROKER_MAX_CHANNELS_PER_USER", 500)
+MAAS_BROKER_MQTT_QUEUE_MAX_BYTES = env_int("MAAS_BROKER_MQTT_QUEUE_MAX_BYTES", 16 << 20)
 # Router management: random per installation unless set; internal to the control plane.
 MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or ""
 if not MAAS_ROUTER_ADMIN_PASSWORD:
@@ -337,6 +348,19 @@ MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
 MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
 # The MQTT gateway of standard spaces (dataplane/gateway, docs/mqtt.md): 1883 is Mosquitto's
+# Its threads that check logins against the database, one connection each: the most database
+# connections logins take, however many arrive at once.
+MAAS_AUTH_SERVICE_WORKERS = env_int("MAAS_AUTH_SERVICE_WORKERS", 4)
+# Seconds a peer of the auth service (and a client of the embedded router or the MQTT gateway)
+# has to finish its handshake (TLS, SASL or CONNECT): a peer that sends nothing is closed then.
+MAAS_HANDSHAKE_TIMEOUT = env_float("MAAS_HANDSHAKE_TIMEOUT", 5.0)
+# Per source address, on the embedded router's and the MQTT gateway's client listeners
+# (dataplane/admission.py): connections still logging in, and new connections a second on
+# average and at once; past them a connection is closed at accept.
+MAAS_PENDING_PER_HOST = env_int("MAAS_PENDING_PER_HOST", 64)
+MAAS_PENDING_TOTAL = env_int("MAAS_PENDING_TOTAL", 4096)
+MAAS_CONNECT_RATE_PER_HOST = env_float("MAAS_CONNECT_RATE_PER_HOST", 100.0)
+MAAS_CONNECT_BURST_PER_HOST = env_float("MAAS_CONNECT_BURST_PER_HOST", 200.0)
 # and 1884 RabbitMQ's MQTT; it reaches the router's AMQP listener as each client's user.
 MAAS_MQTT_GATEWAY_ENABLED = env_bool("MAAS_MQTT_GATEWAY_ENABLED", True)
 MAAS_MQTT_GATEWAY_HOST = env("MAAS_MQTT_GATEWAY_HOST", "127.0.0.1")
@@ -362,9 +386,15 @@ MAAS_ROUTER_POLICY = {
 }
 # The router's TLS certificate (PEM); `runplatform` makes a self-signed one here if missing.
 MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
+    "maxConnectionsPerUser": env_int("MAAS_ROUTER_MAX_CONNECTIONS_PER_USER", 100),
+    # none by default (0): the MQTT gateway's connections all come from its one address
+    "maxConnectionsPerHost": env_int("MAAS_ROUTER_MAX_CONNECTIONS_PER_HOST", 0),
 MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))
 # Usage metering: where samples go (a directory, or any Hadoop FS URL Spark can read), how often.
 MAAS_USAGE_STORE = env("MAAS_USAGE_STORE", str(BASE_DIR / "var" / "usage"))
+    # bytes of one message (EnMasse's maxMessageSize): a larger one is rejected, its link and
+    # connection closed (amqp:link:message-size-exceeded), before the router holds it whole
+    "maxMessageSize": env_int("MAAS_ROUTER_MAX_MESSAGE_SIZE", 1 << 20),
 MAAS_USAGE_SAMPLE_INTERVAL = env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0)
 # Where the routers and brokers of standard spaces run: "local" (processes on this machine,
 # `make run`) or "kubernetes" (the infra controller, workers/infra, docs/deploy.md).

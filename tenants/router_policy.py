@@ -1,7 +1,8 @@
 """Router limits per address space plan (an operator's choice, never a tenant's): validation.
 
 They are merged over settings.MAAS_ROUTER_POLICY by the router agent (qdrouterd's vhost policy:
-connections per space, and sessions, senders and receivers per connection of each user).
+connections per space, per user and per client host, sessions, senders and receivers per
+connection of each user, and the largest message).
 """
 from django.core.exceptions import ValidationError
 
@@ -9,9 +10,12 @@ from django.core.exceptions import ValidationError
 # that a typo cannot lift a space's limits to "unlimited".
 ROUTER_POLICY_BOUNDS = {
     "maxConnections": 1_000_000,
+    "maxConnectionsPerUser": 1_000_000,
+    "maxConnectionsPerHost": 1_000_000,
     "maxSessions": 65_535,
     "maxSenders": 1_000_000,
     "maxReceivers": 1_000_000,
+    "maxMessageSize": 1 << 27,  # 128 MiB, RabbitMQ's own largest message by default
 }
 
 

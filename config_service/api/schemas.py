@@ -82,6 +82,12 @@ class RouterPolicy(Described):
     maxConnections = s.IntegerField(required=False, min_value=1,
                                     max_value=ROUTER_POLICY_BOUNDS["maxConnections"],
                                     help_text="Per address space.")
+    maxConnectionsPerUser = s.IntegerField(
+        required=False, min_value=1, max_value=ROUTER_POLICY_BOUNDS["maxConnectionsPerUser"],
+        help_text="Per messaging user, in the address space.")
+    maxConnectionsPerHost = s.IntegerField(
+        required=False, min_value=1, max_value=ROUTER_POLICY_BOUNDS["maxConnectionsPerHost"],
+        help_text="Per client host (source address), in the address space.")
     maxSessions = s.IntegerField(required=False, min_value=1,
                                  max_value=ROUTER_POLICY_BOUNDS["maxSessions"],
                                  help_text="Per connection.")
@@ -91,6 +97,10 @@ class RouterPolicy(Described):
     maxReceivers = s.IntegerField(required=False, min_value=1,
                                   max_value=ROUTER_POLICY_BOUNDS["maxReceivers"],
                                   help_text="Per connection.")
+    maxMessageSize = s.IntegerField(required=False, min_value=1,
+                                    max_value=ROUTER_POLICY_BOUNDS["maxMessageSize"],
+                                    help_text="Bytes of one message; a larger one is rejected "
+                                              "and its connection closed.")
 
 
 # AddressSpace --------------------------------------------------------------------------------
@@ -173,8 +183,8 @@ AddressSpaceList = list_of(AddressSpace, "AddressSpaceList", ENMASSE)
 # Address -------------------------------------------------------------------------------------
 
 class AddressSpec(Described):
-    address = s.CharField(max_length=200, help_text="The wire name: no spaces or control "
-                                                    "characters, at most 255 bytes of UTF-8.")
+    address = s.CharField(max_length=200, help_text="The wire name: printable ASCII, no "
+                                                    "spaces.")
     type = s.ChoiceField(choices=ADDRESS_TYPES)
     plan = s.CharField(help_text="An AddressPlan of that type, offered by the space's plan.")
     topic = s.CharField(required=False, help_text="A subscription's topic address.")

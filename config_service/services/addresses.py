@@ -134,10 +134,9 @@ def _create_address(*, ctx, space, name, address, type, plan, topic, deadletter,
     wire = validation.address(address)
     name = validation.resource_name(name, space.name, "Address", wire)
     address_type = validation.address_type(type, space.type)
+    validation.stored_address(wire, address_type, space.type)
     if address_type == "subscription":
         validation.subscription_queue(wire, topic)
-    if address_type == "topic":
-        validation.topic_exchanges(wire)
     plan_obj = _address_plan(plan, address_type, space)
     refs = _references(space, address_type, topic, deadletter, expiry)
     extra = _address_spec(address_type, spec or {})
@@ -189,11 +188,10 @@ def create_addresses(*, ctx: Context, space: AddressSpace, items: list[dict]) ->
             wire = validation.address(item.get("address"))
             name = validation.resource_name(item.get("name"), space.name, "Address", wire)
             address_type = validation.address_type(item.get("type"), space.type)
+            validation.stored_address(wire, address_type, space.type)
             topic = item.get("topic")
             if address_type == "subscription":
                 validation.subscription_queue(wire, topic)
-            if address_type == "topic":
-                validation.topic_exchanges(wire)
             key = (item.get("plan"), address_type)
             if key not in plans:
                 plans[key] = _address_plan(item.get("plan"), address_type, space)

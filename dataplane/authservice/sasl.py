@@ -100,13 +100,14 @@ def response(payload: bytes) -> bytes:
     return frame(SASL_FRAME, _performative(RESPONSE, lambda d: d.put_binary(payload)))
 
 
-def client_open(container_id: str, max_frame: int = MAX_FRAME) -> bytes:
+def client_open(container_id: str, max_frame: int = MAX_FRAME,
+                hostname: str | None = None) -> bytes:
     """The open of a client that only wants the peer's open in return (the router's, to the
-    auth service)."""
+    auth service; `hostname` names a router's vhost)."""
 
     def fill(d: Data) -> None:
         d.put_string(container_id)
-        d.put_null()  # hostname
+        d.put_string(hostname) if hostname is not None else d.put_null()
         d.put_uint(max_frame)
 
     return frame(AMQP_FRAME, _performative(OPEN, fill))

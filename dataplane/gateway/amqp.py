@@ -13,7 +13,7 @@ import logging
 import struct
 
 import proton
-from proton import Collector, Connection, Delivery, Event, Message, Transport
+from proton import Collector, Connection, Delivery, Endpoint, Event, Message, Transport
 
 logger = logging.getLogger("dataplane.gateway.amqp")
 
@@ -166,7 +166,9 @@ class AmqpConnection(asyncio.Protocol):
             link.close()
             self.handler.on_link_closed(link, _describe(cond))
         elif t == Event.CONNECTION_REMOTE_OPEN:
-            if not self.opened.done():
+            # A router refuses a connection with an open and a close at once (AMQP 1.0, 2.4.1):
+            # with the close already read, this open is that refusal, which the close reports.
+            if not self.opened.done() and not self.conn.state & Endpoint.REMOTE_CLOSED:
                 self.opened.set_result(True)
         elif t == Event.CONNECTION_REMOTE_CLOSE:
             self.conn.close()

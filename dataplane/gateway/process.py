@@ -10,9 +10,10 @@ import signal
 import ssl
 from dataclasses import dataclass
 
+from ..admission import Limits
 from ..control import GatewayStore
 from . import metrics
-from .server import Gateway
+from .server import HANDSHAKE_TIMEOUT, Gateway
 
 logger = logging.getLogger("dataplane.gateway")
 
@@ -27,10 +28,13 @@ class Options:
     tls_key: str | None = None
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # Prometheus /metrics; 0: none
+    limits: Limits = Limits()  # per source address (dataplane/admission.py)
+    handshake_timeout: float = HANDSHAKE_TIMEOUT  # seconds from accept to CONNACK
 
 
 async def serve(options: Options, control: GatewayStore) -> int:
-    gateway = Gateway(*options.router, control)
+    gateway = Gateway(*options.router, control, limits=options.limits,
+                      handshake_timeout=options.handshake_timeout)
     metrics.serve(options.metrics_host, options.metrics_port)
     await gateway.listen(options.host, options.port)
     cert, key = options.tls_cert or "", options.tls_key or ""

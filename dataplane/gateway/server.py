@@ -5,19 +5,26 @@ import asyncio
 import logging
 import ssl
 
+from ..admission import Admission, Limits
 from ..control import GatewayStore
 from . import store
 from .session import MqttSession
 
 logger = logging.getLogger("dataplane.gateway")
 
+HANDSHAKE_TIMEOUT = 5.0  # seconds from accept to CONNECT answered, by default
+
 
 class Gateway:
     def __init__(self, router_host: str, router_port: int, control: GatewayStore,
-                 book: store.AddressBook | None = None):
+                 book: store.AddressBook | None = None, limits: Limits | None = None,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT):
         self.router_host, self.router_port = router_host, router_port
         self.control = control  # the control plane: retained messages, sessions, addresses
         self.book = book or store.AddressBook(control)
+        # per source: connections still logging in, their rate, delays after failed logins
+        self.admission = Admission(limits)
+        self.handshake_timeout = handshake_timeout  # from accept to CONNACK
         self.loop = asyncio.get_running_loop()
         self.sessions: set = set()
         self.clients: dict = {}  # (vhost, client id) -> MqttSession

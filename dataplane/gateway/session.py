@@ -71,14 +71,28 @@ class MqttSession(asyncio.Protocol):
         self.keep_alive = 0
         self.last_seen = time.monotonic()
         self._timer = None
+        self.source = ""  # the client's address
+        self.pending = False  # counted by the gateway's admission until CONNACK 0
 
     # -- socket ----------------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.sock = transport
         self.peer = transport.get_extra_info("peername")
+        self.source = self.peer[0] if self.peer else ""
+        if not self.gw.admission.accept(self.source):  # over its source's limits: closed now
+            self.closing = True
+            transport.abort()
+            return
+        self.pending = True
         self.gw.sessions.add(self)
         # A client that never sends CONNECT is dropped (3.1.1 section 3.1: "reasonable time").
-        self._timer = self.gw.loop.call_later(OPEN_TIMEOUT, self._check_alive)
+        self._timer = self.gw.loop.call_later(self.gw.handshake_timeout, self._check_alive)
+
+    def _settle(self) -> None:
+        """No longer one of its source's connections still authenticating (dataplane/admission.py)."""
+        if self.pending:
+            self.pending = False
+            self.gw.admission.settled(self.source)
 
     def data_received(self, data: bytes) -> None:
         self.last_seen = time.monotonic()
@@ -102,6 +116,7 @@ class MqttSession(asyncio.Protocol):
             self.amqp.flush()
 
     def connection_lost(self, exc) -> None:
+        self._settle()
         self.gw.sessions.discard(self)
         if self.connected:
             metrics.CONNECTIONS.dec()
@@ -231,8 +246,13 @@ class MqttSession(asyncio.Protocol):
             password = c.password.decode("utf-8")
         except UnicodeDecodeError:
             password = ""
+        delay = self.gw.admission.delay(self.source)
+        if delay:  # its source's logins failed lately: this one waits before it is checked
+            await asyncio.sleep(delay)
         code = await self._open_amqp(password)
         if code != codec.ACCEPTED:
+            if code in (codec.BAD_LOGIN, codec.NOT_AUTHORIZED):
+                self.gw.admission.failed(self.source)
             self._refuse(code)
             self._close("refused", reason="router", code=code)
             return
@@ -251,6 +271,8 @@ class MqttSession(asyncio.Protocol):
                                       c.will_retain)
         self.keep_alive = c.keep_alive
         self.connected = True
+        self._settle()
+        self.gw.admission.succeeded(self.source)
         metrics.connack(codec.ACCEPTED)
         metrics.CONNECTIONS.inc()
         self._write(codec.connack(codec.ACCEPTED, session_present=stored is not None))
@@ -318,7 +340,14 @@ class MqttSession(asyncio.Protocol):
         link = self.senders.get(address)
         if link is None:
             link = self.senders[address] = self.amqp.sender(address)
-        dlv = self.amqp.send(link, encode(p.payload, subject, durable=p.qos > 0), p.qos == 0)
+        body = encode(p.payload, subject, durable=p.qos > 0)
+        if link.remote_max_message_size and len(body) > link.remote_max_message_size:
+            # the space's largest message (its router said so at attach); MQTT 3.1.1's only
+            # answer to a PUBLISH it refuses is to close the connection
+            self._close("publish_refused", topic=p.topic, reason="message size exceeded",
+                        size=len(body), limit=link.remote_max_message_size)
+            return
+        dlv = self.amqp.send(link, body, p.qos == 0)
         if link.queued > MAX_QUEUED and not self.flow_paused:
             # The router holds credit back (e.g. nobody consumes): stop reading this client
             # rather than queue without bound in the gateway.

@@ -12,9 +12,11 @@ import signal
 import ssl
 import sys
 
+from ..admission import Limits
+from . import memory
 from .engine import SWEEP_AFTER, Engine
 from .metrics_http import serve
-from .sasl_relay import AuthService
+from .sasl_relay import CLIENT_TIMEOUT, AuthService
 
 logger = logging.getLogger("dataplane.router")
 
@@ -57,16 +59,39 @@ def parse_args(argv=None) -> argparse.Namespace:
                    default=float(env("MAAS_ROUTER_USAGE_SWEEP_AFTER", str(SWEEP_AFTER))),
                    help="seconds after the start before usage counters of unconfigured "
                         "addresses are swept (the agents configure a new router meanwhile)")
+    p.add_argument("--handshake-timeout", type=float,
+                   default=float(env("MAAS_HANDSHAKE_TIMEOUT", str(CLIENT_TIMEOUT))),
+                   help="seconds a client has for TLS and SASL; then it is closed")
+    defaults = Limits()
+    p.add_argument("--pending-per-host", type=int,
+                   default=int(env("MAAS_PENDING_PER_HOST", defaults.pending_per_source)),
+                   help="connections still authenticating, per source address")
+    p.add_argument("--pending-total", type=int,
+                   default=int(env("MAAS_PENDING_TOTAL", defaults.pending_total)),
+                   help="connections still authenticating, over every source")
+    p.add_argument("--connect-rate-per-host", type=float,
+                   default=float(env("MAAS_CONNECT_RATE_PER_HOST",
+                                     defaults.rate_per_source)),
+                   help="new connections a second per source address, on average")
+    p.add_argument("--connect-burst-per-host", type=float,
+                   default=float(env("MAAS_CONNECT_BURST_PER_HOST",
+                                     defaults.burst_per_source)),
+                   help="new connections per source address at once")
     p.add_argument("--log-level", default=env("MAAS_ROUTER_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    memory.bound_large_allocations()
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    limits = Limits(pending_per_source=args.pending_per_host, pending_total=args.pending_total,
+                    rate_per_source=args.connect_rate_per_host,
+                    burst_per_source=args.connect_burst_per_host)
     engine = Engine(AuthService(*args.auth_service), admin_user=args.admin_user,
-                    sweep_after=args.usage_sweep_after)
+                    sweep_after=args.usage_sweep_after, limits=limits,
+                    handshake_timeout=args.handshake_timeout)
     if args.state_dir:
         try:
             engine.ledger.open_journal(args.state_dir)

@@ -26,6 +26,7 @@ from cproton import (
 from cproton_ffi import ffi
 from cproton_ffi import lib as L
 
+from ..admission import Admission, Limits
 from . import entities as E
 from .addresses import is_dynamic, message_to
 from .broker_links import BrokerLinks
@@ -35,12 +36,14 @@ from .loop import Conn, Loop
 from .management import Management
 from .patterns import best_match
 from .policy import NOT_FOUND, RESOURCE_LIMIT, UNAUTHORIZED, Policy
-from .sasl_relay import AuthService, SaslRelay
+from .sasl_relay import CLIENT_TIMEOUT, AuthService, SaslRelay
 from .usage_ledger import FLUSH_INTERVAL, UsageLedger
 
 logger = logging.getLogger(__name__)
 
 _MGMT_CREDIT = 100
+MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
+OVERSIZE = "Message size exceeded"  # qdrouterd's description
 
 
 # The usage ledger's sweep waits this long after the start (the router starts empty and the
@@ -50,9 +53,14 @@ SWEEP_AFTER = 300.0
 
 class Engine:
     def __init__(self, auth_service: AuthService, admin_user: str = "admin",
-                 sweep_after: float = SWEEP_AFTER):
+                 sweep_after: float = SWEEP_AFTER, limits: Limits | None = None,
+                 handshake_timeout: float = CLIENT_TIMEOUT):
         self.loop = Loop()
         self.loop.engine = self
+        # who may connect at all, per source, before TLS or SASL costs anything (admission.py)
+        self.admission = Admission(limits)
+        self.loop.settled = self.admission.settled
+        self.handshake_timeout = handshake_timeout
         # `uptimeSeconds` of the router entity, as qdrouterd has it: a watcher tells a restarted
         # (empty) router from the one it configured by it.
         self.started = time.monotonic()
@@ -113,13 +121,19 @@ class Engine:
                                "sslProfile": "maas-tls" if ssl_context is not None else None,
                                "maas-kind": kind})
 
+        # Clients' listeners admit per source; the management listener serves the agents
+        # (every one of them from the same few hosts), behind its own network policy.
+        admission = self.admission if kind == "client" else None
+
         def on_accept(conn: Conn) -> None:
             conn.kind = kind
             if ssl_context is not None:
                 conn.start_tls(ssl_context)
-            conn.relay = SaslRelay(self.loop, conn, self.auth_service, admit)
+            conn.relay = SaslRelay(self.loop, conn, self.auth_service, admit,
+                                   admission=admission, timeout=self.handshake_timeout)
 
-        return self.loop.listen(host, port, on_accept)
+        return self.loop.listen(host, port, on_accept,
+                                admit=admission.accept if admission else None)
 
     def _admits_admin(self, identity: str) -> bool:
         return identity == self.admin_user
@@ -441,6 +455,10 @@ class Engine:
         L.pn_terminus_copy(L.pn_link_target(link), L.pn_link_remote_target(link))
         if dynamic_address is not None:
             pn_terminus_set_address(L.pn_link_source(link), dynamic_address)
+        grant = ls.conn.grant
+        if not ls.sender and grant is not None and grant.max_message_size:
+            # the attach says how large a message may be (AMQP 1.0, 2.7.3: max-message-size)
+            L.pn_link_set_max_message_size(link, grant.max_message_size)
         L.pn_link_open(link)
 
     def refuse(self, ls: LinkState, condition: str, description: str) -> None:
@@ -507,6 +525,25 @@ class Engine:
         elif ls.sender:
             self.fwd.on_consumer_flow(ls)
 
+    def _oversize(self, ls: LinkState, d) -> None:
+        """A message over its sender's maxMessageSize, as qdrouterd answers one: rejected with
+        amqp:link:message-size-exceeded, its link closed, and its connection closed (forced),
+        so that nothing more of it is read or held."""
+        cond = L.pn_disposition_condition(L.pn_delivery_local(d))
+        self._set_condition(cond, MESSAGE_SIZE_EXCEEDED, OVERSIZE)
+        L.pn_delivery_update(d, L.PN_REJECTED)
+        L.pn_delivery_settle(d)
+        self.counts.rejected += 1
+        self.link_gone(ls, (MESSAGE_SIZE_EXCEEDED, OVERSIZE))
+        conn = ls.conn
+        self._set_condition(L.pn_connection_condition(conn.pn), "amqp:connection:forced",
+                            OVERSIZE)
+        L.pn_connection_close(conn.pn)
+        self.loop.mark(conn.pn)
+        logger.info("router.message_too_large", extra={"host": conn.host, "login": conn.login,
+                                                       "address": ls.address})
+        self.loop.after_large_message()
+
     def _on_delivery(self, event) -> None:
         d = L.pn_event_delivery(event)
         ls = self.links.get(L.pn_delivery_link(d))
@@ -515,7 +552,14 @@ class Engine:
         if ls.sender:
             self.fwd.on_outgoing_update(ls, d)
             return
-        if not L.pn_delivery_readable(d) or L.pn_delivery_partial(d):
+        if not L.pn_delivery_readable(d):
+            return
+        grant = ls.conn.grant
+        if grant is not None and grant.max_message_size and ls.conn.kind == "client" and \
+                L.pn_delivery_pending(d) > grant.max_message_size:
+            self._oversize(ls, d)  # at its first frame past the limit, not once it is whole
+            return
+        if L.pn_delivery_partial(d):
             return
         if L.pn_delivery_aborted(d):
             L.pn_link_advance(ls.pn)
@@ -530,3 +574,5 @@ class Engine:
             self._forward_anonymous(ls, d, n)
         else:
             self.fwd.forward(ls, d, n)
+        if self.fwd.release_large():
+            self.loop.after_large_message()

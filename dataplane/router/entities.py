@@ -69,8 +69,8 @@ SCHEMAS: dict[str, Schema] = {
         # link is authorised and routed as written; qdrouterd 1.19 routes it after dropping a
         # `scheme:/` head, so the agent allows anonymous senders only where this is true.
         defaults={"hostname": None, "maxConnections": 65535, "maxConnectionsPerUser": 65535,
-                  "maxConnectionsPerHost": 65535, "allowUnknownUser": False, "groups": {},
-                  "exactMessageTargets": True},
+                  "maxConnectionsPerHost": 65535, "maxMessageSize": 0,
+                  "allowUnknownUser": False, "groups": {}, "exactMessageTargets": True},
         required=("hostname",),
     ),
 }
@@ -78,7 +78,7 @@ SCHEMAS: dict[str, Schema] = {
 # The vhost group settings the embedded policy enforces (policy.py), by qdrouterd's names. A
 # group is a free map: other keys, such as qdrouterd's remoteHosts, are kept and ignored.
 GROUP_KEYS = ("users", "sources", "targets", "allowDynamicSource", "allowAnonymousSender",
-              "maxSessions", "maxSenders", "maxReceivers")
+              "maxSessions", "maxSenders", "maxReceivers", "maxMessageSize")
 
 # attributes the router computes; a CREATE/UPDATE may not set them
 _READ_ONLY = {"operStatus", "lastError", "connectionStatus", "connectionMsg",
@@ -302,7 +302,8 @@ class EntityStore:
         for gname, group in groups.items():
             if not isinstance(group, dict):
                 raise EntityError(400, f"group {gname} must be a map")
-        for key in ("maxConnections", "maxConnectionsPerUser", "maxConnectionsPerHost"):
+        for key in ("maxConnections", "maxConnectionsPerUser", "maxConnectionsPerHost",
+                    "maxMessageSize"):
             try:
                 ent[key] = int(ent[key])
             except (TypeError, ValueError):

@@ -33,7 +33,7 @@ _TERMINAL = {ACCEPTED: "accepted", REJECTED: "rejected", RELEASED: "released",
 WINDOW = 250  # credit granted to a producer while somebody downstream can take messages
 _LOW = WINDOW // 2
 MULTICAST_QUEUE_LIMIT = 1000  # copies waiting for one consumer's credit; more are dropped
-_MAX_MSG = 1 << 20
+KEEP = 1 << 20  # bytes of the shared receive buffer at most (a message larger gets its own)
 
 
 class LinkState:
@@ -88,8 +88,9 @@ class Forwarder:
         self.ledger = ledger  # usage_ledger.UsageLedger: the counters of metered nodes
         self.nodes: dict[tuple[str, int], Node] = {}
         self.out2in: dict = {}  # out delivery -> [in delivery|None, in link, out link, node]
-        self._buf = ffi.new("char[]", _MAX_MSG)
-        self._bufsize = _MAX_MSG
+        self._buf = ffi.new("char[]", KEEP)
+        self._bufsize = KEEP
+        self._large = False  # the buffer now is a large message's own
 
     # -- nodes -------------------------------------------------------------------------------
     def node(self, key: str, phase: int, multicast: bool, config=None,
@@ -161,14 +162,27 @@ class Forwarder:
 
     # -- incoming ----------------------------------------------------------------------------
     def receive(self, ls: LinkState, d) -> int:
-        """Read a complete delivery into the shared buffer; returns its size."""
+        """Read a complete delivery into the shared buffer; returns its size. The buffer grows
+        to the largest message up to KEEP bytes; a larger one gets a buffer of its own, freed
+        once it is forwarded, so that one large message does not stay in memory for good."""
         n = L.pn_delivery_pending(d)
         if n > self._bufsize:
-            self._bufsize = n
             self._buf = ffi.new("char[]", n)
+            if n <= KEEP:
+                self._bufsize = n
+            else:
+                self._large = True
         got = L.pn_link_recv(ls.pn, self._buf, n)
         L.pn_link_advance(ls.pn)
         return got
+
+    def release_large(self) -> bool:
+        """After a message read into a buffer of its own: the shared one again; True if so."""
+        if not self._large:
+            return False
+        self._large = False
+        self._buf = ffi.new("char[]", self._bufsize)
+        return True
 
     def forward(self, ls: LinkState, d, n: int) -> None:
         node = ls.node

@@ -24,6 +24,8 @@ from cproton import pn_connection_set_container
 from cproton_ffi import ffi
 from cproton_ffi import lib as L
 
+from . import memory
+
 logger = logging.getLogger(__name__)
 
 _BUF = 1 << 16
@@ -41,6 +43,8 @@ class Conn:
         self.kind = kind  # "client", "management" or "connector"
         self.dir = direction
         self.host = host
+        self.source = ""  # the peer's address, for accepted connections (admission.py)
+        self.pending = False  # counted by the admission until its SASL is over
         self.transport = L.pn_transport()
         self.pn = L.pn_connection()
         self.connecting = direction == "out"
@@ -89,6 +93,8 @@ class Loop:
         self._wview = memoryview(self._wbuf)
         self.running = True
         self.engine = None  # set by the engine: process_events(), on_conn_closed(conn)
+        self.settled = None  # set by the engine: settled(source) once a pending conn is not
+        self._trim_due = False
 
     # -- timers ------------------------------------------------------------------------------
     def call_later(self, delay: float, fn, *args) -> None:
@@ -105,24 +111,37 @@ class Loop:
         return self._timers[0][0] - now if self._timers else None
 
     # -- listeners ---------------------------------------------------------------------------
-    def listen(self, host: str, port: int, on_accept) -> socket.socket:
+    def listen(self, host: str, port: int, on_accept, admit=None) -> socket.socket:
+        """Accepts connections on host:port; `admit(source address)`, if given, says whether
+        one may go on (a refused one is closed at once, before any byte is read)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(1024)
         sock.setblocking(False)
-        self.selector.register(sock, selectors.EVENT_READ, ("listener", on_accept))
+        self.selector.register(sock, selectors.EVENT_READ, ("listener", (on_accept, admit)))
         return sock
 
-    def _accept(self, lsock, on_accept) -> None:
+    def _accept(self, lsock, callbacks) -> None:
+        on_accept, admit = callbacks
         while True:
             try:
                 sock, addr = lsock.accept()
             except BlockingIOError:
                 return
+            except OSError as exc:  # out of file descriptors: the backlog waits a second
+                logger.warning("loop.accept_failed", extra={"error": str(exc)})
+                self.selector.unregister(lsock)
+                self.call_later(1.0, self.selector.register, lsock, selectors.EVENT_READ,
+                                ("listener", callbacks))
+                return
+            if admit is not None and not admit(addr[0]):
+                sock.close()
+                continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Conn(sock, "client", "in", f"{addr[0]}:{addr[1]}")
+            conn.source, conn.pending = addr[0], admit is not None
             L.pn_transport_set_server(conn.transport)
             on_accept(conn)  # sets up TLS and the SASL relay before any byte is processed
             self._bind(conn)
@@ -250,6 +269,7 @@ class Loop:
     def sasl_done(self, conn: Conn, leftover: bytes) -> None:
         """SASL is over: the transport gets the rest of the stream."""
         conn.relay = None
+        self._settle(conn)
         self.dirty.add(conn)
         if leftover:
             conn.pending_in += leftover
@@ -331,10 +351,17 @@ class Loop:
         if not conn.raw_out and conn.relay is None and L.pn_transport_closed(t):
             self.close(conn)
 
+    def _settle(self, conn: Conn) -> None:
+        if conn.pending:
+            conn.pending = False
+            if self.settled is not None:
+                self.settled(conn.source)
+
     def close(self, conn: Conn) -> None:
         if conn.closed:
             return
         conn.closed = True
+        self._settle(conn)
         if conn.relay is not None:
             conn.relay.abort()
         try:
@@ -348,7 +375,11 @@ class Loop:
             self.engine.on_conn_closed(conn)
         self.conns.pop(conn.pn, None)
         L.pn_transport_unbind(conn.transport)
+        # Both were made here (Conn) and hold the reference that made them: release ends the
+        # connection's endpoints, and only the decrefs let proton free the objects, with every
+        # delivery buffer they pool (a connection that carried a 50 MiB message kept 50 MiB).
         L.pn_connection_release(conn.pn)
+        L.pn_decref(conn.pn)
         L.pn_decref(conn.transport)
 
     def _tick(self) -> None:
@@ -392,6 +423,17 @@ class Loop:
                     self.engine.process_events()
                 if mask & selectors.EVENT_WRITE:
                     self._write(conn)
+
+    def after_large_message(self) -> None:
+        """A large message was carried or refused: give the heap back a second later (once,
+        however many came meanwhile)."""
+        if not self._trim_due:
+            self._trim_due = True
+            self.call_later(1.0, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_due = False
+        memory.trim()
 
     def mark(self, pn_conn) -> None:
         """The engine made output on this proton connection (a PN_TRANSPORT event)."""

@@ -62,6 +62,19 @@ class RouterCollector:
             yield GaugeMetricFamily(name, doc, value=value(self.engine))
         for name, doc, value in COUNTERS:
             yield CounterMetricFamily(name, doc, value=value(self.engine))
+        admission = self.engine.admission
+        yield GaugeMetricFamily("maas_router_connections_authenticating",
+                                "Client connections not yet through SASL",
+                                value=admission.pending)
+        refused = CounterMetricFamily("maas_router_connections_refused_total",
+                                      "Client connections closed at accept, by the limit hit",
+                                      labels=["reason"])
+        for reason in admission.REASONS:
+            refused.add_metric([reason], admission.refused[reason])
+        yield refused
+        yield CounterMetricFamily("maas_router_logins_failed_total",
+                                  "Client logins the auth service refused",
+                                  value=admission.failures_total)
 
 
 def registry_for(engine) -> CollectorRegistry:

@@ -24,6 +24,7 @@ class Grant:
 
     vhost: str
     group: dict
+    vhost_max_message_size: int = 0  # the vhost's maxMessageSize, where the group has none
 
     def _limit(self, key: str) -> int:
         value = self.group.get(key)
@@ -40,6 +41,12 @@ class Grant:
     @property
     def max_receivers(self) -> int:
         return self._limit("maxReceivers")
+
+    @property
+    def max_message_size(self) -> int:
+        """Bytes of one message this user may send; 0: no limit (qdrouterd: the group's,
+        else the vhost's)."""
+        return int(self.group.get("maxMessageSize") or self.vhost_max_message_size or 0)
 
     def may_send(self, address: str) -> bool:
         return policy_list_matches(str(self.group.get("targets", "")), address)
@@ -97,9 +104,9 @@ class Policy:
             users = [u.strip() for u in str(group.get("users", "")).split(",")]
             # `user@vhost` is how the agent names a space's user (the auth service's identity)
             if {username, login, f"{username}@{vhost}", "*"} & set(users):
-                return Grant(vhost, group)
+                return Grant(vhost, group, int(ent.get("maxMessageSize") or 0))
         if "$default" in groups:
-            return Grant(vhost, groups["$default"])
+            return Grant(vhost, groups["$default"], int(ent.get("maxMessageSize") or 0))
         return None
 
     def connection_limits(self, vhost: str) -> dict[str, int]:

@@ -2,16 +2,20 @@
 as qdrouterd's authServicePlugin does (remote_sasl.c).
 
 For each accepted connection the router speaks the server side of SASL itself, in Python, before
-any byte reaches the connection's proton transport (which runs without a SASL layer): it opens a
-non-blocking connection to the auth service, offers the client the service's mechanisms, passes
-init, challenges and responses both ways, and on the service's `ok` opens AMQP there to read the
-identity (`authenticated-identity`.`sub` of the service's open). Only then does the client get
-its outcome: `ok` if the listener admits that identity, `auth` if not; the bytes after the last
-SASL frame go to the transport and the connection's user is the identity. The auth service
-connection is closed as soon as the identity is read.
+any byte reaches the connection's proton transport (which runs without a SASL layer): it offers
+the client the mechanisms the auth service last offered (PLAIN until it was asked), and only
+once the client's sasl-init is there opens a non-blocking connection to the auth service,
+passes init, challenges and responses both ways, and on the service's `ok` opens AMQP there to
+read the identity (`authenticated-identity`.`sub` of the service's open). Only then does the
+client get its outcome: `ok` if the listener admits that identity, `auth` if not; the bytes
+after the last SASL frame go to the transport and the connection's user is the identity. The
+auth service connection is closed as soon as the identity is read. So a client that opens a
+socket and says nothing, or only the SASL header, costs the auth service nothing; the whole
+exchange must end within the handshake timeout (5 s by default), or the client is closed.
 
+A source whose logins failed waits before its next login is passed on (`Admission.delay`).
 If the auth service cannot be reached, answers too late or breaks the protocol, the client is
-offered PLAIN and answered `sys-temp` (a client may retry); nothing here blocks the loop.
+answered `sys-temp` (a client may retry); nothing here blocks the loop.
 """
 
 import errno
@@ -25,7 +29,7 @@ from dataplane.authservice import sasl
 
 logger = logging.getLogger(__name__)
 
-CLIENT_TIMEOUT = 10.0  # the client's whole SASL exchange
+CLIENT_TIMEOUT = 5.0  # the client's whole SASL exchange, by default
 SERVICE_TIMEOUT = 5.0  # the auth service's part, from connect to its open
 _RESOLVE_EVERY = 30.0
 _FALLBACK_MECHANISMS = ["PLAIN"]  # offered when the auth service's list is unknown
@@ -38,6 +42,8 @@ class AuthService:
     def __init__(self, host: str, port: int):
         self.host, self.port = host, int(port)
         self._resolved: tuple[float, tuple] | None = None
+        # what the service last offered: offered to clients before it is asked again
+        self.mechanisms: list[str] = list(_FALLBACK_MECHANISMS)
 
     def address(self) -> tuple:
         now = time.monotonic()
@@ -56,11 +62,14 @@ class SaslRelay:
     and hears back through `loop.send_plain(conn, data)`, `loop.sasl_done(conn, leftover)`
     and `loop.finish(conn)` (close once the output is flushed)."""
 
-    def __init__(self, loop, conn, service: AuthService, admit: Callable[[str], bool]):
+    def __init__(self, loop, conn, service: AuthService, admit: Callable[[str], bool], *,
+                 admission=None, timeout: float = CLIENT_TIMEOUT):
         self.loop, self.conn, self.service, self.admit = loop, conn, service, admit
+        self.admission = admission  # per source: delays after failed logins (admission.py)
         self.client = sasl.FrameBuffer()
-        self.state = "header"  # header, mechanisms, init, exchange, identity, done, failed
+        self.state = "header"  # header, init, exchange, done, failed
         self.mechanism: str | None = None
+        self.pending_init: bytes | None = None  # the client's init, until the service asks
         self.unavailable = False  # the auth service failed before the outcome
         # the auth service's side
         self.up: socket.socket | None = None
@@ -69,7 +78,7 @@ class SaslRelay:
         self.up_in = sasl.FrameBuffer()
         self.up_out = bytearray()
         self.up_mask = 0
-        loop.call_later(CLIENT_TIMEOUT, self._client_expired)
+        loop.call_later(timeout, self._client_expired)
 
     # -- the client ---------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
@@ -97,8 +106,8 @@ class SaslRelay:
             if header != sasl.SASL_HEADER:  # AMQP without SASL, or TLS on a plain port
                 self._fail("client did not start with SASL")
                 return
-            self.state = "mechanisms"
-            self._connect()
+            self.loop.send_plain(self.conn, sasl.mechanisms(self.service.mechanisms))
+            self.state = "init"
         while self.state in ("init", "exchange"):
             frame = self.client.performative(sasl.SASL_FRAME)
             if frame is None:
@@ -120,19 +129,19 @@ class SaslRelay:
         self.mechanism = str(mechanism)[:40]
         self.conn.sasl_mech = self.mechanism
         self.state = "exchange"
-        if self.unavailable:
-            self._refuse_unavailable()
+        if self.mechanism not in self.service.mechanisms:  # not worth asking the service
+            self._fail(f"mechanism {self.mechanism} is not offered", sasl.AUTH)
             return
         if payload is not None and not isinstance(payload, bytes):
             raise sasl.ProtocolError("sasl-init response is not binary")
         if hostname is not None and not isinstance(hostname, str):
             raise sasl.ProtocolError("sasl-init hostname is not a string")
-        self._up_send(sasl.init(self.mechanism, payload, hostname))
-
-    def _send_mechanisms(self, names: list[str]) -> None:
-        self.loop.send_plain(self.conn, sasl.mechanisms(names))
-        self.state = "init"
-        self._client_step()  # an init may already be waiting
+        self.pending_init = sasl.init(self.mechanism, payload, hostname)
+        delay = self.admission.delay(self.conn.source) if self.admission else 0.0
+        if delay:
+            self.loop.call_later(delay, self._connect)
+        else:
+            self._connect()
 
     def _outcome(self, code: int) -> None:
         self.loop.send_plain(self.conn, sasl.outcome(code))
@@ -140,6 +149,8 @@ class SaslRelay:
     def _succeed(self, sub: str) -> None:
         self.state = "done"
         self.conn.login = sub
+        if self.admission is not None:
+            self.admission.succeeded(self.conn.source)
         self._outcome(sasl.OK)
         logger.debug("router.authenticated", extra={"user": sub, "host": self.conn.host})
         self.loop.sasl_done(self.conn, self.client.take())
@@ -150,6 +161,8 @@ class SaslRelay:
             return
         if code is not None:
             self._outcome(code)
+        if code == sasl.AUTH and self.admission is not None:
+            self.admission.failed(self.conn.source)
         self.state = "failed"
         logger.info("router.sasl_failed", extra={"host": self.conn.host, "reason": reason,
                                                  "mechanism": self.mechanism})
@@ -172,6 +185,8 @@ class SaslRelay:
 
     # -- the auth service ---------------------------------------------------------------------
     def _connect(self) -> None:
+        if self.state != "exchange" or self.up is not None:  # gone while it waited
+            return
         try:
             family, kind, proto, address = self.service.address()
             self.up = socket.socket(family, kind, proto)
@@ -261,8 +276,15 @@ class SaslRelay:
             frame = self.up_in.performative(sasl.SASL_FRAME)
             if frame is None:
                 return
-            if frame.code == sasl.MECHANISMS and self.state == "mechanisms":
-                self._send_mechanisms(sasl.symbols(frame.field(0, [])))
+            if frame.code == sasl.MECHANISMS and self.pending_init is not None:
+                offered = sasl.symbols(frame.field(0, []))
+                self.service.mechanisms = offered or list(_FALLBACK_MECHANISMS)
+                if self.mechanism not in offered:
+                    self._close_up()
+                    self._fail(f"mechanism {self.mechanism} is not offered", sasl.AUTH)
+                    return
+                init, self.pending_init = self.pending_init, None
+                self._up_send(init)
             elif frame.code == sasl.CHALLENGE and self.state == "exchange":
                 self.loop.send_plain(self.conn, sasl.challenge(frame.field(0, b"")))
             elif frame.code == sasl.OUTCOME and self.state == "exchange":
@@ -323,9 +345,7 @@ class SaslRelay:
         if self.state in ("done", "failed"):
             return
         self.unavailable = True
-        if self.state == "mechanisms":
-            self._send_mechanisms(_FALLBACK_MECHANISMS)
-        elif self.state == "exchange":
+        if self.state == "exchange":
             self._refuse_unavailable()
 
     def _up_expired(self) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 
+from ..admission import Admission, Limits
 from . import __doc__ as description
 from .relay import Relay
 
@@ -32,20 +33,43 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--broker", type=host_port, metavar="HOST:PORT", default=host_port(
         f"{env('RABBITMQ_AMQP_HOST', '127.0.0.1')}:{env('RABBITMQ_AMQP_PORT', '5672')}"),
         help="RabbitMQ's AMQP listener (RABBITMQ_AMQP_HOST/_PORT; 127.0.0.1:5672)")
+    p.add_argument("--protocol", choices=("amqp", "mqtt"), default="amqp",
+                   help="amqp: routers' logins to their vhost; mqtt: tenants' MQTT clients, "
+                        "their client ids scoped to their vhost (docs/storage.md)")
     p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="to the broker, after which the router's connection is closed")
+                   help="to the broker, after which the client's connection is closed")
+    # MQTT faces tenants: the same per-source limits as the router's and the gateway's
+    # listeners (maas/settings.py), read from the same variables.
+    p.add_argument("--handshake-timeout", type=float, metavar="SECONDS",
+                   default=float(env("MAAS_HANDSHAKE_TIMEOUT", "5")),
+                   help="mqtt: a client without its CONNECT by then is closed "
+                        "(MAAS_HANDSHAKE_TIMEOUT; 5)")
+    p.add_argument("--pending-per-host", type=int, default=int(env("MAAS_PENDING_PER_HOST", "64")),
+                   help="mqtt: connections before their CONNECT per source address (64)")
+    p.add_argument("--connect-rate", type=float,
+                   default=float(env("MAAS_CONNECT_RATE_PER_HOST", "100")),
+                   help="mqtt: new connections a second per source address (100)")
+    p.add_argument("--connect-burst", type=float,
+                   default=float(env("MAAS_CONNECT_BURST_PER_HOST", "200")),
+                   help="mqtt: new connections at once per source address (200)")
     p.add_argument("--log-level", default=env("MAAS_VHOST_RELAY_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
-    relay = Relay(*args.broker, connect_timeout=args.connect_timeout)
+    mqtt = args.protocol == "mqtt"
+    relay = Relay(*args.broker, connect_timeout=args.connect_timeout, protocol=args.protocol,
+                  admission=Admission(Limits(
+                      pending_per_source=args.pending_per_host, rate_per_source=args.connect_rate,
+                      burst_per_source=args.connect_burst)) if mqtt else None,
+                  handshake_timeout=args.handshake_timeout if mqtt else 0.0)
     await relay.start(*args.listen)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    logger.info("vhost_relay.started", extra={"listen": "{}:{}".format(*args.listen),
+    logger.info("vhost_relay.started", extra={"protocol": args.protocol,
+                                              "listen": "{}:{}".format(*args.listen),
                                               "broker": "{}:{}".format(*args.broker)})
     await stopping.wait()
     relay.stop()

@@ -1,9 +1,14 @@
 """The relay's sockets (asyncio protocols): each accepted connection gets one to the broker;
-client bytes go through a `Preamble` until the open, then both ways unchanged."""
+client bytes go through a preamble (AMQP: `Preamble` until the open; MQTT: `MqttConnect` for
+the CONNECT), then both ways unchanged."""
 import asyncio
 import logging
 
+from ..admission import Admission
+from .mqtt import MqttConnect
 from .preamble import Preamble, ProtocolError
+
+PREAMBLES = {"amqp": Preamble, "mqtt": MqttConnect}
 
 logger = logging.getLogger("dataplane.vhost_relay")
 
@@ -29,20 +34,27 @@ class _Side(asyncio.Protocol):
             other.resume_reading()
 
     def eof_received(self):
-        return False  # AMQP peers close both ways: our transport closes, then the pair
+        return False  # AMQP and MQTT peers close both ways: our transport closes, then the pair
 
     def connection_lost(self, exc):
         self.pair.close()
 
 
 class ClientSide(_Side):
-    """The router's connection to us."""
+    """The client's connection to us (a router's to the AMQP relay, a device's to MQTT)."""
 
     def __init__(self, relay: "Relay"):
         super().__init__(Pair(relay, self))
 
     def connection_made(self, transport):
         super().connection_made(transport)
+        admission = self.pair.relay.admission
+        host = (transport.get_extra_info("peername") or ("?",))[0]
+        if admission is not None:
+            if not admission.accept(host):
+                transport.abort()  # before it costs the broker a connection
+                return
+            self.pair.admitted = host
         transport.pause_reading()  # until the broker is connected
         self.pair.connect()
 
@@ -68,9 +80,11 @@ class Pair:
     def __init__(self, relay: "Relay", client: ClientSide):
         self.relay, self.client = relay, client
         self.broker = BrokerSide(self)
-        self.preamble = Preamble()
+        self.preamble = PREAMBLES[relay.protocol]()
         self.peer = ""
         self.connecting: asyncio.Task | None = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.admitted: str | None = None  # the source counted as pending by the admission
         self.closed = self.logged = False
 
     def other(self, side: _Side) -> _Side:
@@ -80,7 +94,24 @@ class Pair:
         peer = self.client.transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.relay.pairs.add(self)
-        self.connecting = asyncio.get_running_loop().create_task(self._connect())
+        loop = asyncio.get_running_loop()
+        self.connecting = loop.create_task(self._connect())
+        if self.relay.handshake_timeout:
+            self.deadline = loop.call_later(self.relay.handshake_timeout, self._too_slow)
+
+    def _too_slow(self) -> None:
+        if not self.preamble.done:
+            self.logged = True
+            logger.warning("vhost_relay.handshake_timeout", extra={"peer": self.peer})
+            self.close(abort=True)
+
+    def _settle(self) -> None:
+        """The client is past its preamble or gone: it no longer counts as pending."""
+        if self.deadline is not None:
+            self.deadline.cancel()
+        if self.admitted is not None:
+            self.relay.admission.settled(self.admitted)
+            self.admitted = None
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -113,6 +144,7 @@ class Pair:
         if out:
             self.broker.transport.write(out)
         if self.preamble.done:
+            self._settle()
             self._log("vhost_relay.connection")
 
     def _log(self, event: str) -> None:
@@ -127,6 +159,7 @@ class Pair:
             return
         self.closed = True
         self.relay.pairs.discard(self)
+        self._settle()
         if not self.logged:
             self._log("vhost_relay.closed_before_open")
         if self.connecting is not None and not self.connecting.done():
@@ -137,10 +170,18 @@ class Pair:
 
 
 class Relay:
-    """The listener; `pairs` are the connections being relayed."""
+    """The listener; `pairs` are the connections being relayed.
 
-    def __init__(self, broker_host: str, broker_port: int, connect_timeout: float = 10.0):
+    Facing tenants (MQTT), `admission` caps the connections of each source address still
+    before their CONNECT and their rate, and `handshake_timeout` closes a client that has not
+    sent its preamble by then; facing routers (AMQP) neither is needed."""
+
+    def __init__(self, broker_host: str, broker_port: int, connect_timeout: float = 10.0,
+                 protocol: str = "amqp", admission: Admission | None = None,
+                 handshake_timeout: float = 0.0):
         self.broker_host, self.broker_port = broker_host, broker_port
+        self.protocol, self.admission = protocol, admission
+        self.handshake_timeout = handshake_timeout
         self.connect_timeout = connect_timeout
         self.pairs: set[Pair] = set()
         self.server: asyncio.Server | None = None

@@ -103,6 +103,11 @@ if [ -w /etc/rabbitmq ] && ! grep -q "core_metrics_gc_interval, $GC_MS}" "$advan
       "$GC_MS" > "$advanced"
   fi
 fi
+# Prometheus: rabbitmq_prometheus answers without a login and names every vhost, queue and its
+# depth (/metrics/per-object): on loopback only, for the Prometheus of this machine.
+if [ -w /etc/rabbitmq ] && ! grep -q '^prometheus.tcp.ip' "$conf" 2>/dev/null; then
+  printf 'prometheus.tcp.ip = 127.0.0.1\n' >> "$conf"
+fi
 # Open files: RabbitMQ keeps two open per started vhost (its message stores) besides a socket
 # per connection, so Debian's default of 1024 runs out at a few hundred spaces
 # (docs/scale.md). rabbitmq-env.conf, which every start sources as the rabbitmq user (after
@@ -174,6 +179,10 @@ if [ -n "$stats_want" ] && [ -n "$stats_now" ] && [ "$stats_now" != "[$stats_wan
 fi
 if [ -n "$gc_want" ] && [ -n "$gc_now" ] && [ "$gc_now" != "$gc_want" ]; then
   why="${why:+$why, }to run its metrics GC every $gc_want ms (now $gc_now)"
+fi
+if grep -q '^prometheus.tcp.ip = 127.0.0.1' "$conf" 2>/dev/null \
+    && ss -ltnH 'sport = :15692' 2>/dev/null | grep -qv '127.0.0.1:15692'; then
+  why="${why:+$why, }to serve its Prometheus figures on loopback only"
 fi
 if [ -n "$why" ] && [ "$(id -u)" = 0 ]; then
   log "restarting RabbitMQ $why"

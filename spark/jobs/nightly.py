@@ -127,7 +127,7 @@ def write(results: dict[str, DataFrame], out: str, day: date) -> None:
 
 
 def read_history(spark: SparkSession, out: str) -> DataFrame:
-    """Earlier tenant_daily partitions written by this CLI (none on the first run)."""
+    """Earlier tenant_daily partitions written by this CLI (none before it ever ran)."""
     try:
         df = spark.read.parquet(f"{out.rstrip('/')}/tenant_daily")
     except AnalysisException as error:

@@ -1,12 +1,18 @@
 """The auth service faces the network: garbage, oversized or malformed frames, other mechanisms,
-an authzid naming someone else and silent peers are dropped cleanly, and the next login works."""
+an authzid naming someone else and silent peers are dropped cleanly, and the next login works;
+hundreds of silent peers hold no thread, logins at once check on a few threads (a database
+connection each), and a refused name waits before it is checked again."""
 import socket
 import struct
+import threading
 import time
 
 from proton import Data
 
 from dataplane.authservice import sasl
+from dataplane.authservice.server import AuthServer
+from maas import bindings
+from tests.conftest import wait_for
 
 from .conftest import HANDSHAKE_TIMEOUT, identity_of, login, new_space, new_user
 
@@ -139,3 +145,134 @@ def test_a_silent_client_is_dropped_after_the_handshake_timeout(auth_port, tenan
         assert until_closed(sock) == b""
         assert HANDSHAKE_TIMEOUT - 0.5 < time.monotonic() - started < HANDSHAKE_TIMEOUT + 2
     still_serving(auth_port, space)
+
+
+def test_many_silent_peers_hold_no_thread_and_the_next_login_is_served(auth_port, tenant):
+    space = new_space(tenant)
+    new_user(space, "app", "app-password")
+    # More than the 256 threads the service once had, one per peer.
+    peers = [connect(auth_port) for _ in range(300)]
+    try:
+        for sock in peers[::2]:
+            sock.sendall(sasl.SASL_HEADER)
+        still_serving(auth_port, space)
+    finally:
+        for sock in peers:
+            sock.close()
+
+
+class Recorded:
+    """The database verifier, noting the threads it ran on (each holds its own connection)."""
+
+    def __init__(self):
+        self.threads: set = set()
+
+    def __call__(self, login: str, password: str):
+        self.threads.add(threading.get_ident())
+        return bindings.verify(login, password)
+
+
+def test_logins_at_once_check_on_at_most_the_workers_threads(transactional_db, tenant):
+    space = new_space(tenant)
+    new_user(space, "app", "app-password")
+    recorded = Recorded()
+    server = AuthServer(("127.0.0.1", 0), recorded, handshake_timeout=HANDSHAKE_TIMEOUT,
+                        workers=2)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    outcomes = []
+
+    def one():
+        try:
+            conn = login(port, f"app@{space.vhost}", "app-password")
+            outcomes.append(identity_of(conn)[0]["sub"])
+            conn.close()
+        except Exception as exc:  # counted below: every login must get through
+            outcomes.append(repr(exc))
+
+    clients = [threading.Thread(target=one) for _ in range(20)]
+    try:
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert outcomes == [f"app@{space.vhost}"] * 20
+    assert 1 <= len(recorded.threads) <= 2
+
+
+def test_a_refused_name_is_checked_again_only_after_a_delay(auth_port, tenant):
+    space = new_space(tenant)
+    new_user(space, "app", "app-password")
+    name = f"app@{space.vhost}"
+    plain = f"\0{name}\0wrong".encode()
+    with connect(auth_port) as sock:
+        sock.sendall(sasl.SASL_HEADER + sasl_init("PLAIN", plain))
+        assert outcome_code(until_closed(sock)) == sasl.AUTH
+    started = time.monotonic()
+    conn = login(auth_port, name, "app-password")  # waits the first delay, then gets in
+    assert time.monotonic() - started >= 0.2
+    conn.close()
+    started = time.monotonic()
+    still_serving(auth_port, space)  # a success forgot the refusals: no delay now
+    assert time.monotonic() - started < 0.2
+
+
+class SlowForGhosts:
+    """The database verifier, but a login of a `ghost-` name (a flood of names that do not
+    exist) takes until the test lets one through: a slow database, held by the flood."""
+
+    def __init__(self):
+        self.gate = threading.Semaphore(0)
+        self.entered = threading.Semaphore(0)
+        self.order: list[str] = []  # the logins in the order the verifier got them
+
+    def __call__(self, login: str, password: str):
+        self.order.append(login)
+        if login.startswith("ghost-"):
+            self.entered.release()
+            self.gate.acquire(timeout=20)
+            return None
+        return bindings.verify(login, password)
+
+
+def test_a_login_accepted_before_goes_ahead_of_a_flood_of_unknown_names(transactional_db,
+                                                                         tenant):
+    space = new_space(tenant)
+    new_user(space, "app", "app-password")
+    verifier = SlowForGhosts()
+    server = AuthServer(("127.0.0.1", 0), verifier, handshake_timeout=20, workers=1, queue=2,
+                        verify_timeout=20)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    ghosts = []
+    try:
+        still_serving(port, space)  # app@<vhost> is known from now on
+        for i in range(3):  # one on the only thread, two waiting: the queue is full
+            sock = connect(port)
+            sock.sendall(sasl.SASL_HEADER + sasl_init("PLAIN", f"\0ghost-{i}\0x".encode()))
+            ghosts.append(sock)
+        assert verifier.entered.acquire(timeout=10)
+        wait_for(lambda: len(server._waiters[False]) == 2, 10, what="two unknown names waiting")
+        with connect(port) as sock:  # a fourth unknown name is answered at once
+            sock.sendall(sasl.SASL_HEADER + sasl_init("PLAIN", b"\0ghost-3\0x"))
+            assert outcome_code(until_closed(sock)) == sasl.SYS_TEMP
+
+        outcomes = []
+        known = threading.Thread(target=lambda: outcomes.append(still_serving(port, space)))
+        known.start()
+        wait_for(lambda: len(server._waiters[True]) == 1, 10, what="the known login waiting")
+        verifier.gate.release()  # ghost-0 ends: its thread goes to app, not to ghost-1
+        known.join(10)
+        assert outcomes == [None], "the known login did not get through"
+        app = f"app@{space.vhost}"
+        assert verifier.order[:3] == [app, "ghost-0", app]  # ahead of ghost-1 and ghost-2
+    finally:
+        for _ in range(3):
+            verifier.gate.release()
+        for sock in ghosts:
+            sock.close()
+        server.shutdown()
+        server.server_close()

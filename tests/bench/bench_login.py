@@ -23,21 +23,27 @@ from dataplane.authservice import sasl  # noqa: E402
 from tests.router.conftest import RouterProcess, add_tenant  # noqa: E402
 
 
-def bare_login(port: int, login: str, password: str) -> None:
-    with socket.create_connection(("127.0.0.1", port)) as sock:
+def bare_login(port: int, login: str, password: str, source: str = "127.0.0.1",
+               timeout: float = 5.0) -> None:
+    """TCP from `source`, SASL PLAIN, an AMQP open naming the login's vhost (`<user>@<vhost>`:
+    qdrouterd's policy follows the open's hostname) and its close, frame by frame."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                  source_address=(source, 0)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader = sasl.Reader(sock, time.monotonic() + 5)
+        reader = sasl.Reader(sock, time.monotonic() + timeout)
         sock.sendall(sasl.SASL_HEADER)
         assert reader.header() == sasl.SASL_HEADER
         assert reader.performative(sasl.SASL_FRAME).code == sasl.MECHANISMS
         sock.sendall(sasl.init("PLAIN", f"\0{login}\0{password}".encode()))
         outcome = reader.performative(sasl.SASL_FRAME)
-        assert outcome.code == sasl.OUTCOME and outcome.field(0) == sasl.OK, outcome
-        sock.sendall(sasl.AMQP_HEADER + sasl.client_open("bench"))
+        assert outcome.code == sasl.OUTCOME and outcome.field(0) == sasl.OK, outcome.field(0)
+        vhost = login.rpartition("@")[2] or None
+        sock.sendall(sasl.AMQP_HEADER + sasl.client_open("bench", hostname=vhost))
         assert reader.header() == sasl.AMQP_HEADER
         assert reader.performative(sasl.AMQP_FRAME).code == sasl.OPEN
         sock.sendall(sasl.close_frame())
-        assert reader.performative(sasl.AMQP_FRAME).code == sasl.CLOSE
+        closing = reader.performative(sasl.AMQP_FRAME)
+        assert closing.code == sasl.CLOSE and closing.field(0) is None, closing.field(0)
 
 
 def report(name: str, times: list[float]) -> None:

@@ -15,6 +15,7 @@ from config_service.models import AddressSpace
 from tenants.models import PersonalAccessToken
 from tests.conftest import CTX, Worker
 from tests.router.conftest import ADMIN_PASSWORD
+from tests.storage.mqtt_device import MqttRelay
 from tests.workers.conftest import router, router_kind, sync  # noqa: F401 - fixtures used here
 
 # The venv's console script, or another install (a venv with `pip install ./cli` alone).
@@ -79,10 +80,20 @@ def worker(django_db_setup, redis_server, router):  # noqa: F811 - the imported 
     w.stop()
 
 
+@pytest.fixture(scope="module")
+def mqtt_relay():
+    """Brokered spaces' MQTT endpoint: the relay in front of the test node's MQTT listener."""
+    relay = MqttRelay()
+    yield relay
+    relay.stop()
+
+
 @pytest.fixture
-def platform(settings, router, worker, cli, tenant):  # noqa: F811 - the imported fixture
-    """The live server's view of the data plane: its endpoints name the module's router. A
-    space a failed test left behind is torn down, so no vhost or router entity outlives it."""
+def platform(settings, router, worker, cli, tenant, mqtt_relay):  # noqa: F811 - imported
+    """The live server's view of the data plane: its endpoints name the module's router and
+    MQTT relay. A space a failed test left behind is torn down, so no vhost or router entity
+    outlives it."""
+    settings.MAAS_MQTT_RELAY_PORT = mqtt_relay.port
     settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{router.mgmt_port}"
     settings.MAAS_ROUTER_ADMIN_USER = "admin"
     settings.MAAS_ROUTER_ADMIN_PASSWORD = ADMIN_PASSWORD

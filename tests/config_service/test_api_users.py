@@ -95,7 +95,7 @@ def test_a_users_status_lists_a_url_per_protocol_endpoint_without_the_password(
     assert urls == [
         f"amqp://app%40{vhost}@{host}:{settings.RABBITMQ_AMQP_PORT}"
         f"?amqp.vhost=vhost%3A{vhost}",
-        f"mqtt://{vhost}%3Aapp%40{vhost}@{host}:{settings.RABBITMQ_MQTT_PORT}",
+        f"mqtt://{vhost}%3Aapp%40{vhost}@{host}:{settings.MAAS_MQTT_RELAY_PORT}",
     ]
     assert all("s3cret" not in url and "<password>" not in url for url in urls)
     listed = clients["viewer"].get(users_url).json()["items"][0]

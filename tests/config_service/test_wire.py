@@ -23,5 +23,6 @@ def test_a_brokered_topic_is_sent_to_its_exchange_and_received_from_all_its_keys
 
 
 def test_a_brokered_queue_with_a_slash_is_sent_to_at_the_queue_not_a_misread_exchange():
-    # `/exchange/orders/eu` would be the exchange `orders` with the key `eu`
-    assert send_address("brokered", "queue", "orders/eu") == "/amq/queue/orders/eu"
+    # `/exchange/orders/eu` would be the exchange `orders` with the key `eu`, and
+    # `/amq/queue/orders/eu` a path RabbitMQ refuses: `%2F` is the `/` it decodes there
+    assert send_address("brokered", "queue", "orders/eu") == "/amq/queue/orders%2Feu"

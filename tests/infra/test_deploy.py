@@ -268,3 +268,20 @@ def test_the_mqtt_gateway_finds_a_space_s_own_router_on_kubernetes(settings, ten
     assert port in [p["port"] for p in router_service["spec"]["ports"]]
     assert router_of("acme.nowhere", local) == local
 
+
+
+def test_brokered_mqtt_reaches_rabbitmq_only_through_the_relay_that_scopes_client_ids(rendered):
+    docs = rendered["overlays/dev"]
+    pod = by(docs, "StatefulSet", "maas-rabbitmq")["spec"]["template"]["spec"]
+    rabbit, relay = pod["containers"]
+    conf = by(docs, "ConfigMap", "maas-rabbitmq")["data"]["rabbitmq.conf"]
+    assert "mqtt.listeners.tcp.default = 127.0.0.1:1882" in conf  # the pod's loopback only
+    assert "mqtt" not in {p["name"] for p in rabbit["ports"]}
+    assert relay["command"] == ["python", "-m", "dataplane.vhost_relay", "--protocol", "mqtt",
+                                "--listen", "0.0.0.0:1883", "--broker", "127.0.0.1:1882"]
+    assert relay["ports"][0]["name"] == "mqtt"
+    service = by(docs, "Service", "maas-rabbitmq")["spec"]
+    assert {"name": "mqtt", "port": 1883, "targetPort": "mqtt", "protocol": "TCP"} \
+        in service["ports"]
+    # what the API gives brokered spaces' MQTT clients is the relay's port
+    assert by(docs, "ConfigMap", "maas-config")["data"]["MAAS_MQTT_RELAY_PORT"] == "1883"

@@ -126,6 +126,8 @@ class Client:
         self.client.loop_start()
 
     def _on_connect(self, client, userdata, flags, reason, properties):
+        if reason.is_failure:
+            client.disconnect()  # else paho's loop logs in again and again, counted each time
         with self.cond:
             self.session_present = flags.session_present
             self.connack = reason

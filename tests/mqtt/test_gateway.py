@@ -210,3 +210,33 @@ def test_the_gateway_counts_logins_connections_and_messages_for_prometheus(gatew
     assert delta("maas_mqtt_gateway_connections") == 2
     assert delta('maas_mqtt_gateway_messages_total{direction="in"}') == 1
     assert delta('maas_mqtt_gateway_messages_total{direction="out"}') == 1
+
+
+def test_a_brokered_space_s_user_gets_connack_5(gateway, tenant):
+    """The gateway serves standard spaces: a brokered space's user logs in to the auth service
+    but has no policy on the router, which refuses the connection: CONNACK 5, not 0."""
+    brokered = services.create_address_space(ctx=CTX, tenant=tenant, name="brk", type="brokered",
+                                             plan="brokered-single-broker")
+    user(brokered)
+    client = Client(gateway, brokered)
+    assert client.connected() == 135  # paho's MQTT 5 code for CONNACK 5 (not authorized)
+    assert client.disconnected.wait(5)
+
+
+def test_a_message_over_the_space_s_largest_is_refused_and_its_client_disconnected(
+        gateway, space, settings):
+    settings.MAAS_ROUTER_POLICY = {**settings.MAAS_ROUTER_POLICY, "maxMessageSize": 1024}
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    sub, pub = Client(gateway, space), Client(gateway, space)
+    assert sub.subscribe("events", qos=1) == [1]
+    pub.publish("events", b"s" * 200, qos=1)
+    assert sub.received(1)[0].payload == b"s" * 200
+    pub.client.publish("events", b"L" * 4096, qos=1)
+    assert pub.disconnected.wait(10)
+    pub2 = Client(gateway, space)
+    pub2.publish("events", b"after", qos=1)
+    assert [m.payload for m in sub.received(2)] == [b"s" * 200, b"after"]  # never the large one
+    sub.close()
+    pub2.close()

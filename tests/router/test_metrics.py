@@ -12,6 +12,9 @@ GAUGES = {f"enmasse_qdr_{n}_total" for n in (
 COUNTERS = {f"enmasse_qdr_{n}_deliveries_total" for n in (
     "accepted", "released", "rejected", "modified", "presettled", "dropped_presettled")} | {
     f"enmasse_qdr_deliveries_{n}_total" for n in ("ingress", "egress", "transit")}
+# Our own, beside EnMasse's: logins in flight and the connections refused against abuse.
+MAAS_GAUGES = {"maas_router_connections_authenticating"}
+MAAS_COUNTERS = {"maas_router_connections_refused_total", "maas_router_logins_failed_total"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,9 +36,10 @@ def scrape(router) -> dict[str, tuple[str, float]]:
 
 def test_every_enmasse_name_parses_with_its_type(router):
     metrics = scrape(router)
-    assert set(metrics) == GAUGES | COUNTERS
-    assert {n for n, (kind, _) in metrics.items() if kind == "gauge"} == GAUGES
-    assert {n for n, (kind, _) in metrics.items() if kind == "counter"} == COUNTERS
+    assert set(metrics) == GAUGES | COUNTERS | MAAS_GAUGES | MAAS_COUNTERS
+    assert {n for n, (kind, _) in metrics.items() if kind == "gauge"} == GAUGES | MAAS_GAUGES
+    assert {n for n, (kind, _) in metrics.items() if kind == "counter"} == (
+        COUNTERS | MAAS_COUNTERS)
     assert metrics["enmasse_qdr_routers_total"] == ("gauge", 1)
     assert metrics["enmasse_qdr_deliveries_transit_total"] == ("counter", 0)
     assert metrics["enmasse_qdr_connections_total"][1] >= 1  # the management client's

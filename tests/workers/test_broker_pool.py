@@ -71,10 +71,10 @@ def test_new_spaces_go_to_the_broker_with_the_fewest_spaces_and_the_log_keeps_it
     assert rebuild.rebuild(check_only=True)[1] == []  # the rebuilt rows keep their brokers
 
     on_maas2 = {e["name"]: e["servicePorts"][0]["port"] for e in client_endpoints(spaces[2])}
-    assert on_maas2 == {"messaging": 5682, "mqtt": 1892}
+    assert on_maas2 == {"messaging": 5682, "mqtt": 1902}  # its MQTT relay
     on_shared = {e["name"]: e["servicePorts"][0]["port"] for e in client_endpoints(spaces[0])}
     assert on_shared == {"messaging": settings.RABBITMQ_AMQP_PORT,
-                         "mqtt": settings.RABBITMQ_MQTT_PORT}
+                         "mqtt": settings.MAAS_MQTT_RELAY_PORT}
 
     settings.MAAS_RABBITMQ_NODES = 2  # maas2 no longer runs: its space has nowhere to go
     with pytest.raises(ImproperlyConfigured, match="maas2"):

@@ -105,6 +105,23 @@ def test_queue_stores_until_a_consumer_comes_and_survives_a_router_restart(route
     conn.close()
 
 
+def test_a_queue_whose_name_holds_a_slash_goes_active_and_carries_messages(router, space):
+    # RabbitMQ 3.10 reads `/amq/queue/orders/eu` as a path: the router's links name the queue
+    # `/amq/queue/orders%2Feu` (config_service/wire.py), and the space's other queue is unharmed.
+    add(space, "orders/eu", "queue", "standard-small-queue")
+    add(space, "plain", "queue", "standard-small-queue")
+    user(space)
+    sync(space)
+    assert phases(space) == {"orders/eu": "Active", "plain": "Active"}
+    conn = connect(router, space)
+    conn.create_sender("orders/eu").send(Message(body="to eu"))
+    conn.create_sender("plain").send(Message(body="to plain"))
+    assert rabbit.api(f"/queues/{quote(space.vhost, safe='')}/orders%2Feu").ok
+    assert receive_bodies(conn.create_receiver("orders/eu", credit=5), 1) == ["to eu"]
+    assert receive_bodies(conn.create_receiver("plain", credit=5), 1) == ["to plain"]
+    conn.close()
+
+
 def test_two_competing_consumers_share_a_queue(router, space):
     add(space, "work", "queue", "standard-small-queue")
     user(space)

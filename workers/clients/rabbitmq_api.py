@@ -285,6 +285,12 @@ class RabbitMQApi:
         }
         self.request("PUT", f"/users/{_q(name)}", body)
 
+    def put_user_limit(self, name: str, limit: str, value: int) -> None:
+        self.request("PUT", f"/user-limits/{_q(name)}/{_q(limit)}", {"value": value})
+
+    def delete_user_limit(self, name: str, limit: str) -> None:
+        self.request("DELETE", f"/user-limits/{_q(name)}/{_q(limit)}", missing_ok=True)
+
     def delete_user(self, name: str) -> None:
         self.request("DELETE", f"/users/{_q(name)}", missing_ok=True)
 

@@ -26,7 +26,9 @@ class Command(BaseCommand):
         if tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(tls_cert, tls_key)
-        with AuthServer((host, port), bindings.verify, ssl_context=context) as server:
+        with AuthServer((host, port), bindings.verify, ssl_context=context,
+                        workers=settings.MAAS_AUTH_SERVICE_WORKERS,
+                        handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT) as server:
             self.stdout.write(f"auth service on {host}:{server.server_address[1]}"
                               f"{' (TLS)' if context else ''}")
             try:

@@ -8,6 +8,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from dataplane.admission import Limits
 from dataplane.gateway.process import Options, serve
 from maas.bindings import GatewayStore
 
@@ -42,7 +43,12 @@ class Command(BaseCommand):
         logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s %(message)s")
         logging.getLogger("dataplane.gateway").setLevel(log_level.upper())
+        limits = Limits(pending_per_source=settings.MAAS_PENDING_PER_HOST,
+                        pending_total=settings.MAAS_PENDING_TOTAL,
+                        rate_per_source=settings.MAAS_CONNECT_RATE_PER_HOST,
+                        burst_per_source=settings.MAAS_CONNECT_BURST_PER_HOST)
         options = Options(host=o["host"], port=o["port"], router=o["router"],
                           tls_port=o["tls_port"], tls_cert=o["tls_cert"], tls_key=o["tls_key"],
-                          metrics_host=o["metrics_host"], metrics_port=o["metrics_port"])
+                          metrics_host=o["metrics_host"], metrics_port=o["metrics_port"],
+                          limits=limits, handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT)
         sys.exit(asyncio.run(serve(options, GatewayStore())))

@@ -83,6 +83,14 @@ def processes(bind: str) -> dict[str, list[str]]:
                 "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{broker.relay_port}",
                 "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
             ]
+    # Brokered spaces' MQTT: RabbitMQ's listener behind the relay that scopes client ids to
+    # their vhost (RabbitMQ 3.10 tracks them across vhosts; docs/storage.md).
+    for broker in endpoints.broker_pool():
+        procs["-".join(filter(None, ("mqtt-relay", broker.name)))] = [
+            py, "-m", "dataplane.vhost_relay", "--protocol", "mqtt",
+            "--listen", f"{settings.MAAS_MQTT_RELAY_HOST}:{broker.mqtt_port}",
+            "--broker", f"{broker.amqp_host}:{broker.broker_mqtt_port}",
+        ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs
 
@@ -97,7 +105,8 @@ def qdrouterd_command(mgmt) -> list[str]:
         management_port=mgmt.port or 5675, admin_user=settings.MAAS_ROUTER_ADMIN_USER,
         auth_host=settings.MAAS_AUTH_SERVICE_HOST, auth_port=settings.MAAS_AUTH_SERVICE_PORT,
         metrics_host=settings.MAAS_ROUTER_METRICS_HOST,
-        metrics_port=settings.MAAS_ROUTER_METRICS_PORT)
+        metrics_port=settings.MAAS_ROUTER_METRICS_PORT,
+        handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT)
     path = qdrouterd.write_config(settings.BASE_DIR / "var" / "qdrouterd.json", "maas", where)
     return qdrouterd.command(path)
 

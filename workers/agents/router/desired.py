@@ -13,6 +13,7 @@ from typing import NamedTuple
 from django.conf import settings
 
 from config_service.validation import TOPIC_FANOUT_PREFIX
+from config_service.wire import amqp_queue
 
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
 AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
@@ -111,7 +112,9 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             by_address.setdefault(_address.name, []).append((etype, prefix + suffix))
 
     policy = router_policy(plan_policy)
-    limits = {k: int(policy[k]) for k in ("maxSessions", "maxSenders", "maxReceivers")}
+    limits = {k: int(policy[k])
+              for k in ("maxSessions", "maxSenders", "maxReceivers", "maxMessageSize")
+              if policy.get(k) is not None}
     if throttled:
         # Over quota: no new sender. The embedded router refuses at maxSenders 0 with
         # amqp:resource-limit-exceeded; qdrouterd reads 0 as "no limit", so the targets go
@@ -144,8 +147,11 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             and features.exact_message_targets,
             **limits,
         }
+    # maxMessageSize goes in each group: qdrouterd 1.19 takes none on the vhost by management
     add(VHOST, "vhost", hostname=vhost, groups=groups,
-        maxConnections=int(policy["maxConnections"]))
+        **{k: int(policy[k]) for k in ("maxConnections", "maxConnectionsPerUser",
+                                         "maxConnectionsPerHost")
+           if policy.get(k)})  # 0: no such limit
 
     stored = [a for a in addresses if a.type in ("queue", "topic", "subscription", "deadletter")]
     if stored:
@@ -176,7 +182,7 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             for direction in directions:
                 add(AUTO_LINK, f"autolink:{a.address}:{direction}", a, address=qualified,
                     direction=direction, connection=connection,
-                    externalAddress=f"/amq/queue/{a.address}")
+                    externalAddress=amqp_queue(a.address))
         elif a.type == "topic":
             # Senders publish to the exchange; the routing key is the rest of the address
             # (`news/sports.football`) or else the message subject. Receivers of `news/<key>`
@@ -203,7 +209,7 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             add(ADDRESS, f"address:{queue}", a, prefix=f"{vhost}/{queue}",
                 distribution="balanced", waypoint=True)
             add(AUTO_LINK, f"autolink:{queue}:in", a, address=f"{vhost}/{queue}",
-                direction="in", connection=connection, externalAddress=f"/amq/queue/{queue}")
+                direction="in", connection=connection, externalAddress=amqp_queue(queue))
     return out, by_address
 
 

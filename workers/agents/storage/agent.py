@@ -14,6 +14,7 @@ from django.core.cache import cache
 from config_service.models import Address, AddressSpace, AgentState
 from config_service.models.projections import broker_object_name
 from config_service.status import ROUTER_ONLY_TYPES
+from config_service.validation import STORED_TYPES
 from eventlog.models import ConfigEvent
 from workers import credentials, endpoints
 from workers.agents import statements
@@ -32,7 +33,6 @@ from workers.naming import broker_username
 
 logger = logging.getLogger(__name__)
 
-STORED_TYPES = ("queue", "topic", "subscription", "deadletter")
 NEW_QUEUE_TYPES = ("queue", "deadletter")  # those the short path makes (`new_queues_only`)
 # The short path reads each new queue's three objects by name, twice: for more new queues
 # than this (a list of addresses), listing the whole vhost is fewer calls.
@@ -76,6 +76,7 @@ def tenant_throttled(space: AddressSpace) -> bool:
 def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
     state = VhostState(vhost=space.vhost, throttled=tenant_throttled(space),
                        max_connections=space.plan_status.get("maxConnections"),
+                       mqtt_queue_max_bytes=settings.MAAS_BROKER_MQTT_QUEUE_MAX_BYTES or None,
                        queue_exchanges=space.type != "standard")
     for a in stored_addresses(space) if addresses is None else addresses:
         if a.type == "topic":
@@ -106,8 +107,11 @@ def broker_queue(a: Address) -> BrokerQueue:
 
 
 def desired_users(space: AddressSpace) -> list[BrokerUser]:
-    """The space's messaging users as broker users, and the router's own login of a standard
-    space."""
+    """A brokered space's messaging users as broker users; a standard space's broker has one
+    user, the router's own login: its clients reach it through the router alone, where the
+    space's limits apply, never past them on the broker."""
+    if space.type == "standard":
+        return [router_broker_user(space)]
     users = []
     for user in statements.messaging_users(space):
         send, recv, manage, view = [], [], False, False
@@ -122,9 +126,9 @@ def desired_users(space: AddressSpace) -> list[BrokerUser]:
         users.append(BrokerUser(
             username=broker_username(space.vhost, user.username), password_hash=user.password_hash,
             send=tuple(send), recv=tuple(recv), manage=manage, view=view,
+            max_connections=settings.MAAS_BROKER_MAX_CONNECTIONS_PER_USER or None,
+            max_channels=settings.MAAS_BROKER_MAX_CHANNELS_PER_USER or None,
         ))
-    if space.type == "standard":
-        users.append(router_broker_user(space))
     return users
 
 

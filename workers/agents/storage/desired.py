@@ -42,6 +42,10 @@ class BrokerUser:
     manage: bool = False
     view: bool = False
     router: bool = False  # the router's own login: may read the topics' `$maas.all.` fanouts
+    # RabbitMQ's user limits: connections and channels over all of the user's connections
+    # (None: no limit, as for the router's own login).
+    max_connections: int | None = None
+    max_channels: int | None = None
 
 
 @dataclass
@@ -51,6 +55,9 @@ class VhostState:
     topics: list[BrokerTopic] = field(default_factory=list)
     users: list[BrokerUser] = field(default_factory=list)
     max_connections: int | None = None
+    # Bytes each MQTT session queue (`mqtt-subscription-*`, made by RabbitMQ's MQTT plugin for
+    # a subscriber, outside any address) may hold; the oldest messages go first past it.
+    mqtt_queue_max_bytes: int | None = None
     throttled: bool = False  # the tenant is over quota: its users may not publish
     # Clients publish to the vhost themselves (a brokered space): each queue gets an exchange
     # of its own name, the one way RabbitMQ can check a per-queue send right (rabbitmq_objects).

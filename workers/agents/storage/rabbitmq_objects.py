@@ -77,6 +77,7 @@ TEMP_QUEUES = r"amq\.gen-.*"  # server-named queues of AMQP 1.0 receivers on /ex
 # ever. A policy expires every such queue once it has had no consumer for this long.
 TEMP_QUEUE_POLICY = POLICY_PREFIX + "amq.gen"  # no address can be named amq.* (RabbitMQ's)
 TEMP_QUEUE_EXPIRY_MS = 5_000
+MQTT_QUEUE_POLICY = POLICY_PREFIX + "mqtt"  # bounds the MQTT plugin's session queues
 # RabbitMQ's MQTT plugin publishes to one exchange for the whole broker (`mqtt.exchange`) and
 # keeps each subscriber's messages in a queue `mqtt-subscription-<client id>qos<0|1>`.
 # A topic address's exchange: MaaS's own type where the broker has it (a missing key, i.e. an
@@ -371,6 +372,14 @@ def desired_objects(state: VhostState, topic_type: str = TOPIC_TYPE) -> DesiredO
         }
         # its problems show on the first topic: they are the topics' receivers' queues
         d.owner["policy:" + TEMP_QUEUE_POLICY] = min(topics)
+        if state.mqtt_queue_max_bytes and mqtt_topics(list(topics), list(topics)):
+            # A subscriber's session queue lives outside the space's addresses: bounded, the
+            # oldest messages dropped first (a device away for long gets the latest).
+            d.policies[MQTT_QUEUE_POLICY] = {
+                "pattern": "^" + MQTT_QUEUES, "priority": POLICY_PRIORITY, "apply-to": "queues",
+                "definition": {"max-length-bytes": state.mqtt_queue_max_bytes,
+                               "overflow": "drop-head"}}
+            d.owner["policy:" + MQTT_QUEUE_POLICY] = min(topics)
     for queue in state.queues:
         topic = topics.get(queue.topic) if queue.kind == "subscription" else None
         d.queues[queue.name] = queue_arguments(queue)

@@ -574,6 +574,7 @@ class BrokerReconciler:
                               user=name)
                 if not ok:
                     continue
+            self._converge_user_limits(name, user, (have or {}).get("limits") or {}, result)
             perms = desired.permissions[name]
             current = actual.permissions.get(name)
             if current is None or any(current.get(k) != perms[k] for k in perms):
@@ -589,6 +590,18 @@ class BrokerReconciler:
                 self._do(result, "updated" if current else "created",
                          "topic-permissions:" + name, None, self.api.put_topic_permissions, v,
                          name, topic["exchange"], topic["write"], topic["read"], user=name)
+
+    def _converge_user_limits(self, name: str, user: BrokerUser, have: dict,
+                              result: ApplyResult) -> None:
+        """RabbitMQ's user limits (`limits` of the user as read), over all its connections."""
+        for limit, value in (("max-connections", user.max_connections),
+                             ("max-channels", user.max_channels)):
+            if value is not None and have.get(limit) != value:
+                self._do(result, "updated", f"user-limit:{name}:{limit}", None,
+                         self.api.put_user_limit, name, limit, value, user=name)
+            elif value is None and limit in have:
+                self._do(result, "deleted", f"user-limit:{name}:{limit}", None,
+                         self.api.delete_user_limit, name, limit, user=name)
 
     def _cut_off(self, v, name: str, previous: dict, result: ApplyResult) -> None:
         """Closes the throttled user's connections: RabbitMQ checks write once per channel and

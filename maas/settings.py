@@ -150,7 +150,8 @@ MAAS_OIDC_CLIENT_AUTH = env("MAAS_OIDC_CLIENT_AUTH", "client_secret_post")  # or
 MAAS_OIDC_SCOPES = env("MAAS_OIDC_SCOPES", "openid email profile")  # add e.g. "groups" if needed
 # API tokens' aud, azp or client_id; default: the client id
 MAAS_OIDC_AUDIENCES = env_list("MAAS_OIDC_AUDIENCES", "")
-# Claims to roles (dotted paths, comma-separated lists; docs/identity.md has them per provider).
+# Claims to roles (comma-separated lists of claim names, read whole first, then as dotted paths,
+# so `https://example.com/groups` works too; docs/identity.md has them per provider).
 MAAS_OIDC_GROUPS_CLAIM = env_list("MAAS_OIDC_GROUPS_CLAIM", "groups")
 MAAS_OIDC_GROUP_PATTERN = env("MAAS_OIDC_GROUP_PATTERN", "/tenants/{tenant}/{role}")
 MAAS_OIDC_ROLES_CLAIMS = env_list("MAAS_OIDC_ROLES_CLAIMS",
@@ -170,6 +171,11 @@ MAAS_OIDC_JWKS_MIN_REFRESH = env_int("MAAS_OIDC_JWKS_MIN_REFRESH", 10)
 # how long an answer is reused (never past the token's expiry; 0 asks every time).
 MAAS_OIDC_INTROSPECTION_ENDPOINT = env("MAAS_OIDC_INTROSPECTION_ENDPOINT", "")
 MAAS_OIDC_INTROSPECTION_CACHE = env_int("MAAS_OIDC_INTROSPECTION_CACHE", 60)
+# A hanging introspection endpoint must not take the web workers: seconds per call (a failure is
+# a 503 with Retry-After) and how many of a host's workers may wait on it at once (the next get
+# 503 at once; keep it below the number of web workers).
+MAAS_OIDC_INTROSPECTION_TIMEOUT = env_float("MAAS_OIDC_INTROSPECTION_TIMEOUT", 2.0)
+MAAS_OIDC_INTROSPECTION_CONCURRENCY = env_int("MAAS_OIDC_INTROSPECTION_CONCURRENCY", 1)
 if MAAS_OIDC_CLIENT_AUTH not in ("client_secret_post", "client_secret_basic"):
     raise RuntimeError("MAAS_OIDC_CLIENT_AUTH must be client_secret_post or client_secret_basic, "
                        f"not {MAAS_OIDC_CLIENT_AUTH!r}")
@@ -322,17 +328,17 @@ if not 1 <= MAAS_RABBITMQ_NODES <= 9:
     raise RuntimeError("MAAS_RABBITMQ_NODES must be between 1 and 9")
 # EnMasse's per-address memory cap: broker credit x this many bytes (globalMaxSize).
 MAAS_BROKER_GLOBAL_MAX_SIZE = env_int("MAAS_BROKER_GLOBAL_MAX_SIZE", 1 << 30)
+# Brokered spaces' messaging users on RabbitMQ (user limits: over all their connections), and
+# the bytes an MQTT session queue outside the space's addresses may hold (docs/security.md).
+MAAS_BROKER_MAX_CONNECTIONS_PER_USER = env_int("MAAS_BROKER_MAX_CONNECTIONS_PER_USER", 100)
+MAAS_BROKER_MAX_CHANNELS_PER_USER = env_int("MAAS_BROKER_MAX_CHANNELS_PER_USER", 500)
+MAAS_BROKER_MQTT_QUEUE_MAX_BYTES = env_int("MAAS_BROKER_MQTT_QUEUE_MAX_BYTES", 16 << 20)
 # The router of standard address spaces (the embedded one on one machine, qdrouterd elsewhere).
 MAAS_ROUTER_ENABLED = env_bool("MAAS_ROUTER_ENABLED", True)
 # `runplatform` starts the embedded router; turn off when a qdrouterd is configured instead.
 MAAS_RUN_EMBEDDED_ROUTER = env_bool("MAAS_RUN_EMBEDDED_ROUTER", True)
 MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqp://127.0.0.1:5675")
 MAAS_ROUTER_ADMIN_USER = env("MAAS_ROUTER_ADMIN_USER", "admin")
-# Brokered spaces' messaging users on RabbitMQ (user limits: over all their connections), and
-# the bytes an MQTT session queue outside the space's addresses may hold (docs/security.md).
-MAAS_BROKER_MAX_CONNECTIONS_PER_USER = env_int("MAAS_BROKER_MAX_CONNECTIONS_PER_USER", 100)
-MAAS_BROKER_MAX_CHANNELS_PER_USER = env_int("MAAS_BROKER_MAX_CHANNELS_PER_USER", 500)
-MAAS_BROKER_MQTT_QUEUE_MAX_BYTES = env_int("MAAS_BROKER_MQTT_QUEUE_MAX_BYTES", 16 << 20)
 # Router management: random per installation unless set; internal to the control plane.
 MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or ""
 if not MAAS_ROUTER_ADMIN_PASSWORD:
@@ -342,12 +348,6 @@ if not MAAS_ROUTER_ADMIN_PASSWORD:
 # The auth service routers delegate messaging clients' SASL to (`manage.py run_authservice`).
 MAAS_AUTH_SERVICE_HOST = env("MAAS_AUTH_SERVICE_HOST", "127.0.0.1")
 MAAS_AUTH_SERVICE_PORT = env_int("MAAS_AUTH_SERVICE_PORT", 5676)
-MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
-MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
-MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
-MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
-MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
-# The MQTT gateway of standard spaces (dataplane/gateway, docs/mqtt.md): 1883 is Mosquitto's
 # Its threads that check logins against the database, one connection each: the most database
 # connections logins take, however many arrive at once.
 MAAS_AUTH_SERVICE_WORKERS = env_int("MAAS_AUTH_SERVICE_WORKERS", 4)
@@ -361,6 +361,12 @@ MAAS_PENDING_PER_HOST = env_int("MAAS_PENDING_PER_HOST", 64)
 MAAS_PENDING_TOTAL = env_int("MAAS_PENDING_TOTAL", 4096)
 MAAS_CONNECT_RATE_PER_HOST = env_float("MAAS_CONNECT_RATE_PER_HOST", 100.0)
 MAAS_CONNECT_BURST_PER_HOST = env_float("MAAS_CONNECT_BURST_PER_HOST", 200.0)
+MAAS_ROUTER_HOST = env("MAAS_ROUTER_HOST", "127.0.0.1")
+MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
+MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
+MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
+MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
+# The MQTT gateway of standard spaces (dataplane/gateway, docs/mqtt.md): 1883 is Mosquitto's
 # and 1884 RabbitMQ's MQTT; it reaches the router's AMQP listener as each client's user.
 MAAS_MQTT_GATEWAY_ENABLED = env_bool("MAAS_MQTT_GATEWAY_ENABLED", True)
 MAAS_MQTT_GATEWAY_HOST = env("MAAS_MQTT_GATEWAY_HOST", "127.0.0.1")
@@ -380,21 +386,21 @@ MAAS_VHOST_RELAY_PORT = env_int("MAAS_VHOST_RELAY_PORT", 5677)
 # router_policy (admin) overrides each value for its spaces; a tenant cannot set them.
 MAAS_ROUTER_POLICY = {
     "maxConnections": env_int("MAAS_ROUTER_MAX_CONNECTIONS", 1000),
-    "maxSessions": env_int("MAAS_ROUTER_MAX_SESSIONS", 100),
-    "maxSenders": env_int("MAAS_ROUTER_MAX_SENDERS", 500),
-    "maxReceivers": env_int("MAAS_ROUTER_MAX_RECEIVERS", 500),
-}
-# The router's TLS certificate (PEM); `runplatform` makes a self-signed one here if missing.
-MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
     "maxConnectionsPerUser": env_int("MAAS_ROUTER_MAX_CONNECTIONS_PER_USER", 100),
     # none by default (0): the MQTT gateway's connections all come from its one address
     "maxConnectionsPerHost": env_int("MAAS_ROUTER_MAX_CONNECTIONS_PER_HOST", 0),
-MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))
-# Usage metering: where samples go (a directory, or any Hadoop FS URL Spark can read), how often.
-MAAS_USAGE_STORE = env("MAAS_USAGE_STORE", str(BASE_DIR / "var" / "usage"))
+    "maxSessions": env_int("MAAS_ROUTER_MAX_SESSIONS", 100),
+    "maxSenders": env_int("MAAS_ROUTER_MAX_SENDERS", 500),
+    "maxReceivers": env_int("MAAS_ROUTER_MAX_RECEIVERS", 500),
     # bytes of one message (EnMasse's maxMessageSize): a larger one is rejected, its link and
     # connection closed (amqp:link:message-size-exceeded), before the router holds it whole
     "maxMessageSize": env_int("MAAS_ROUTER_MAX_MESSAGE_SIZE", 1 << 20),
+}
+# The router's TLS certificate (PEM); `runplatform` makes a self-signed one here if missing.
+MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
+MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))
+# Usage metering: where samples go (a directory, or any Hadoop FS URL Spark can read), how often.
+MAAS_USAGE_STORE = env("MAAS_USAGE_STORE", str(BASE_DIR / "var" / "usage"))
 MAAS_USAGE_SAMPLE_INTERVAL = env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0)
 # Where the routers and brokers of standard spaces run: "local" (processes on this machine,
 # `make run`) or "kubernetes" (the infra controller, workers/infra, docs/deploy.md).

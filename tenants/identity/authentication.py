@@ -3,7 +3,8 @@
 A JWT is validated locally (tokens.py), an opaque token by introspection at the provider
 (introspection.py); personal access tokens (`maas_pat_...`) are left to tenants.authentication. A token only finds the user a sign-in provisioned: it never creates one
 nor changes roles. Every refusal says why: 401 for a bad token or a subject that never signed
-in, 403 for a client's own token (a service identity, which has no tenant role).
+in, 403 for a client's own token (a service identity, which has no tenant role), and 503 with
+Retry-After when the provider cannot be asked (a 401 would make clients drop good tokens).
 """
 import logging
 
@@ -14,9 +15,20 @@ from tenants.models import PersonalAccessToken
 from . import claims as mapping
 from . import config, provisioning
 from .introspection import introspect
-from .tokens import TokenRejected, is_jwt, validate_access_token
+from .tokens import TokenRejected, Unavailable, is_jwt, validate_access_token
 
 logger = logging.getLogger(__name__)
+
+
+class ServiceUnavailable(exceptions.APIException):
+    """503: the token may be good, the provider could not say (DRF adds Retry-After: wait)."""
+
+    status_code = 503
+    default_code = "provider_unavailable"
+
+    def __init__(self, detail: str, code: str, wait: int):
+        super().__init__(detail, code)
+        self.wait = wait
 
 
 class OidcBearerAuthentication(authentication.BaseAuthentication):
@@ -34,6 +46,12 @@ class OidcBearerAuthentication(authentication.BaseAuthentication):
                 "access token.", code="oidc_not_configured")
         try:
             claims = validate_access_token(token) if is_jwt(token) else introspect(token)
+        except Unavailable as exc:
+            logger.warning("oidc.provider_unavailable", extra={"code": exc.code,
+                                                               "reason": exc.reason})
+            raise ServiceUnavailable(
+                f"The identity provider cannot check the token now: {exc.reason}; try again in "
+                f"{exc.retry_after} s.", exc.code, exc.retry_after) from None
         except TokenRejected as exc:
             request.bearer_error = exc.reason
             raise exceptions.AuthenticationFailed(f"Invalid bearer token: {exc.reason}.",

@@ -5,6 +5,10 @@ MAAS_OIDC_GROUPS_CLAIM; a leading slash is optional on both sides, since Keycloa
 paths and most providers plain names) and roles such as `tenant:acme:admin`
 (MAAS_OIDC_ROLE_PATTERN over MAAS_OIDC_ROLES_CLAIMS: Keycloak's realm and client roles and a
 flat `roles` claim) both map; the highest role per tenant wins.
+
+A claim name in these settings is first read whole, as a top-level claim, then as a dotted path:
+`https://example.com/groups` (Auth0's namespaced claims) and `cognito:groups` are names, and
+`realm_access.roles` is a path unless the token has a claim of that very name.
 """
 import re
 
@@ -15,12 +19,15 @@ from . import config
 
 
 def values_at(claims: dict, path: str) -> list[str]:
-    """The string values at a dotted path (`realm_access.roles`); one string is a list of one."""
-    node = claims
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return []
-        node = node.get(part)
+    """The string values of the claim named `path`, else at the dotted path (`realm_access.roles`);
+    one string is a list of one."""
+    node = claims.get(path)
+    if node is None:
+        node = claims
+        for part in path.split("."):
+            if not isinstance(node, dict):
+                return []
+            node = node.get(part)
     if isinstance(node, str):
         return [node]
     if isinstance(node, list):

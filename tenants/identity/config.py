@@ -35,6 +35,10 @@ DEFAULTS = {
     # long an answer is reused (never past the token's exp; 0: ask every time).
     "MAAS_OIDC_INTROSPECTION_ENDPOINT": "",
     "MAAS_OIDC_INTROSPECTION_CACHE": 60,
+    # A hanging introspection endpoint must not take the web workers: seconds per call, and how
+    # many of a host's workers may wait on it at once (keep it below their number).
+    "MAAS_OIDC_INTROSPECTION_TIMEOUT": 2.0,
+    "MAAS_OIDC_INTROSPECTION_CONCURRENCY": 1,
     "MAAS_OIDC_JWKS_MAX_AGE": 3600,
     # An unknown key id refetches the key set at most this often (rotation, not a DoS lever).
     "MAAS_OIDC_JWKS_MIN_REFRESH": 10,

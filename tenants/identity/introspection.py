@@ -1,20 +1,30 @@
 """Opaque access tokens: RFC 7662 introspection at the provider, as this client, with the
 answer reused until the token expires or MAAS_OIDC_INTROSPECTION_CACHE seconds pass (a revoked
 token is refused at most that long after). The subject comes from the answer's `sub`, else
-from the userinfo endpoint with the token itself (django-oauth-toolkit names no subject)."""
+from the userinfo endpoint with the token itself (django-oauth-toolkit names no subject).
+
+A provider that hangs must not take the web workers: each call waits at most
+MAAS_OIDC_INTROSPECTION_TIMEOUT, at most MAAS_OIDC_INTROSPECTION_CONCURRENCY of this host's
+workers wait on it at once (the others answer 503 at once), and a failure is remembered for its
+Retry-After, so a flood of one token asks the provider once."""
 import hashlib
 import logging
+import math
+import socket
 import time
 
 import requests
 from django.core.cache import cache
 
 from . import config
-from .tokens import NOT_ACCESS_TOKENS, TokenRejected, check_audience
+from .tokens import NOT_ACCESS_TOKENS, TokenRejected, Unavailable, check_audience
 
 logger = logging.getLogger(__name__)
 NOT_ACCESS_TYPES = {"refresh_token", "refresh", "id_token"}  # RFC 7662 token_type values
 ACCESS_TYPES = {"bearer", "dpop", "n_a", "access_token"}
+# Slots are counted per host, in Redis: gunicorn's sync workers are processes of one thread,
+# so a semaphore in each would never be contended.
+SLOTS = f"maas:oidc-introspection-slot:{socket.gethostname()}"
 
 
 def _cache_key(token: str) -> str:
@@ -39,54 +49,83 @@ def _store(key: str, value: dict, seconds: float) -> None:
         logger.warning("oidc.introspection_cache_failed", extra={"error": str(exc)})
 
 
+def _take_slot() -> str | None:
+    """One of this host's MAAS_OIDC_INTROSPECTION_CONCURRENCY slots, taken without waiting, or
+    Unavailable; None without Redis (then each call is bounded by its timeout only). A slot
+    expires by itself after the longest an introspection can take (two calls, each with a
+    connect and a read timeout), so a worker killed while holding one does not keep it."""
+    hold = math.ceil(4 * config.get("MAAS_OIDC_INTROSPECTION_TIMEOUT")) + 1
+    limit = config.get("MAAS_OIDC_INTROSPECTION_CONCURRENCY")
+    try:
+        for slot in (f"{SLOTS}:{i}" for i in range(limit)):
+            if cache.add(slot, 1, timeout=hold):
+                return slot
+    except Exception as exc:  # noqa: BLE001 - the cache backend's own connection errors
+        logger.warning("oidc.introspection_unlimited", extra={"error": str(exc)})
+        return None
+    logger.warning("oidc.introspection_busy", extra={"limit": limit})
+    raise Unavailable(f"this server already waits on {limit} token introspection(s) at the "
+                      "provider", code="introspection_busy", retry_after=1)
+
+
+def _free_slot(slot: str | None) -> None:
+    if slot is None:
+        return
+    try:
+        cache.delete(slot)
+    except Exception:  # noqa: BLE001 - it expires by itself
+        pass
+
+
 def _post(endpoint: str, token: str) -> dict:
     fields, basic = config.client_auth()
+    timeout = config.get("MAAS_OIDC_INTROSPECTION_TIMEOUT")
     try:
         response = requests.post(endpoint, data={"token": token,
                                                  "token_type_hint": "access_token", **fields},
-                                 auth=basic, timeout=config.get("MAAS_OIDC_TIMEOUT"),
+                                 auth=basic, timeout=timeout,
                                  headers={"Accept": "application/json"})
     except requests.RequestException as exc:
         config.discovery_failed(f"introspection: {exc}")
-        raise TokenRejected("provider_unavailable",
-                            "the provider's introspection endpoint cannot be reached") from None
+        raise Unavailable("the provider's introspection endpoint cannot be reached or did not "
+                          "answer in time") from None
     if response.status_code != 200:
         config.discovery_failed(f"introspection: HTTP {response.status_code}")
-        raise TokenRejected("provider_unavailable",
-                            f"the provider's introspection endpoint answered HTTP "
-                            f"{response.status_code} (is this client allowed to introspect?)")
+        raise Unavailable(f"the provider's introspection endpoint answered HTTP "
+                          f"{response.status_code} (is this client allowed to introspect?)")
     try:
         answer = response.json()
     except ValueError:
-        raise TokenRejected("provider_unavailable",
-                            "the provider's introspection answer is not JSON") from None
+        raise Unavailable("the provider's introspection answer is not JSON") from None
     if not isinstance(answer, dict):
-        raise TokenRejected("provider_unavailable", "the introspection answer is not an object")
+        raise Unavailable("the introspection answer is not an object")
     return answer
 
 
-def userinfo(access_token: str) -> dict:
-    """The userinfo endpoint's claims for this access token ({} when there is none)."""
-    endpoint = config.discovery().get("userinfo_endpoint")
+def userinfo(access_token: str, timeout: float | None = None) -> dict:
+    """The userinfo endpoint's claims for this access token ({} when there is none); timeout
+    defaults to MAAS_OIDC_TIMEOUT."""
+    try:
+        endpoint = config.discovery().get("userinfo_endpoint")
+    except config.ProviderUnavailable as exc:
+        raise Unavailable(str(exc)) from None
     if not endpoint:
         return {}
     try:
         response = requests.get(endpoint, headers={"Authorization": f"Bearer {access_token}"},
-                                timeout=config.get("MAAS_OIDC_TIMEOUT"))
+                                timeout=timeout or config.get("MAAS_OIDC_TIMEOUT"))
     except requests.RequestException as exc:
         config.discovery_failed(f"userinfo: {exc}")
-        raise TokenRejected("provider_unavailable", "the userinfo endpoint cannot be reached") \
-            from None
+        raise Unavailable("the userinfo endpoint cannot be reached") from None
     if response.status_code in (401, 403):
         return {}  # not a token for userinfo (a client's own, say): no person behind it
     if response.status_code != 200:
         config.discovery_failed(f"userinfo: HTTP {response.status_code}")
-        raise TokenRejected("provider_unavailable",
-                            f"the userinfo endpoint answered HTTP {response.status_code}")
+        raise Unavailable(f"the userinfo endpoint answered HTTP {response.status_code}")
     try:
         claims = response.json()
     except ValueError:  # a signed userinfo JWT (rare): MaaS asks for JSON only
-        raise TokenRejected("provider_unavailable", "the userinfo answer is not JSON") from None
+        raise Unavailable("the userinfo answer is not JSON") from None
     return claims if isinstance(claims, dict) else {}
 
 
@@ -122,7 +161,7 @@ def _identify(claims: dict, token: str) -> dict:
              or str(claims.get("typ") or "").lower() == "bearer")
     person_behind = claims.get("sub") or claims.get("username")
     if person_behind and (not typed or not claims.get("sub")):
-        person = userinfo(token)
+        person = userinfo(token, timeout=config.get("MAAS_OIDC_INTROSPECTION_TIMEOUT"))
         if not person.get("sub") and config.discovery().get("userinfo_endpoint"):
             raise TokenRejected("not_an_access_token", "the provider does not say the token is an "
                                 "access token (no token_type) and its userinfo endpoint refuses "
@@ -143,24 +182,34 @@ def _identify(claims: dict, token: str) -> dict:
 
 def introspect(token: str) -> dict:
     """The claims of an opaque access token, or TokenRejected saying why not."""
-    endpoint = config.introspection_endpoint()
+    try:
+        endpoint = config.introspection_endpoint()
+    except config.ProviderUnavailable as exc:
+        raise Unavailable(str(exc)) from None
     if not endpoint:
         raise TokenRejected("malformed_token", "the token is not a JWT and the provider offers no "
                                                "token introspection (introspection_endpoint)")
     key = _cache_key(token)
     hit = _cached(key)
     if hit is not None:
+        if "unavailable" in hit:
+            raise Unavailable(hit["unavailable"])
         if "refused" in hit:
             raise TokenRejected(*hit["refused"])
         return hit["claims"]
     ttl = float(config.get("MAAS_OIDC_INTROSPECTION_CACHE"))
-    answer = _post(endpoint, token)
+    slot = _take_slot()
     try:
-        claims = _identify(_check(answer), token)
-    except TokenRejected as exc:
-        if exc.code != "provider_unavailable":
-            _store(key, {"refused": (exc.code, exc.reason)}, ttl)
+        claims = _identify(_check(_post(endpoint, token)), token)
+    except Unavailable as exc:
+        # Remembered for its Retry-After: a flood of this token asks a hanging provider once.
+        _store(key, {"unavailable": exc.reason}, exc.retry_after)
         raise
+    except TokenRejected as exc:
+        _store(key, {"refused": (exc.code, exc.reason)}, ttl)
+        raise
+    finally:
+        _free_slot(slot)
     if isinstance(claims.get("exp"), int | float):
         ttl = min(ttl, claims["exp"] - time.time())
     _store(key, {"claims": claims}, ttl)

@@ -10,7 +10,8 @@ class OidcBearerScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer",
                 "description": "An access token of the configured OpenID Connect provider: a JWT "
                                "(validated locally) or an opaque token (RFC 7662 introspection). "
-                               "ID and refresh tokens are refused with 401 and the reason."}
+                               "ID and refresh tokens are refused with 401 and the reason; "
+                               "when the provider cannot be asked, 503 with Retry-After."}
 
 
 class PersonalAccessTokenScheme(OpenApiAuthenticationExtension):

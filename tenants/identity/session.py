@@ -20,7 +20,13 @@ from django.urls import reverse
 
 from . import config, provisioning
 from .introspection import userinfo
-from .tokens import TokenRejected, is_jwt, validate_access_token, validate_refreshed_id_token
+from .tokens import (
+    TokenRejected,
+    Unavailable,
+    is_jwt,
+    validate_access_token,
+    validate_refreshed_id_token,
+)
 
 logger = logging.getLogger(__name__)
 RETRY = 30  # seconds between tries while the provider cannot be reached
@@ -79,10 +85,8 @@ def refreshed_claims(tokens: dict, subject: str) -> dict:
                 raise Refused("the userinfo endpoint does not accept the new access token")
         if tokens.get("id_token"):
             claims = {**claims, **validate_refreshed_id_token(tokens["id_token"], subject)}
-    except TokenRejected as exc:
-        if exc.code == "provider_unavailable":  # keys or userinfo out of reach: not a refusal
-            raise Unreachable(exc.reason) from None
-        raise
+    except Unavailable as exc:  # keys or userinfo out of reach: not a refusal
+        raise Unreachable(exc.reason) from None
     return claims
 
 

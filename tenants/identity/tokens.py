@@ -9,6 +9,7 @@ from .jwks import UnknownKey, keys
 NOT_ACCESS_TOKENS = {"id", "refresh", "offline", "logout"}  # Keycloak's `typ` claim
 ACCESS_TYPES = {"at+jwt", "application/at+jwt"}  # RFC 9068 section 2.1, the JOSE header
 PLAIN_TYPES = {"", "jwt", "application/jwt"}  # a header that says nothing of the token's use
+KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP", "HS": "oct"}  # RFC 7518 3.1
 
 
 class TokenRejected(Exception):
@@ -17,29 +18,64 @@ class TokenRejected(Exception):
         self.code, self.reason = code, reason
 
 
-def _decode(token: str) -> tuple[dict, dict]:
+class Unavailable(TokenRejected):
+    """Not the token's fault: the provider cannot be asked now (down, hanging, or this web server
+    has as many questions out to it as it allows). The API answers 503 with Retry-After."""
+
+    def __init__(self, reason: str, *, code: str = "provider_unavailable", retry_after: int = 5):
+        super().__init__(code, reason)
+        self.retry_after = retry_after
+
+
+def _key(kid: str | None, stale: jwt.PyJWK | None = None) -> jwt.PyJWK:
     try:
-        header = jwt.get_unverified_header(token)
-    except jwt.DecodeError:
-        raise TokenRejected("malformed_token", "the token is not a JWT") from None
-    alg = header.get("alg")
-    if alg not in config.get("MAAS_OIDC_ALGORITHMS"):
-        raise TokenRejected("bad_algorithm", f"the signing algorithm {alg!r} is not accepted")
-    try:
-        key = keys.key_for(header.get("kid"))
+        return keys.key_for(kid, stale=stale)
     except UnknownKey:
         raise TokenRejected(
             "unknown_key", f"the token is signed with a key the provider does not publish "
-            f"(kid {header.get('kid')!r})") from None
+            f"(kid {kid!r})") from None
     except config.ProviderUnavailable as exc:
-        raise TokenRejected("provider_unavailable", str(exc)) from None
+        raise Unavailable(str(exc)) from None
+
+
+def _decode(token: str) -> tuple[dict, dict]:
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.InvalidTokenError as exc:  # not a JWT, or a header field of the wrong type
+        raise TokenRejected("malformed_token", f"the token is not a well-formed JWT: {exc}") \
+            from None
+    alg = header.get("alg")
+    if alg not in config.get("MAAS_OIDC_ALGORITHMS"):
+        raise TokenRejected("bad_algorithm", f"the signing algorithm {alg!r} is not accepted")
+    key = _key(header.get("kid"))
+    try:
+        return header, _verify(token, alg, key)
+    except TokenRejected as exc:
+        if exc.code not in ("bad_signature", "key_mismatch"):
+            raise
+        # Perhaps the provider regenerated the key under the same kid: one refetch of the key
+        # set (at most every MAAS_OIDC_JWKS_MIN_REFRESH seconds), then one more try.
+        fresh = _key(header.get("kid"), stale=key)
+        if fresh is key:
+            raise
+    return header, _verify(token, alg, fresh)
+
+
+def _verify(token: str, alg: str, key: jwt.PyJWK) -> dict:
+    """The claims of a token whose signature `key` verifies, or TokenRejected."""
+    if KEY_TYPES.get(alg[:2]) != key.key_type:
+        raise TokenRejected("key_mismatch", f"the token's algorithm {alg} does not fit its key "
+                                            f"(kid {key.key_id!r}, kty {key.key_type})")
     expected_issuer = config.issuer()
     try:
-        claims = jwt.decode(
+        return jwt.decode(
             token, key=key.key, algorithms=[alg], issuer=expected_issuer,
             leeway=config.get("MAAS_OIDC_LEEWAY"),
             options={"require": ["exp", "iss", "sub"], "verify_aud": False},
         )
+    except jwt.InvalidKeyError as exc:  # the right type, another curve (ES384 with a P-256 key)
+        raise TokenRejected("key_mismatch", f"the token's algorithm {alg} does not fit its key: "
+                                            f"{exc}") from None
     except jwt.InvalidSignatureError:
         raise TokenRejected("bad_signature", "the token's signature does not verify") from None
     except jwt.ExpiredSignatureError:
@@ -54,7 +90,6 @@ def _decode(token: str) -> tuple[dict, dict]:
         raise TokenRejected("missing_claim", f"the token has no {exc.claim!r} claim") from None
     except jwt.InvalidTokenError as exc:
         raise TokenRejected("invalid_token", f"the token is invalid: {exc}") from None
-    return header, claims
 
 
 def audience_of(claims: dict) -> list[str]:
@@ -122,6 +157,8 @@ def is_jwt(token: str) -> bool:
         jwt.get_unverified_header(token)
     except jwt.DecodeError:
         return False
+    except jwt.InvalidTokenError:  # a JWT with a bad header field (a `kid` that is no string)
+        pass  # refused with the reason by _decode
     return True
 
 

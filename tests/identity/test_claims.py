@@ -65,6 +65,23 @@ def test_the_mapping_is_configurable(issuer, settings):
                                 "groups": ["/tenants/beta/admin"]}) == {"acme": "owner"}
 
 
+def test_claims_named_by_url_map_beside_dotted_paths(issuer, settings):
+    """Auth0 names custom claims by URL (dots and slashes in one top-level name): a name is
+    read whole first, then as a dotted path, so both kinds work in one setting."""
+    settings.MAAS_OIDC_GROUPS_CLAIM = ["https://example.com/groups"]
+    settings.MAAS_OIDC_ROLES_CLAIMS = ["https://example.com/roles", "realm_access.roles"]
+    settings.MAAS_OIDC_STAFF_CLAIM = ["https://example.com/roles"]
+    settings.MAAS_OIDC_USERNAME_CLAIMS = ["https://example.com/username", "email"]
+    token = {"https://example.com/groups": ["/tenants/acme/admin"],
+             "https://example.com/roles": ["tenant:beta:owner", "maas-operator"],
+             "realm_access": {"roles": ["tenant:gamma:viewer"]},
+             "https://example.com/username": "ann", "email": "ann@example.test"}
+
+    assert claims.tenant_roles(token) == {"acme": "admin", "beta": "owner", "gamma": "viewer"}
+    assert claims.is_staff(token) is True
+    assert claims.username(token) == "ann"
+
+
 def test_staff_comes_from_the_configured_claim(issuer, settings):
     assert claims.is_staff({"realm_access": {"roles": ["maas-operator"]}}) is True
     assert claims.is_staff({"realm_access": {"roles": ["user"]}}) is False

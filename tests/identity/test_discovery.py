@@ -54,7 +54,7 @@ def test_keys_that_moved_are_found_after_one_failed_request(oidc, app_port, sett
     failed = client.get("/api/v1/tenants/acme/")
     recovered = client.get("/api/v1/tenants/acme/")
 
-    assert failed.status_code == 401 and failed.json()["code"] == "provider_unavailable"
+    assert failed.status_code == 503 and failed.json()["code"] == "provider_unavailable"
     assert recovered.status_code == 200
     assert identity_config.discovery()["jwks_uri"] != document["jwks_uri"]
 

@@ -18,6 +18,8 @@ ENV = {
     "MAAS_OIDC_CLIENT_AUTH": "client_secret_basic",
     "MAAS_OIDC_INTROSPECTION_ENDPOINT": "https://sso.example/introspect",
     "MAAS_OIDC_INTROSPECTION_CACHE": "15",
+    "MAAS_OIDC_INTROSPECTION_TIMEOUT": "0.5",
+    "MAAS_OIDC_INTROSPECTION_CONCURRENCY": "3",
     "MAAS_OIDC_DISCOVERY_MIN_REFRESH": "5",
     "MAAS_OIDC_AUDIENCES": "maas,https://maas.example/api/",
 }
@@ -48,6 +50,8 @@ def test_identity_settings_come_from_the_environment():
     assert (seen["MAAS_OIDC_INTROSPECTION_CACHE"], seen["MAAS_OIDC_DISCOVERY_MIN_REFRESH"]) == (
         15, 5)
     assert seen["MAAS_OIDC_AUDIENCES"] == ["maas", "https://maas.example/api/"]
+    assert (seen["MAAS_OIDC_INTROSPECTION_TIMEOUT"],
+            seen["MAAS_OIDC_INTROSPECTION_CONCURRENCY"]) == (0.5, 3)
 
 
 def test_an_unknown_client_authentication_stops_the_start_with_its_name():

@@ -1,6 +1,9 @@
 """/healthz says the process serves; /readyz checks the database, Redis and each RabbitMQ of the
-broker pool."""
+broker pool, and under `make run` the platform's processes (maas.supervisor's state file): one
+that keeps failing to start makes the platform not ready, by name."""
+import json
 import time
+from pathlib import Path
 
 import redis
 import requests
@@ -32,9 +35,19 @@ def _rabbitmq(broker):
         raise RuntimeError(response.text[:200])
 
 
+def _processes():
+    states = json.loads(Path(settings.MAAS_PROCESS_STATE_FILE).read_text())
+    failing = sorted(name for name, state in states.items() if state.get("failing"))
+    if failing:
+        raise RuntimeError(f"failing to start: {', '.join(failing)} (see the platform's log)")
+
+
 def checks() -> dict:
-    """Each broker of the pool is a check of its own: `rabbitmq`, then `rabbitmq-maas1`..."""
+    """Each broker of the pool is a check of its own: `rabbitmq`, then `rabbitmq-maas1`...;
+    `processes` where a supervisor writes their state (MAAS_PROCESS_STATE_FILE)."""
     out = {"database": _database, "redis": _redis}
+    if settings.MAAS_PROCESS_STATE_FILE:
+        out["processes"] = _processes
     for broker in endpoints.broker_pool():
         out["-".join(filter(None, ("rabbitmq", broker.name)))] = (
             lambda broker=broker: _rabbitmq(broker))

@@ -289,6 +289,9 @@ CELERY_BEAT_SCHEDULE = {
 # "process": one `manage.py run_agent` process per address space (how Kubernetes runs them).
 MAAS_AGENT_MODE = env("MAAS_AGENT_MODE", "inline")
 MAAS_WEB_WORKERS = env_int("MAAS_WEB_WORKERS", 2)
+# Where `make run`'s supervisor keeps its processes' state for /readyz (it sets this for the
+# processes it starts); empty elsewhere, where Kubernetes watches the pods.
+MAAS_PROCESS_STATE_FILE = env("MAAS_PROCESS_STATE_FILE", "")
 MAAS_WORKER_CONCURRENCY = env_int("MAAS_WORKER_CONCURRENCY", 4)
 # More processes for `manage.py runplatform`, e.g. the embedded router: {name: argv}.
 MAAS_EXTRA_PROCESSES: dict[str, list[str]] = {}

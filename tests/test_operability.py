@@ -1,4 +1,6 @@
 """Health, readiness, metrics and the OpenAPI schema."""
+import json
+
 from config_service import services
 from tests.conftest import CTX
 
@@ -84,3 +86,16 @@ def test_the_admin_shows_tenants_and_invitations_but_never_deletes_or_renames_a_
     assert client.get(f"/admin/tenants/tenant/{tenant.pk}/delete/").status_code == 403
     listing = client.get("/admin/tenants/invitation/")
     assert listing.status_code == 200 and b"ivy@example.com" in listing.content
+
+
+def test_readyz_names_a_platform_process_that_keeps_failing(client, db, settings, tmp_path):
+    state = tmp_path / "processes.json"
+    settings.MAAS_PROCESS_STATE_FILE = str(state)
+    state.write_text(json.dumps({"web": {"running": True, "failing": False},
+                                 "authservice": {"running": False, "failing": True}}))
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    check = response.json()["checks"]["processes"]
+    assert check["status"] == "error" and "failing to start: authservice" in check["error"]
+    state.write_text(json.dumps({"authservice": {"running": True, "failing": False}}))
+    assert client.get("/readyz").json()["checks"]["processes"]["status"] == "ok"

@@ -2,13 +2,21 @@
 back-off that doubles with each quick exit and resets after a stable run; the others keep
 running throughout; stop ends them all, even one that ignores SIGTERM; each runs in a session
 (a scheduling group) of its own."""
+import json
 import os
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from maas import supervisor as sup
 from maas.supervisor import Supervisor
+from tests.router.conftest import wait_port
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 CRASHER = [sys.executable, "-c", "import sys; sys.exit(3)"]
@@ -118,3 +126,49 @@ def test_each_process_has_a_session_of_its_own_and_a_lowered_one_a_lowered_group
     assert niceness == (os.getpriority(os.PRIO_PROCESS, 0), 10)
     if Path("/proc/self/autogroup").exists():  # a kernel with autogroups (this machine's)
         assert group_nice == {web: 0, background: 10}
+
+
+@pytest.mark.slow  # five process starts
+def test_a_process_whose_port_is_taken_is_named_failing_and_runs_again_once_it_is_free(
+        tmp_path):
+    """The vhost relay on a port another socket holds exits at once (Errno 98), as the auth
+    service or the gateway would: after FAILING_AFTER quick exits the log and the state file
+    say it is failing; once the port is free and it has run for STABLE seconds, it is not."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    relay = [sys.executable, "-m", "dataplane.vhost_relay", "--listen", f"127.0.0.1:{port}",
+             "--broker", "127.0.0.1:1", "--log-level", "ERROR"]
+    clock, lines, state = Clock(), [], tmp_path / "processes.json"
+    supervisor = Supervisor({"relay": relay, "web": SLEEPER}, log=lines.append, clock=clock,
+                            state_file=state, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    supervisor.start()
+    p = supervisor.processes["relay"]
+    try:
+        for _ in range(sup.FAILING_AFTER):
+            wait_exit(p.proc)
+            supervisor.tick()
+            clock.now = p.restart_at
+            supervisor.tick()
+        states = json.loads(state.read_text())
+        assert states["relay"]["failing"] and states["relay"]["exit_code"] == 1
+        assert not states["web"]["failing"] and states["web"]["running"]
+        assert any(line.startswith("relay keeps failing to start (3 quick exits") for line in lines)
+
+        taken.close()
+        for _ in range(2):  # the run started last may have met the port still taken
+            try:
+                p.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                break  # it listens
+            supervisor.tick()
+            clock.now = p.restart_at
+            supervisor.tick()
+        wait_port(port, process=p.proc)
+        assert p.running()
+        clock.now += sup.STABLE
+        supervisor.tick()
+        assert not json.loads(state.read_text())["relay"]["failing"]
+        assert "relay runs again" in lines
+    finally:
+        taken.close()
+        supervisor.stop()

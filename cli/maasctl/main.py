@@ -20,7 +20,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def _globals(p: argparse.ArgumentParser) -> None:
-    # On every subcommand, so that `maasctl get as --tenant acme` works as kubectl's does.
+    # On maasctl and every subcommand, so that `maasctl get as --tenant acme` and
+    # `maasctl --tenant acme get as` both work as kubectl's do (SUPPRESS: a flag given on one
+    # side is never reset by the other's default).
     p.add_argument("--url", default=argparse.SUPPRESS, help="the MaaS API, e.g. https://maas.example.com")
     p.add_argument("--token", default=argparse.SUPPRESS, help="a bearer token (maas_pat_...)")
     p.add_argument("--tenant", "-n", default=argparse.SUPPRESS, help="the tenant to work in")
@@ -255,6 +257,7 @@ def parser() -> argparse.ArgumentParser:
                "(EnMasse-style messaging as a service). Exit codes: 0 ok, 1 error from the "
                "server or a failed operation, 2 bad usage, 3 timed out, 4 unreachable.")
     p.add_argument("--version", action="version", version=f"maasctl {__version__}")
+    _globals(p)  # before the command too (`maasctl -n acme get as`), as kubectl takes them
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     s = sub.add_parser("login", help="sign in to a MaaS API and remember it")

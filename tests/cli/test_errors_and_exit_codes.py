@@ -55,6 +55,16 @@ def test_an_outsider_gets_not_found_and_changes_nothing(cli, outsider_cli, outsi
     assert space["metadata"]["resourceVersion"] == "1"
 
 
+def test_global_flags_work_before_or_after_the_command(cli, outsider_cli, tenant):
+    ok(cli("apply", "-f", BROKERED))
+    after = ok(cli("get", "as", "-o", "name", "--tenant", tenant.slug))
+    before = ok(cli("--tenant", tenant.slug, "get", "as", "-o", "name"))
+    assert before == after == "addressspace.enmasse.io/mybrokered\n"
+    # an outsider naming the tenant before the command is refused as after it
+    refused = outsider_cli("-n", tenant.slug, "get", "as", "mybrokered")
+    assert refused.returncode == 1 and "(NotFound)" in refused.stderr
+
+
 def test_bad_input_is_the_servers_400_naming_the_field_and_nothing_is_created(cli):
     ok(cli("apply", "-f", BROKERED))
     bad = {"apiVersion": "enmasse.io/v1beta1", "kind": "Address",

@@ -38,6 +38,7 @@ def test_a_message_up_to_the_limit_goes_and_a_larger_one_ends_the_connection(rou
     receiving.close()
 
 
+@pytest.mark.slow  # 160 MiB sent
 def test_a_refused_large_message_leaves_no_lasting_memory(router):
     """The router's RSS after twenty refused 8 MiB messages: not 160 MiB more."""
     def rss() -> int:
@@ -61,6 +62,7 @@ def test_a_refused_large_message_leaves_no_lasting_memory(router):
     assert rss() - before < 32 * 1024  # kB: bounded by one message's frames, given back
 
 
+@pytest.mark.slow  # 60 MiB carried
 def test_connections_that_carried_large_messages_give_their_memory_back(router, mgmt):
     """Twenty senders, each on its own connection, carry a 3 MiB message and close: the router
     keeps at most what the receiver's live connection reuses, not 60 MiB (every closed

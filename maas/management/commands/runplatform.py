@@ -140,8 +140,10 @@ class Command(BaseCommand):
         (settings.BASE_DIR / "var").mkdir(exist_ok=True)
         # The auth service checks the router admin's password: it gets the one this process
         # settled on (environment or var/secrets), through the environment, not `ps`.
-        env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=settings.MAAS_ROUTER_ADMIN_PASSWORD)
-        supervisor = Supervisor(processes(bind), env=env, nice=NICE,
+        state = settings.BASE_DIR / "var" / "processes.json"  # /readyz reads it (maas.health)
+        env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=settings.MAAS_ROUTER_ADMIN_PASSWORD,
+                   MAAS_PROCESS_STATE_FILE=str(state))
+        supervisor = Supervisor(processes(bind), env=env, nice=NICE, state_file=state,
                                 log=lambda line: self.stderr.write(line))
         supervisor.start()
         self.stdout.write(f"MaaS is up: http://{bind}/api/docs/ (admin at /admin/); Ctrl-C stops")

@@ -143,6 +143,7 @@ def test_a_user_without_rights_gets_suback_0x80_and_is_disconnected_on_publish(g
     c.client.loop_stop()
 
 
+@pytest.mark.slow  # several seconds of waiting: not for the inner loop
 def test_qos0_goes_both_ways_and_a_publisher_nobody_takes_from_is_held_back(
         router, gateway, space):
     add(space, "rpc", "anycast", "standard-small-anycast")

@@ -153,6 +153,7 @@ def test_without_the_auth_service_clients_get_sys_temp_and_the_router_serves_on(
         auth.stop()
 
 
+@pytest.mark.slow  # several seconds of waiting: not for the inner loop
 def test_a_silent_auth_service_times_out_into_a_refusal():
     silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers
     router = RouterProcess(auth_port=silent.getsockname()[1])

@@ -151,6 +151,7 @@ def test_connector_reconnects_after_the_broker_drops_it(connect, mgmt, proxy):
     assert receive_n(connect(), "q1", 1) == ["after"]
 
 
+@pytest.mark.slow  # several seconds of waiting: not for the inner loop
 def test_router_restart_loses_nothing_acknowledged(router, mgmt, rabbit, proxy, connect):
     assert send_all(connect(), "q1", ["x1", "x2"]) == [Delivery.ACCEPTED] * 2
     mgmt.close()

@@ -38,6 +38,7 @@ def standard_space(tenant):
     runner.run(space.uid, "storage")
 
 
+@pytest.mark.slow  # several seconds of waiting: not for the inner loop
 def test_the_router_login_of_the_old_default_install_is_refused_by_the_broker(standard_space):
     vhost = standard_space.vhost
     for login in (f"$router@{vhost}", f"$router-1@{vhost}"):

@@ -162,6 +162,7 @@ def test_a_send_within_the_rules_is_accepted(vhost):
     assert attempt.outcome == "accepted" and attempt.condition is None
 
 
+@pytest.mark.slow  # several seconds of waiting: not for the inner loop
 def test_a_wrong_password_fails_the_sasl_exchange_after_rabbitmqs_delay(vhost):
     """Not an attach or a transfer: a login. RabbitMQ holds a failed login for 3 s on purpose
     (its SILENT_CLOSE_DELAY, against password guessing), then fails the SASL exchange."""

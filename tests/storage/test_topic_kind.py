@@ -44,12 +44,12 @@ def test_the_last_answer_stands_when_the_broker_does_not_answer_after_the_hour(
     reconciler._topic_types.clear()  # a worker started since
     proxy.fail_methods = {"GET"}  # the broker is busy
     assert controller.topic_kind(api) == "x-maas-topic"
-    # a failed read is asked once more (workers/clients/rabbitmq_api.py)
-    assert proxy.failed == ["GET /overview?columns=exchange_types"] * 2
+    # a failed read is asked three times more (workers/clients/rabbitmq_api.py)
+    assert proxy.failed == ["GET /overview?columns=exchange_types"] * 4
 
     proxy.fail_methods = set()  # it answers again: asked, and kept for another hour
     assert controller.topic_kind(api) == "x-maas-topic"
-    assert len(proxy.seen) == 4
+    assert len(proxy.seen) == 6
 
 
 def test_with_no_answer_yet_a_busy_broker_fails_the_apply_as_transient(broker):

@@ -82,8 +82,9 @@ class RabbitMQApi:
                                          allowed_methods=None, raise_on_status=False)
         # A read the broker failed while other clients changed what it lists (RabbitMQ 3.10's
         # `GET /users/without-permissions` answers 500 when a user goes meanwhile) is asked
-        # once more, a moment later: a read changes nothing.
-        self._retry_read = _RetryClosedSocket(total=2, connect=1, read=1, status=1, redirect=0,
+        # up to three times more, 0.1, 0.2 and 0.4 s later (once was seen to fail again while
+        # two clients deleted spaces on one broker): a read changes nothing.
+        self._retry_read = _RetryClosedSocket(total=4, connect=1, read=1, status=3, redirect=0,
                                               status_forcelist=(500, 502, 503),
                                               backoff_factor=0.1, allowed_methods=None,
                                               raise_on_status=False)

@@ -81,7 +81,7 @@ class Logins:
         if admin is not None:
             return admin
         self._forget_changed()
-        digest = hashlib.sha256(self._salt + password.encode("utf-8", "surrogatepass")).digest()
+        digest = self._digest(password)
         with self._lock:
             kept = self._kept.get(login)
         if kept is not None and hmac.compare_digest(kept.digest, digest):
@@ -103,7 +103,7 @@ class Logins:
         """The identity of a login kept, from memory alone (the auth service asks on its event
         loop, before its threads), or None: then ask the verifier itself. Only while what
         changed was read within FRESH seconds; after that the verifier's next call reads it."""
-        digest = hashlib.sha256(self._salt + password.encode("utf-8", "surrogatepass")).digest()
+        digest = self._digest(password)
         with self._lock:
             if self.clock() - self._polled > self.FRESH:
                 return None
@@ -111,6 +111,9 @@ class Logins:
         if kept is not None and hmac.compare_digest(kept.digest, digest):
             return kept.identity
         return None
+
+    def _digest(self, password: str) -> bytes:
+        return hashlib.sha256(self._salt + password.encode("utf-8", "surrogatepass")).digest()
 
     def forget(self) -> None:
         """Drops every kept login (tests)."""

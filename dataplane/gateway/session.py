@@ -7,7 +7,7 @@ sender per address (QoS 0 pre-settled, QoS 1 unsettled and PUBACKed when the rou
 it); a sender the router refuses closes the MQTT connection, the only refusal MQTT 3.1.1 has
 for a PUBLISH.
 
-One module of 500-odd lines: the MQTT side and the AMQP side of a client are one state machine
+One module of 600 lines: the MQTT side and the AMQP side of a client are one state machine
 (a SUBSCRIBE waits for a receiver link, a link's refusal closes the MQTT connection, a QoS 1
 ack waits for the router's settlement); the codec, the topic mapping and the AMQP transport
 are modules of their own.

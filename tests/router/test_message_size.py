@@ -10,6 +10,12 @@ from .conftest import ADDRESS, add_tenant, pump_until
 LIMIT = 4096
 
 
+def rss_kib(router) -> int:
+    """The router process's resident memory, in KiB."""
+    with open(f"/proc/{router.proc.pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def tenant(mgmt):
     add_tenant(mgmt, "sz", {"zoe": "zoe-pw"},
@@ -41,13 +47,9 @@ def test_a_message_up_to_the_limit_goes_and_a_larger_one_ends_the_connection(rou
 @pytest.mark.slow  # 160 MiB sent
 def test_a_refused_large_message_leaves_no_lasting_memory(router):
     """The router's RSS after twenty refused 8 MiB messages: not 160 MiB more."""
-    def rss() -> int:
-        with open(f"/proc/{router.proc.pid}/status") as status:
-            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-
     receiving = router.connect("zoe", "zoe-pw", vhost="sz")
     receiving.create_receiver("any/sink", credit=100)  # so that senders get credit
-    before = rss()
+    before = rss_kib(router)
     for _ in range(20):
         conn = router.connect("zoe", "zoe-pw", vhost="sz")
         sender = conn.create_sender("any/sink")
@@ -59,7 +61,7 @@ def test_a_refused_large_message_leaves_no_lasting_memory(router):
         except ConnectionClosed:
             pass
     receiving.close()
-    assert rss() - before < 32 * 1024  # kB: bounded by one message's frames, given back
+    assert rss_kib(router) - before < 32 * 1024  # kB: bounded by one message's frames, given back
 
 
 @pytest.mark.slow  # 60 MiB carried
@@ -72,14 +74,9 @@ def test_connections_that_carried_large_messages_give_their_memory_back(router, 
                         "maxMessageSize": 4 << 20}})
     mgmt.create(ADDRESS, "sz3-any", prefix="sz3/any", distribution="balanced")
 
-    def rss_mib() -> float:
-        with open(f"/proc/{router.proc.pid}/status") as status:
-            kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-        return kb / 1024
-
     receiving = router.connect("bulky", "bulky-pw", vhost="sz3")
     receiver = receiving.create_receiver("any/big", credit=1)
-    before = rss_mib()
+    before = rss_kib(router) / 1024
     body = b"b" * (3 << 20)
     for _ in range(20):
         sending = router.connect("bulky", "bulky-pw", vhost="sz3")
@@ -91,4 +88,4 @@ def test_connections_that_carried_large_messages_give_their_memory_back(router, 
         receiver.accept()
         sending.close()
     receiving.close()
-    assert rss_mib() - before < 24
+    assert rss_kib(router) / 1024 - before < 24

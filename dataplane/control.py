@@ -46,6 +46,10 @@ class GatewayStore(Protocol):
     def router_of(self, vhost: str, default: tuple[str, int]) -> tuple[str, int]:
         """Where the space's router takes AMQP clients, `default` where one router serves all."""
 
+    def restoring(self, vhost: str) -> bool:
+        """Whether the space's router configuration is being restored (its router restarted
+        without it): a login refused meanwhile is a transient failure."""
+
     def save_retained(self, vhost: str, topic: str, payload: bytes, qos: int) -> None:
         """Keeps the topic's retained message; an empty payload removes it."""
 

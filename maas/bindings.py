@@ -23,7 +23,7 @@ from django.db import close_old_connections
 from django.db.models import Max
 
 from config_service import services
-from config_service.models import Address, AddressSpace, MessagingUser
+from config_service.models import Address, AddressSpace, AgentState, MessagingUser
 from config_service.passwords import verify_password
 from core.context import Context
 from dataplane.control import Identity, Retained
@@ -72,6 +72,8 @@ class Logins:
         self._kept: dict[str, _Kept] = {}
         self._tops: list[tuple[float, int]] = []  # (when, the log's last position then)
         self._polled = float("-inf")
+        self._restoring: frozenset[str] = frozenset()  # vhosts whose router configuration is
+        self._asked: set[str] = set()  # being restored, and those of them logins came for
 
     def __call__(self, login: str, password: str) -> Identity | None:
         """The identity of `user@vhost`, of a bare `user` whose password matches in exactly
@@ -99,6 +101,33 @@ class Logins:
                 del self._kept[next(iter(self._kept))]
         return kept.identity
 
+    def unavailable(self, identity: Identity) -> bool:
+        """Whether the identity's space is having its router configuration restored (a router
+        restarted without it, and the router watch has not yet given it back): its login is
+        refused as a transient failure, not let in to a router that would refuse its links,
+        and the space is asked to be restored first. Read with what changed (POLL_EVERY)."""
+        vhost = identity.sub.rpartition("@")[2]
+        with self._lock:
+            if vhost not in self._restoring:
+                return False
+            self._asked.add(vhost)
+        return True
+
+    def _read_restoring(self) -> None:
+        from workers.agents.router import watch  # the data plane's layer reads the agents'
+
+        try:
+            restoring = watch.restoring_vhosts()
+        except Exception:  # noqa: BLE001 - an unreadable state must not refuse anyone
+            restoring = frozenset()
+        with self._lock:
+            self._restoring, asked, self._asked = restoring, self._asked, set()
+        if asked:
+            try:
+                watch.ask_first(asked)
+            except Exception:  # noqa: BLE001 - the order is a courtesy; logins go on without it
+                pass
+
     def cached(self, login: str, password: str) -> Identity | None:
         """The identity of a login kept, from memory alone (the auth service asks on its event
         loop, before its threads), or None: then ask the verifier itself. Only while what
@@ -108,6 +137,8 @@ class Logins:
             if self.clock() - self._polled > self.FRESH:
                 return None
             kept = self._kept.get(login)
+            if kept is not None and kept.identity.sub.rpartition("@")[2] in self._restoring:
+                return None  # the verifier's thread reads anew whether it is back
         if kept is not None and hmac.compare_digest(kept.digest, digest):
             return kept.identity
         return None
@@ -137,6 +168,7 @@ class Logins:
             .values_list("stream_id", "payload__username"))
         streams = {stream for stream, _ in changed}
         names = {name for _, name in changed if name}
+        self._read_restoring()
         with self._lock:
             self._tops = settled[-1:] + recent + [(now, top)]
             if not changed:
@@ -192,6 +224,15 @@ class GatewayStore:
         rows = Address.objects.filter(space__tenant__slug=slug, space__name=name,
                                       space__terminating=False, space__type="standard")
         return dict(rows.values_list("address", "type"))
+
+    def restoring(self, vhost: str) -> bool:
+        from workers.agents.router import watch
+
+        close_old_connections()
+        slug, _, name = vhost.partition(".")
+        uid = AddressSpace.objects.filter(tenant__slug=slug, name=name).values("uid")
+        return AgentState.objects.filter(kind=watch.KIND, space_uid__in=uid).exclude(
+            invalidated="").exists()
 
     def router_of(self, vhost: str, default: tuple[str, int]) -> tuple[str, int]:
         """On Kubernetes the Service of the space's own router (workers/infra), otherwise the

@@ -1,5 +1,6 @@
 """/healthz says the process serves; /readyz checks the database, Redis and each RabbitMQ of the
-broker pool, and under `make run` the platform's processes (maas.supervisor's state file): one
+broker pool, whether a router's configuration is being restored (the router watch invalidated
+some spaces), and under `make run` the platform's processes (maas.supervisor's state file): one
 that keeps failing to start makes the platform not ready, by name."""
 import json
 import time
@@ -42,10 +43,21 @@ def _processes():
         raise RuntimeError(f"failing to start: {', '.join(failing)} (see the platform's log)")
 
 
+def _router_configuration():
+    from config_service.models import AddressSpace, AgentState
+
+    restoring = AgentState.objects.filter(
+        kind="router", space_uid__in=AddressSpace.objects.values("uid")).exclude(
+        invalidated="").count()
+    if restoring:
+        raise RuntimeError(f"router restarted: the configuration of {restoring} address "
+                           f"space(s) is being restored")
+
+
 def checks() -> dict:
     """Each broker of the pool is a check of its own: `rabbitmq`, then `rabbitmq-maas1`...;
     `processes` where a supervisor writes their state (MAAS_PROCESS_STATE_FILE)."""
-    out = {"database": _database, "redis": _redis}
+    out = {"database": _database, "redis": _redis, "router": _router_configuration}
     if settings.MAAS_PROCESS_STATE_FILE:
         out["processes"] = _processes
     for broker in endpoints.broker_pool():

@@ -9,7 +9,7 @@ def test_healthz_and_readyz_check_the_real_services(client, db, redis_server):
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
     assert ready.status_code == 200, ready.content
-    assert set(ready.json()["checks"]) == {"database", "redis", "rabbitmq"}
+    assert set(ready.json()["checks"]) == {"database", "redis", "router", "rabbitmq"}
 
 
 def test_readyz_names_a_failed_check(client, db, settings):
@@ -99,3 +99,21 @@ def test_readyz_names_a_platform_process_that_keeps_failing(client, db, settings
     assert check["status"] == "error" and "failing to start: authservice" in check["error"]
     state.write_text(json.dumps({"authservice": {"running": True, "failing": False}}))
     assert client.get("/readyz").json()["checks"]["processes"]["status"] == "ok"
+
+
+def test_readyz_is_false_while_a_router_configuration_is_being_restored(client, tenant):
+    from config_service.models import AgentState
+    from workers.agents import runner
+    from workers.agents.router.watch import RESTORING
+
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name="rz", type="standard",
+                                          plan="standard-small")
+    AgentState.objects.create(space_uid=space.uid, kind="router", applied_sequence=1)
+    assert client.get("/readyz").json()["checks"]["router"]["status"] == "ok"
+    runner.invalidate("router", AgentState.objects.filter(space_uid=space.uid), RESTORING)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert "configuration of 1 address space(s) is being restored" in (
+        response.json()["checks"]["router"]["error"])
+    AgentState.objects.filter(space_uid=space.uid).update(invalidated="")  # as a reconcile
+    assert client.get("/readyz").json()["checks"]["router"]["status"] == "ok"

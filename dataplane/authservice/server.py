@@ -189,6 +189,11 @@ class AuthServer:
                 raise sasl.ProtocolError(f"expected sasl-response, got {reply.code:#x}")
             response = reply.field(0, b"")
         code, login, identity = await self._check(response)
+        unavailable = getattr(self.verify, "unavailable", None)
+        if identity is not None and unavailable is not None and unavailable(identity):
+            # Its space is not configured on the router yet: a transient refusal, which
+            # clients retry, rather than a login into links the router would refuse.
+            code, identity = sasl.SYS_TEMP, None
         peer.write(sasl.outcome(code))
         if identity is None:
             await peer.drain()

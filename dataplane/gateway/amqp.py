@@ -31,6 +31,10 @@ def encode(payload: bytes, subject: str | None = None, durable: bool = False) ->
     return out + b"\x00\x53\x75\xb0" + struct.pack("!I", len(payload)) + payload
 
 
+class RouterUnavailable(OSError):
+    """The router refused the login as a transient failure (sasl sys-temp): try again."""
+
+
 class LinkRefused(Exception):
     """The router refused or closed a link (condition name and description)."""
 
@@ -178,9 +182,13 @@ class AmqpConnection(asyncio.Protocol):
 
     def _finish(self, condition) -> None:
         if not self.opened.done():
-            sasl_failed = self.transport.sasl().outcome not in (None, proton.SASL.OK)
-            self.opened.set_exception(
-                LinkRefused("authentication failed" if sasl_failed else str(condition)))
+            outcome = self.transport.sasl().outcome
+            if outcome == proton.SASL.TEMP:  # e.g. the space's router configuration is back soon
+                self.opened.set_exception(RouterUnavailable("temporarily unavailable"))
+            else:
+                self.opened.set_exception(LinkRefused(
+                    "authentication failed" if outcome not in (None, proton.SASL.OK)
+                    else str(condition)))
         for waiter in self._link_waiters.values():
             if not waiter.done():
                 waiter.set_exception(LinkRefused(str(condition)))

@@ -311,8 +311,13 @@ class MqttSession(asyncio.Protocol):
                 host, port), OPEN_TIMEOUT)
             await asyncio.wait_for(self.amqp.opened, OPEN_TIMEOUT)
         except LinkRefused as exc:
-            # SASL refused: a wrong login. The open refused: the login is not of this space.
-            return codec.BAD_LOGIN if "authentication" in str(exc) else codec.NOT_AUTHORIZED
+            # SASL refused: a wrong login, unless the space's router configuration is being
+            # restored (qdrouterd passes the auth service's transient refusal on as `auth`).
+            # The open refused: the login is not of this space.
+            if "authentication" not in str(exc):
+                return codec.NOT_AUTHORIZED
+            restoring = await asyncio.to_thread(self.gw.control.restoring, self.vhost)
+            return codec.UNAVAILABLE if restoring else codec.BAD_LOGIN
         except (TimeoutError, OSError):
             logger.warning("mqtt.router_unreachable", extra={"vhost": self.vhost})
             return codec.UNAVAILABLE

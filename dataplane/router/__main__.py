@@ -1,8 +1,10 @@
 """Command line entry point: `python -m dataplane.router [options]`.
 
 Starts the listeners (AMQP, optional AMQPS, management, optional metrics) and runs the loop
-until SIGTERM/SIGINT, then journals the usage counters (with `--state-dir`) and exits. Every listener relays SASL to the MaaS auth service (`--auth-service`);
-the management listener admits only the identity `--admin-user`.
+until SIGTERM/SIGINT, then journals the usage counters (with `--state-dir`) and exits. With
+`--state-dir` the configuration management created is journalled too and restored before any
+listener opens. Every listener relays SASL to the MaaS auth service (`--auth-service`); the
+management listener admits only the identity `--admin-user`.
 """
 
 import argparse
@@ -53,8 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     # need not show them its traffic counters too.
     p.add_argument("--metrics-host", default=env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1"))
     p.add_argument("--state-dir", default=env("MAAS_ROUTER_STATE_DIR") or None,
-                   help="where the usage counters are journalled every second and read back "
-                        "at start; none (default): they live in memory only")
+                   help="where the usage counters (every second) and the configuration (every "
+                        "change) are journalled and read back at start; none (default): they "
+                        "live in memory only")
     p.add_argument("--usage-sweep-after", type=float,
                    default=float(env("MAAS_ROUTER_USAGE_SWEEP_AFTER", str(SWEEP_AFTER))),
                    help="seconds after the start before usage counters of unconfigured "
@@ -95,6 +98,7 @@ def main(argv=None) -> int:
     if args.state_dir:
         try:
             engine.ledger.open_journal(args.state_dir)
+            engine.management.open_journal(args.state_dir)
         except OSError:
             logger.exception("router.bad_state_dir", extra={"state_dir": args.state_dir})
             return 2
@@ -123,6 +127,8 @@ def main(argv=None) -> int:
         engine.loop.run()
     finally:
         engine.ledger.close(engine.counts)  # a graceful stop loses no counted delivery
+        if engine.management.journal is not None:
+            engine.management.journal.close()
     logger.info("router.stopped")
     return 0
 

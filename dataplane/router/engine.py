@@ -46,8 +46,9 @@ MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 OVERSIZE = "Message size exceeded"  # qdrouterd's description
 
 
-# The usage ledger's sweep waits this long after the start (the router starts empty and the
-# agents configure it again within seconds), lest it drop what the journal brought back.
+# The usage ledger's sweep waits this long after the start (a router without its configuration
+# journal starts empty, and the agents configure it again within seconds), lest it drop what
+# the usage journal brought back.
 SWEEP_AFTER = 300.0
 
 

@@ -1,8 +1,9 @@
 """Configuration entities, stored in memory with qdrouterd's type and attribute names.
 
 Only what the management node may CREATE/UPDATE/DELETE lives here; read-only operational types
-(router.address, connection, router, router.link) are computed by `views.py`. A restart loses
-everything on purpose: the router agent re-applies its configuration on resync.
+(router.address, connection, router, router.link) are computed by `views.py`. With a state
+directory the configuration journal (config_journal.py) brings them back after a restart;
+without one a restart loses them, and the router watch has the agents apply them again.
 """
 
 import itertools
@@ -81,7 +82,7 @@ GROUP_KEYS = ("users", "sources", "targets", "allowDynamicSource", "allowAnonymo
               "maxSessions", "maxSenders", "maxReceivers", "maxMessageSize")
 
 # attributes the router computes; a CREATE/UPDATE may not set them
-_READ_ONLY = {"operStatus", "lastError", "connectionStatus", "connectionMsg",
+READ_ONLY = {"operStatus", "lastError", "connectionStatus", "connectionMsg",
               "exactMessageTargets"}
 # never returned by QUERY/READ
 _SECRET = {"saslPassword"}
@@ -290,7 +291,7 @@ class EntityStore:
                 raise EntityError(400, "Invalid port {!r}".format(ent["port"])) from None
         if etype == VHOST:
             self._validate_vhost(ent)
-        for key in _READ_ONLY & ent.keys():
+        for key in READ_ONLY & ent.keys():
             ent[key] = ent.get(key, schema.defaults.get(key))
         return ent
 

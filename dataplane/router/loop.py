@@ -281,6 +281,8 @@ class Loop:
         self.dirty.add(conn)
 
     def _write(self, conn: Conn) -> None:
+        if conn.kind == "management":  # what a reply confirms is on disk before it leaves
+            self.engine.management.sync()
         if conn.tls is not None or conn.raw_out or conn.finishing:
             self._write_layered(conn)
             return

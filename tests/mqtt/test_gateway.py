@@ -11,7 +11,7 @@ from config_service import services
 from core.amqp import open_receiver, open_sender
 from dataplane.gateway import codec
 from tenants.services import create_tenant
-from tests.conftest import CTX, make_user
+from tests.conftest import CTX, make_user, wait_for
 from tests.mqtt.conftest import PASSWORD, Client, add, user
 from tests.router.conftest import pump
 from tests.workers.conftest import sync
@@ -241,3 +241,41 @@ def test_a_message_over_the_space_s_largest_is_refused_and_its_client_disconnect
     assert [m.payload for m in sub.received(2)] == [b"s" * 200, b"after"]  # never the large one
     sub.close()
     pub2.close()
+
+
+def test_a_space_whose_router_configuration_is_being_restored_gets_connack_3_and_goes_first(
+        gateway, space):
+    """After a router restart without its configuration, the watch marks the spaces it must
+    restore; until a space is back its clients are refused as a transient failure (the auth
+    service's sasl sys-temp: CONNACK 3, server unavailable, which clients retry), never let in
+    to hang, and the spaces clients wait for are restored first."""
+    from config_service.models import AgentState
+    from workers import dispatch
+    from workers.agents import runner
+    from workers.agents.router import watch as router_watch
+
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    assert Client(gateway, space).connected() == 0
+    runner.invalidate("router", AgentState.objects.filter(kind="router", space_uid=space.uid),
+                      router_watch.RESTORING)  # what the watch does for a router back empty
+
+    def refused_and_asked() -> bool:  # the auth service reads what is restoring every second
+        client = Client(gateway, space)
+        code = client.connected()
+        client.close()
+        asked = dispatch._redis().zscore(router_watch.WANTED_KEY, space.vhost) is not None
+        return code == 136 and asked  # paho's MQTT 5 code for CONNACK 3 (server unavailable)
+
+    wait_for(refused_and_asked, 10, interval=0.3, what="CONNACK 3, the space asked first")
+    assert router_watch.restore() == (1, 0)
+    assert dispatch._redis().zscore(router_watch.WANTED_KEY, space.vhost) is None
+
+    def accepted() -> bool:
+        client = Client(gateway, space)
+        code = client.connected()
+        client.close()
+        return code == 0
+
+    wait_for(accepted, 10, interval=0.3, what="CONNACK 0 once restored")

@@ -1,6 +1,8 @@
 """The embedded router's usage journal (`--state-dir`): a SIGKILL loses at most the last second
 of counted deliveries, a SIGTERM nothing; counters come back with their epoch; a torn or garbage
-journal is survived. A real router process per test (they restart it), real clients."""
+journal is survived. A real router process per test (they restart it), real clients. The
+router's configuration comes back with its own journal (test_config_journal.py); a test that
+needs a router back empty removes that file."""
 
 import random
 import threading
@@ -9,6 +11,7 @@ import time
 import pytest
 from proton import Message, ProtonException, Timeout
 
+from dataplane.router import config_journal
 from dataplane.router.usage_journal import FILE_NAME
 
 from .conftest import ADDRESS, RouterProcess, add_tenant
@@ -177,8 +180,7 @@ def test_counting_goes_on_from_what_was_read_back(routers):
     first = Traffic(router, "on")
     first.send(0.5)
     first.stop()
-    router.restart()
-    configure(router, "on")
+    router.restart()  # its configuration comes back with it
     second = Traffic(router, "on")
     second.send(0.5)
     second.stop()
@@ -206,7 +208,6 @@ def test_a_torn_or_garbage_tail_of_the_journal_is_ignored(routers, state_dir):
     assert row["deliveriesIngress"] == first.delivered
     assert row["countersEpoch"] == before["countersEpoch"]
     # what is appended after the torn line is read back too
-    configure(router, "torn")
     second = Traffic(router, "torn")
     second.send(0.5)
     second.stop()
@@ -247,14 +248,16 @@ def test_an_address_deleted_before_a_kill_does_not_come_back(routers):
     assert address_row(router, "stays")["deliveriesIngress"] > 0
 
 
-def test_the_sweep_drops_what_was_not_configured_again(routers):
+def test_the_sweep_drops_what_was_not_configured_again(routers, state_dir):
     router = routers("--usage-sweep-after", "4")
     configure(router, "again", "never")
     for address in ("again", "never"):
         traffic = Traffic(router, address)
         traffic.send(0.2)
         traffic.stop()
-    router.restart()
+    router.stop()
+    (state_dir / config_journal.FILE_NAME).unlink()  # back empty, as without the journal
+    router.start()
     assert address_row(router, "never") is not None  # before the sweep may run
     configure(router, "again")
     deadline = time.monotonic() + 10

@@ -1,8 +1,10 @@
 """The router watch: notices a router that came back empty and restores every space it serves.
 
-The router keeps its configuration in memory (the embedded one by design, qdrouterd for what
-management created), so a restarted router locks every messaging user out until the router
-agent runs again. One tick (`tick`, run by Celery beat every MAAS_ROUTER_WATCH_INTERVAL)
+qdrouterd keeps what management created in memory, so a restarted qdrouterd locks every
+messaging user out until the router agent runs again; so does an embedded router without its
+state directory (with one, its configuration journal brings everything back, the marker too,
+and the watch has nothing to do). One tick (`tick`, run by Celery beat every
+MAAS_ROUTER_WATCH_INTERVAL)
 
 1. reads, over one management connection, the router's `uptimeSeconds` (entity type
    `org.apache.qpid.dispatch.router`) and a marker entity the watch left there, a
@@ -16,25 +18,29 @@ agent runs again. One tick (`tick`, run by Celery beat every MAAS_ROUTER_WATCH_I
 3. restores every invalidated space with the router agent (workers.agents.runner.run, the same
    idempotent reconcile as a change: addresses, autoLinks, link routes, the vhost policy and the
    users), several at a time, in the watch itself: restores do not wait behind the change
-   queue, and changes do not wait behind them.
+   queue, and changes do not wait behind them. Spaces whose clients try to log in meanwhile go
+   first: the auth service refuses those logins as a transient failure (sasl sys-temp, the MQTT
+   gateway's CONNACK 3) and asks for them (`ask_first`).
 
 The invalidated rows are the work list: a watch killed mid-restore carries on at its next tick,
 and the resync queues them once no watch has read a router for a resync interval. A router
 that did not restart costs two reads and one UPDATE of one row per tick, and no reconcile.
 """
 import logging
-import queue
 import secrets
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
 
+import redis
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from config_service.models import AgentState, RouterIncarnation
+from config_service.models import AddressSpace, AgentState, RouterIncarnation
+from workers import dispatch
 from workers.agents import runner
 from workers.agents.router import desired as rc
 from workers.agents.router.agent import RouterAgent, management_client, owned_by_space
@@ -50,6 +56,9 @@ MARKER_PREFIX = "$maas-watch/"
 # uptimeSeconds counts whole seconds and the reading takes a round trip, so the start time
 # (now - uptime) of one run of the router wobbles by about a second between readings.
 START_TOLERANCE = timedelta(seconds=2)
+# vhost -> when a client of it first tried to log in while it was being restored (Redis)
+WANTED_KEY = "maas:router:restore-first"
+WANTED_TTL = 600  # seconds: asks of a restore that ended without the watch are forgotten
 
 
 @dataclass
@@ -125,9 +134,12 @@ def check(key: str, uptime: int, token: str | None, read_at) -> tuple[bool, int,
         # (SIGSTOP, a frozen VM) reports less uptime than the wall clock advanced.
         restarted = token != seen.token
         if not restarted and started > seen.started_at + START_TOLERANCE:
-            logger.info("router.uptime_behind", extra={
+            # A new run that kept its configuration (the embedded router's journal brought the
+            # marker back with the rest), or a router that was paused: nothing to restore.
+            logger.info("router.configuration_kept", extra={
                 "router": key, "uptime": uptime, "seconds_behind":
                 (started - seen.started_at).total_seconds()})
+            seen.started_at = started
         invalidated = 0
         if restarted:
             # Everything applied so far may have gone to the old run, even by a reconcile still
@@ -155,6 +167,53 @@ def _invalidate(*, applied_before=None) -> int:
     return runner.invalidate(KIND, states, RESTORING)
 
 
+def restoring_vhosts() -> frozenset[str]:
+    """The vhosts of the spaces whose router configuration is being restored."""
+    uids = AgentState.objects.filter(kind=KIND).exclude(invalidated="").values("space_uid")
+    return frozenset(f"{slug}.{name}" for slug, name in AddressSpace.objects.filter(
+        uid__in=uids).values_list("tenant__slug", "name"))
+
+
+def ask_first(vhosts) -> None:
+    """Clients of these spaces are trying to log in: restore them before the others (the auth
+    service calls this; the restore reads it before taking each space)."""
+    client = dispatch._redis()
+    now = timezone.now().timestamp()
+    pipe = client.pipeline()
+    pipe.zadd(WANTED_KEY, {vhost: now for vhost in vhosts}, nx=True)
+    pipe.expire(WANTED_KEY, WANTED_TTL)
+    pipe.execute()
+
+
+class Work:
+    """The spaces left to restore: those whose clients asked first (in the order they asked),
+    then the others, oldest applied first. Asked anew before each space is taken, so a client
+    that comes during a long restore is served next."""
+
+    def __init__(self, spaces: list):
+        self._left = dict.fromkeys(spaces)
+        self._uids = {f"{slug}.{name}": uid for slug, name, uid in AddressSpace.objects.filter(
+            uid__in=spaces).values_list("tenant__slug", "name", "uid")}
+        self._lock = threading.Lock()
+
+    def take(self):
+        try:
+            asked = [v.decode() for v in dispatch._redis().zrange(WANTED_KEY, 0, -1)]
+        except redis.RedisError:
+            asked = []  # the order is a courtesy: restoring goes on without it
+        with self._lock:
+            for vhost in asked:
+                uid = self._uids.get(vhost)
+                if uid in self._left:
+                    del self._left[uid]
+                    return uid
+            if not self._left:
+                return None
+            uid = next(iter(self._left))
+            del self._left[uid]
+            return uid
+
+
 def restore() -> tuple[int, int]:
     """Reconciles every space whose router state is invalidated; (restored, left for later)."""
     if settings.MAAS_AGENT_MODE == "process":
@@ -163,28 +222,29 @@ def restore() -> tuple[int, int]:
     if not spaces:
         return 0, 0
     started = timezone.now()
-    work: queue.SimpleQueue = queue.SimpleQueue()
-    for uid in spaces:
-        work.put(uid)
+    work = Work(spaces)
     workers = max(1, min(settings.MAAS_ROUTER_RESTORE_CONCURRENCY, len(spaces)))
     with ThreadPoolExecutor(workers, thread_name_prefix="router-restore") as pool:
         restored = sum(pool.map(_restore_from, [work] * workers))
+    try:
+        dispatch._redis().delete(WANTED_KEY)  # served; whoever is still waiting asks again
+    except redis.RedisError:
+        pass
     logger.info("router.restored", extra={
         "spaces": restored, "left": len(spaces) - restored,
         "seconds": round((timezone.now() - started).total_seconds(), 3)})
     return restored, len(spaces) - restored
 
 
-def _restore_from(work: queue.SimpleQueue) -> int:
+def _restore_from(work: Work) -> int:
     """Restores spaces taken from `work` until it is empty, over one management connection
     (opening one costs about as much as restoring a small space)."""
     close_old_connections()
     restored, mgmt, snapshot = 0, None, None
     try:
         while True:
-            try:
-                space_uid = work.get_nowait()
-            except queue.Empty:
+            space_uid = work.take()
+            if space_uid is None:
                 return restored
             try:
                 if mgmt is None:

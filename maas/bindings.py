@@ -106,7 +106,7 @@ class Logins:
         restarted without it, and the router watch has not yet given it back): its login is
         refused as a transient failure, not let in to a router that would refuse its links,
         and the space is asked to be restored first. Read with what changed (POLL_EVERY)."""
-        vhost = identity.sub.rpartition("@")[2]
+        vhost = _vhost_of(identity)
         with self._lock:
             if vhost not in self._restoring:
                 return False
@@ -137,7 +137,7 @@ class Logins:
             if self.clock() - self._polled > self.FRESH:
                 return None
             kept = self._kept.get(login)
-            if kept is not None and kept.identity.sub.rpartition("@")[2] in self._restoring:
+            if kept is not None and _vhost_of(kept.identity) in self._restoring:
                 return None  # the verifier's thread reads anew whether it is back
         if kept is not None and hmac.compare_digest(kept.digest, digest):
             return kept.identity
@@ -177,6 +177,11 @@ class Logins:
                           if kept.space_uid in streams or kept.tenant_uid in streams
                           or ("@" not in login and kept.username in names)]:
                 del self._kept[login]
+
+
+def _vhost_of(identity: Identity) -> str:
+    """The space of a messaging user's identity (`user@vhost`)."""
+    return identity.sub.rpartition("@")[2]
 
 
 verify = Logins()

@@ -180,7 +180,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_router(kind: str, auth_port: int, journal: str | None, relay_port: int | None):
+def start_router(kind: str, auth_port: int, journal: str | None):
     if kind == "qdrouterd":
         from tests.qdrouterd import QdrouterdProcess
 
@@ -251,7 +251,7 @@ def main():
     journal = None
     if args.router == "embedded" and not args.no_journal:
         journal = tempfile.mkdtemp(prefix="bench-router-state-")
-    router = start_router(args.router, auth.port, journal, relay and relay.port)
+    router = start_router(args.router, auth.port, journal)
     os.environ.update({"MAAS_ROUTER_MANAGEMENT_URL": f"amqp://127.0.0.1:{router.mgmt_port}",
                        "MAAS_ROUTER_AMQP_PORT": str(router.amqp_port)})
     settings.MAAS_ROUTER_MANAGEMENT_URL = os.environ["MAAS_ROUTER_MANAGEMENT_URL"]

@@ -167,11 +167,16 @@ def _invalidate(*, applied_before=None) -> int:
     return runner.invalidate(KIND, states, RESTORING)
 
 
+def _vhosts(uids) -> dict:
+    """{vhost: uid} of the spaces among `uids` (a list or a subquery)."""
+    return {f"{slug}.{name}": uid for slug, name, uid in AddressSpace.objects.filter(
+        uid__in=uids).values_list("tenant__slug", "name", "uid")}
+
+
 def restoring_vhosts() -> frozenset[str]:
     """The vhosts of the spaces whose router configuration is being restored."""
-    uids = AgentState.objects.filter(kind=KIND).exclude(invalidated="").values("space_uid")
-    return frozenset(f"{slug}.{name}" for slug, name in AddressSpace.objects.filter(
-        uid__in=uids).values_list("tenant__slug", "name"))
+    return frozenset(_vhosts(AgentState.objects.filter(kind=KIND).exclude(
+        invalidated="").values("space_uid")))
 
 
 def ask_first(vhosts) -> None:
@@ -192,8 +197,7 @@ class Work:
 
     def __init__(self, spaces: list):
         self._left = dict.fromkeys(spaces)
-        self._uids = {f"{slug}.{name}": uid for slug, name, uid in AddressSpace.objects.filter(
-            uid__in=spaces).values_list("tenant__slug", "name", "uid")}
+        self._uids = _vhosts(spaces)
         self._lock = threading.Lock()
 
     def take(self):

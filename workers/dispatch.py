@@ -69,6 +69,33 @@ def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = Fals
     return True
 
 
+# An agent's address error to retry (an autoLink not active yet: the broker connection was
+# coming back when the agent looked) is tried again after 2, 4 and 8 s, not only at the next
+# resync tick a minute later; one that outlasts these waits for the ticks. Counted per space and
+# agent for a resync interval, so a lasting error costs three extra runs a minute at most.
+FOLLOW_UP_KEY = "maas:follow-up:{uid}:{kind}"
+FOLLOW_UPS = 3
+
+
+def queue_follow_up(space_uid, kind: str) -> bool:
+    """Queues a resync of the space soon after an agent left an address error to retry (at
+    most FOLLOW_UPS a resync interval); True if queued."""
+    if settings.MAAS_AGENT_MODE == "process":
+        return False  # each run_agent process resyncs its own space on a timer
+    key = FOLLOW_UP_KEY.format(uid=space_uid, kind=kind)
+    try:
+        client = _redis()
+        count = client.incr(key)
+        if count == 1:
+            client.expire(key, max(1, int(settings.MAAS_RESYNC_INTERVAL)))
+        if count > FOLLOW_UPS:
+            return False
+        return queue_reconcile(space_uid, resync=True, only_behind=True, countdown=2.0 ** count)
+    except Exception:  # noqa: BLE001 - Redis down: the resync tick retries it
+        logger.warning("fanout.follow_up_failed", extra={"space": str(space_uid)}, exc_info=True)
+        return False
+
+
 def claim(space_uid, *, resync: bool = False) -> None:
     """The task has started: a change from now on needs a task of its own."""
     try:

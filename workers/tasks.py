@@ -5,10 +5,11 @@ errors of a target (broker unreachable) are retried, with backoff.
 """
 import logging
 import math
+import random
 from concurrent.futures import wait
 from datetime import UTC, datetime, timedelta
 
-from celery import Task, shared_task
+from celery import shared_task
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.db.models import BooleanField, Max, Q
@@ -36,23 +37,45 @@ def drift_check_ticks() -> int:
     return max(1, round(settings.MAAS_DRIFT_CHECK_PERIOD / settings.MAAS_RESYNC_INTERVAL))
 
 
-class AgentTask(Task):
-    """Logs each retry of a reconcile as a structured line (Celery computes the backoff)."""
-
-    def on_retry(self, exc, task_id, args, kwargs, einfo):
-        logger.warning("agent.retry", extra={"space": args[0] if args else None,
-                                             "error": str(exc), "retries": self.request.retries})
-
-
-# A target down (broker, router) is retried with Celery's exponential backoff with jitter,
-# capped at a minute, for as long as it takes: a change is never dropped.
-@shared_task(name="maas.workers.reconcile_space", bind=True, base=AgentTask, acks_late=True,
-             autoretry_for=(runner.TransientError,), retry_backoff=True, retry_backoff_max=60,
-             retry_jitter=True, max_retries=None)
+# A target down (broker, router) is retried for as long as it takes: a change is never dropped.
+@shared_task(name="maas.workers.reconcile_space", bind=True, acks_late=True,
+             max_retries=None)
 def reconcile_space(self, space_uid: str, resync: bool = False,
                     only_behind: bool = False) -> None:
     """Runs the space's agents; `only_behind`: only those that have not applied its last
-    sequence (a resync that is no drift check)."""
+    sequence (a resync that is no drift check). A transient failure retries the task after
+    `retry_countdown`."""
+    try:
+        _reconcile_space(space_uid, resync, only_behind)
+    except runner.TransientError as exc:
+        countdown = retry_countdown(self.request.retries, exc.soon)
+        logger.warning("agent.retry", extra={"space": space_uid, "error": str(exc),
+                                             "retries": self.request.retries,
+                                             "countdown": round(countdown, 3)})
+        raise self.retry(exc=exc, countdown=countdown) from exc
+
+
+# A router restarting is back within seconds (the embedded router reads its configuration
+# journal in about a second per 100,000 addresses): its spaces' changes are retried every
+# second or less for this many tries, not after Celery's doubling backoff, which left a change
+# made during a one-second restart waiting up to eight seconds more.
+QUICK_RETRIES = 16
+BACKOFF_MAX = 60.0  # seconds: the longest wait between two tries
+
+
+def retry_countdown(retries: int, soon: bool) -> float:
+    """Seconds before try `retries + 1` of a reconcile: exponential backoff with full jitter
+    (as Celery's retry_backoff), capped at BACKOFF_MAX; for a target expected back `soon`,
+    0.25, 0.5, then 1 s (each less up to a quarter, so that retries spread) for QUICK_RETRIES
+    tries first."""
+    if soon and retries < QUICK_RETRIES:
+        return min(1.0, 0.25 * 2 ** retries) * random.uniform(0.75, 1.0)
+    if soon:
+        retries -= QUICK_RETRIES
+    return random.uniform(0, min(BACKOFF_MAX, 2.0 ** retries))
+
+
+def _reconcile_space(space_uid: str, resync: bool, only_behind: bool) -> None:
     dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
     # The router agent's pending events decide whether the agents may run at once: read with
     # the space, for the types whose spaces have more than one agent here.

@@ -374,6 +374,10 @@ def main():
             print(f"{len(created)} creates at {args.rate:g}/s from then on: create -> Active "
                   f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, "
                   f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms")
+            slowest = sorted(((active_at[pk] - at, at - listening)
+                              for pk, (_, at) in created.items()), reverse=True)[:3]
+            print("  the slowest: " + ", ".join(f"{lat * 1000:.0f} ms (made {when:.2f} s after "
+                                                f"the router listened)" for lat, when in slowest))
             print(f"messaging users round-tripped a message after it: {sum(checked)}/{len(checked)}")
             row = RouterIncarnation.objects.get(management_url=key)
             print(f"watch recorded restarts (configuration lost): {row.restarts}")

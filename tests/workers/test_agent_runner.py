@@ -3,6 +3,7 @@ its target, still runs one reconcile per (space, kind) at a time across connecti
 records what it applied in one statement of its own (real PostgreSQL)."""
 import threading
 import time
+from datetime import datetime
 
 import pytest
 from django.db import connection
@@ -12,6 +13,8 @@ from config_service import services
 from config_service.models import AgentState, AppliedEvent
 from eventlog.models import Outbox
 from tests.conftest import CTX
+from tests.workers import celery_queue
+from workers import dispatch
 from workers.agents import runner
 
 
@@ -151,3 +154,32 @@ def test_an_event_is_acknowledged_only_once_no_agent_has_it_to_retry(
     assert (pending.count() == 0) is acknowledged
     runner.run(standard.uid, "router", kind_agent("router"), only_if_behind=True)  # the retry
     assert pending.count() == 0
+
+
+def test_an_error_to_retry_is_tried_again_within_seconds_three_times_a_resync_interval(
+        standard, settings):
+    """A drift check that finds an autoLink not active yet (the broker connection coming back)
+    has no event for the outbox relay to re-send: the space is queued again after 2, 4 and 8 s,
+    then left to the resync ticks; a permanent error queues nothing."""
+    queue = settings.MAAS_RESYNC_QUEUE
+    celery_queue.take_all(queue)
+    key = dispatch.FOLLOW_UP_KEY.format(uid=standard.uid, kind="router")
+    dispatch._redis().delete(key)
+    retry = {"orders": {"message": "Router autoLink to the broker is not active",
+                        "permanent": False}}
+    etas = []
+    for _ in range(dispatch.FOLLOW_UPS + 1):
+        ran = time.time()
+        runner.run(standard.uid, "router", kind_agent("router", retry), check=True)
+        etas += [(datetime.fromisoformat(eta).timestamp() - ran)
+                 for eta in celery_queue.etas(queue).values()]
+        assert celery_queue.waiting(queue, standard.uid) in (
+            [], [("maas.workers.reconcile_space", [str(standard.uid)],
+                  {"resync": True, "only_behind": True})])
+        celery_queue.take_all(queue)
+        dispatch.claim(standard.uid, resync=True)  # what the queued task does as it starts
+    assert [round(eta) for eta in etas] == [2, 4, 8]
+    dispatch._redis().delete(key)
+    permanent = {"orders": {"message": "Plan refused", "permanent": True}}
+    runner.run(standard.uid, "router", kind_agent("router", permanent), check=True)
+    assert celery_queue.waiting(queue) == []

@@ -13,7 +13,13 @@ from config_service.models import AgentState
 from tests.conftest import CTX
 from tests.workers import celery_queue, rabbit
 from workers.agents import runner
-from workers.tasks import drift_check_countdowns, reconcile_space, resync_all
+from workers.tasks import (
+    QUICK_RETRIES,
+    drift_check_countdowns,
+    reconcile_space,
+    resync_all,
+    retry_countdown,
+)
 
 RESYNC = settings.MAAS_RESYNC_QUEUE
 
@@ -107,6 +113,19 @@ def test_drift_checks_are_due_evenly_over_the_interval(settings, interval, n, co
     settings.MAAS_RESYNC_INTERVAL = interval
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
     assert drift_check_countdowns(n) == countdowns
+
+
+def test_a_router_restarting_is_retried_within_a_second_and_anything_else_backs_off():
+    """A target expected back soon (RouterUnreachable): 0.25, 0.5, then 1 s apart (less up to a
+    quarter) for QUICK_RETRIES tries, then the doubling backoff; anything else doubles at once,
+    both up to a minute, with full jitter."""
+    quick = [retry_countdown(n, soon=True) for n in range(QUICK_RETRIES)]
+    assert 0.1875 <= quick[0] <= 0.25 and 0.375 <= quick[1] <= 0.5
+    assert all(0.75 <= c <= 1.0 for c in quick[2:])
+    for n in range(12):
+        assert 0 <= retry_countdown(QUICK_RETRIES + n, soon=True) <= min(60, 2 ** n)
+        assert 0 <= retry_countdown(n, soon=False) <= min(60, 2 ** n)
+    assert max(retry_countdown(3, soon=False) for _ in range(200)) > 1.0
 
 
 def test_a_space_still_waiting_for_its_resync_is_not_queued_again(spaces):

@@ -2,6 +2,7 @@
 Active, and every space is configured again within seconds without any change being made; a
 router that did not restart costs no reconcile. Real embedded router, RabbitMQ and agents."""
 import datetime
+import json
 import socket
 import time
 import uuid
@@ -18,8 +19,8 @@ from config_service.status import address_status, agent_states, space_status
 from dataplane.authservice import sasl
 from eventlog.models import ConfigEvent
 from tests.authservice.test_hostile_peers import sasl_init
-from tests.conftest import CTX, b64, wait_for
-from tests.router.conftest import pump_until
+from tests.conftest import CTX, Worker, b64, wait_for
+from tests.router.conftest import ADMIN_PASSWORD, pump_until
 from tests.workers.conftest import sync
 from workers import dispatch
 from workers.agents.router import watch as router_watch
@@ -255,3 +256,40 @@ def test_the_spaces_whose_clients_wait_are_restored_first(router, spaces, settin
     assert router_watch.restore() == (3, 0)
     applied = {s.space_uid: s.applied_at for s in AgentState.objects.filter(kind="router")}
     assert applied[spaces[2].uid] < min(applied[spaces[0].uid], applied[spaces[1].uid])
+
+
+def test_a_change_made_while_the_router_is_down_is_retried_every_second_and_applied(
+        router, spaces, tmp_path):
+    """A real Celery worker tries a change again within a second while the router is down (not
+    after Celery's doubling backoff, which made a change made during a restart wait seconds
+    after the router was back), and applies it once the router listens again."""
+    space = spaces[0]
+    log = tmp_path / "worker.log"
+    env = {"MAAS_ROUTER_MANAGEMENT_URL": url(), "MAAS_ROUTER_ADMIN_PASSWORD": ADMIN_PASSWORD,
+           "MAAS_ROUTER_AMQP_PORT": str(router.amqp_port)}
+    if router.relay is not None:
+        env["MAAS_VHOST_RELAY_PORT"] = str(router.relay.port)
+    worker = Worker(settings.DATABASES["default"]["NAME"], log_path=log, **env)
+    router.stop()
+    worker.start()
+
+    def tries() -> list[dict]:
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [line for line in (json.loads(x) for x in lines if '"agent.retry"' in x)
+                if line.get("space") == str(space.uid)]
+
+    try:
+        address = services.create_address(ctx=CTX, space=space, address="late", type="anycast",
+                                           plan="standard-small-anycast")
+        wait_for(lambda: len(tries()) >= 5, 60, what="five tries of the change")
+        router.start()
+        wait_for(lambda: address_status(space, address, agent_states([space.uid])[space.uid])
+                 .phase == "Active", 30, what="the change applied once the router is back")
+    finally:
+        worker.stop()
+    countdowns = [line["countdown"] for line in tries()]
+    assert [line["retries"] for line in tries()][:5] == [0, 1, 2, 3, 4]
+    assert all(0 < c <= 1.0 for c in countdowns), countdowns
+    watch_router()  # the router came back empty: the watch restores the space's users
+    wait_for(lambda: phases(space)["space"] == ("Active", ()), 10, what="the space restored")
+    assert round_trip(router, space, "late", "made while down") == "made while down"

@@ -25,13 +25,20 @@ from config_service import services
 from config_service.models import AddressSpace, AgentState
 from config_service.status import agents_needed
 from eventlog.models import ConfigEvent, Outbox
+from workers import dispatch
 from workers.agents import statements
 
 logger = logging.getLogger(__name__)
 
 
 class TransientError(Exception):
-    """The target is unreachable or busy: retry later with backoff; nothing is recorded."""
+    """The target is unreachable or busy: retry later with backoff; nothing is recorded.
+    `soon`: the target is a process expected back within seconds (a router restarting), so
+    the first retries come quickly (workers.tasks.retry_countdown)."""
+
+    def __init__(self, message: str = "", soon: bool = False):
+        super().__init__(message)
+        self.soon = soon
 
 
 @dataclass
@@ -124,6 +131,8 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         finally:
             _run.reset(ran)
         _record(space, kind, target, report, started)
+    if any(not error.get("permanent") for error in report.address_errors.values()):
+        dispatch.queue_follow_up(space_uid, kind)
     logger.info("agent.applied", extra={"space": str(space_uid), "agent": kind,
                                         "tenant": space.tenant.slug, "sequence": target})
     if space.terminating and _all_torn_down(space):
@@ -184,7 +193,7 @@ def _reconcile_or_teardown(agent: Agent, space: AddressSpace, state: AgentState,
         logger.warning("agent.teardown_failed", extra={
             "space": str(space.uid), "agent": kind, "tenant": space.tenant.slug,
             "vhost": space.vhost, "error": error})
-        raise TransientError(error) from exc
+        raise TransientError(error, soon=exc.soon) from exc
     return Report()
 
 

@@ -123,7 +123,8 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     reconcile reads the router's whole tables once, not twice. `actual`: what the router holds
     of this space, if it was just read (a snapshot of many spaces); else it is queried.
     `refused`: if given, an entity the router refuses is recorded there ({key: error}) and the
-    rest is still applied; else the first refusal raises ManagementError."""
+    rest is still applied; else the first refusal raises ManagementError, once its round is
+    answered."""
     if actual is None:
         actual = _owned(mgmt, prefix, desired)
     stale = [k for k in actual if k not in desired]
@@ -131,32 +132,43 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     order = {t: i for i, t in enumerate(rc.ENTITY_TYPES)}
     after = {k: v for k, v in actual.items() if k not in stale}
 
-    def attempt(key, call, *args):
-        try:
-            return call(*args)
-        except ManagementError as exc:
-            if refused is None:
-                raise
-            refused[key] = exc
-            logger.warning("router.refused", extra={"entity": key[1], "type": key[0],
-                                                    "error": str(exc)})
-            return None
+    def attempt(calls) -> list:
+        """[(key, operation, attributes)] sent at once (Management.many): each answer, or
+        None for a refusal, which is recorded in `refused` (else the first one raises)."""
+        answers = mgmt.many((operation, body, {"type": key[0], "name": key[1]})
+                            for key, operation, body in calls)
+        out = []
+        for (key, operation, _), answer in zip(calls, answers, strict=True):
+            if isinstance(answer, ManagementError):
+                if operation == "DELETE" and answer.status == 404:
+                    answer = None  # already gone is what we wanted
+                elif refused is None:
+                    raise answer
+                else:
+                    refused[key] = answer
+                    logger.warning("router.refused", extra={"entity": key[1], "type": key[0],
+                                                            "error": str(answer)})
+                    answer = None
+            out.append(answer)
+        return out
 
-    for key in sorted(stale, key=lambda k: -order[k[0]]):
-        attempt(key, mgmt.delete, *key)
-    for key in changed:
-        if key[0] == rc.VHOST:  # keep clients connected
-            answer = attempt(key, mgmt.update, key[0], key[1], desired[key])
-            if key not in (refused or {}):
-                after[key] = _confirmed(desired[key], answer)
-        else:
-            attempt(key, mgmt.delete, *key)
-            del after[key]
-    for key in sorted(desired, key=lambda k: order[k[0]]):
-        if key not in after and key not in (refused or {}):
-            answer = attempt(key, mgmt.create, key[0], key[1], desired[key])
-            if key not in (refused or {}):
-                after[key] = _confirmed(desired[key], answer)
+    # Three rounds, each sent at once: what goes, what changes, what is new. A changed entity
+    # other than a vhost (kept, so its clients stay connected) is deleted in the first and
+    # created again in the third.
+    replaced = [k for k in changed if k[0] != rc.VHOST]
+    attempt([(key, "DELETE", None) for key in
+             sorted(stale, key=lambda k: -order[k[0]]) + replaced])
+    for key in replaced:
+        del after[key]
+    updates = [(key, "UPDATE", desired[key]) for key in changed if key[0] == rc.VHOST]
+    for (key, _, body), answer in zip(updates, attempt(updates), strict=True):
+        if key not in (refused or {}):
+            after[key] = _confirmed(body, answer)
+    creates = [(key, "CREATE", desired[key]) for key in sorted(desired, key=lambda k: order[k[0]])
+               if key not in after and key not in (refused or {})]
+    for (key, _, body), answer in zip(creates, attempt(creates), strict=True):
+        if key not in (refused or {}):
+            after[key] = _confirmed(body, answer)
     if stale or changed or len(actual) != len(desired):
         logger.info("router.applied", extra={"owner": prefix, "n_deleted": len(stale),
                                              "n_changed": len(changed),
@@ -188,7 +200,7 @@ class RouterAgent(Agent):
         try:
             return management_client(where.router)
         except RouterUnreachable as exc:
-            raise TransientError(str(exc)) from exc
+            raise TransientError(str(exc), soon=True) from exc
 
     def _release(self, mgmt: Management, broken: bool = False) -> None:
         if mgmt is self.management:
@@ -203,7 +215,7 @@ class RouterAgent(Agent):
         try:
             return management_client(where.router)
         except RouterUnreachable as exc:
-            raise TransientError(str(exc)) from exc
+            raise TransientError(str(exc), soon=True) from exc
 
     def _desired(self, space: AddressSpace, where: endpoints.SpaceEndpoints | None = None,
                  features: rc.RouterFeatures = rc.EMBEDDED, addresses: list | None = None):
@@ -264,7 +276,7 @@ class RouterAgent(Agent):
             return Report(space_error=f"Router refused the configuration: {exc}", checked=False)
         except RouterUnreachable as exc:
             broken = True
-            raise TransientError(str(exc)) from exc
+            raise TransientError(str(exc), soon=True) from exc
         finally:
             self._release(mgmt, broken)
         return self._verify(desired, by_address, actual, refused)
@@ -346,7 +358,7 @@ class RouterAgent(Agent):
             apply(mgmt, {}, rc.owner_prefix(space.vhost))
         except RouterUnreachable as exc:
             broken = True
-            raise TransientError(str(exc)) from exc
+            raise TransientError(str(exc), soon=True) from exc
         finally:
             self._release(mgmt, broken)
 

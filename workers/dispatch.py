@@ -70,13 +70,11 @@ def queue_reconcile(space_uid, *, resync: bool = False, only_behind: bool = Fals
 
 
 # An agent's address error to retry (an autoLink not active yet: the broker connection was
-# coming back when the agent looked) is tried again after 1, 2, 4 and 8 s, not only at the
-# next resync tick a minute later; one that outlasts these waits for the ticks. Counted per
-# space and agent for a resync interval, so a lasting error costs four extra runs a minute at
-# most. (2, 4 and 8 s left addresses Configuring 16 s after a router restart whose 1,000
-# connectors were back in 4: bench_router_restart.py.)
+# coming back when the agent looked) is tried again after 2, 4 and 8 s, not only at the next
+# resync tick a minute later; one that outlasts these waits for the ticks. Counted per space and
+# agent for a resync interval, so a lasting error costs three extra runs a minute at most.
 FOLLOW_UP_KEY = "maas:follow-up:{uid}:{kind}"
-FOLLOW_UPS = 4
+FOLLOW_UPS = 3
 
 
 def queue_follow_up(space_uid, kind: str) -> bool:
@@ -92,7 +90,7 @@ def queue_follow_up(space_uid, kind: str) -> bool:
             client.expire(key, max(1, int(settings.MAAS_RESYNC_INTERVAL)))
         if count > FOLLOW_UPS:
             return False
-        return queue_reconcile(space_uid, resync=True, only_behind=True, countdown=2.0 ** (count - 1))
+        return queue_reconcile(space_uid, resync=True, only_behind=True, countdown=2.0 ** count)
     except Exception:  # noqa: BLE001 - Redis down: the resync tick retries it
         logger.warning("fanout.follow_up_failed", extra={"space": str(space_uid)}, exc_info=True)
         return False

@@ -50,12 +50,6 @@ _BACKOFF_MAX = 5.0
 _STABLE_AFTER = 10.0  # a connection up this long resets its connector's backoff
 _REATTACH_START = 1.0  # a refused autoLink tries again after this, doubled each time
 _REATTACH_MAX = 10.0
-# Connections opened to brokers at most this many a second, after a burst of OPEN_BURST: a
-# router that starts with 1,000 connectors (a restart that kept its configuration) opened them
-# all at once, and RabbitMQ spent about 4 s of CPU on them and their 2,000 autoLinks within
-# two seconds, both cores of a small machine, every brokered tenant's broker included.
-OPENS_PER_SECOND = 250.0
-OPEN_BURST = 50
 # RabbitMQ's description when it refuses a link to an object that is not there
 _REFUSED = re.compile(r"no (?:queue|exchange) '([^']*)'")
 
@@ -93,8 +87,6 @@ class BrokerLinks:
         self.quarantined: set[str] = set()  # autoLinks that attach on a session of their own
         self.refusals: dict[str, int] = {}  # autoLink -> times lost unanswered in a row
         self.reattach: dict[str, float] = {}  # autoLink -> its next delay (until it opens)
-        self.paced: set[str] = set()  # connectors waiting for their turn to open (`_connect`)
-        self._next_open = 0.0  # when the next open may go, once the burst is spent
         self._seq = 0
 
     # -- connectors --------------------------------------------------------------------------
@@ -108,20 +100,6 @@ class BrokerLinks:
             self.engine.loop.close(conn)
 
     def _connect(self, name: str) -> None:
-        """Opens the connector's connection now, or at its turn (OPENS_PER_SECOND)."""
-        if name in self.conns or name in self.paced:
-            return
-        now = time.monotonic()
-        turn = max(self._next_open, now - OPEN_BURST / OPENS_PER_SECOND)
-        self._next_open = turn + 1 / OPENS_PER_SECOND
-        if turn <= now:
-            self._open(name)
-            return
-        self.paced.add(name)
-        self.engine.loop.call_later(turn - now, self._open, name)
-
-    def _open(self, name: str) -> None:
-        self.paced.discard(name)
         try:
             ent = self.engine.store.find(E.CONNECTOR, name)
         except E.EntityError:

@@ -6,22 +6,16 @@ made yet attached again every second on a session of its own (an internal connec
 channel and statistics in RabbitMQ 3.10), and a connector to a vhost not started yet was
 ended right after it opened and reconnected every 0.4 s: 70 broker connections a second.
 """
-import socket
-import threading
 import time
 
 import pytest
-
-from dataplane.router.broker_links import OPEN_BURST, OPENS_PER_SECOND
 
 from .conftest import (
     ADDRESS,
     AUTO_LINK,
     CONNECTOR,
-    RouterProcess,
     add_tenant,
     pump_until,
-    wait_port,
 )
 from .frame_counter import FrameCounter
 
@@ -95,64 +89,3 @@ def test_a_connector_rabbitmq_ends_at_once_backs_off(mgmt, proxy):
         mgmt.delete(AUTO_LINK, "b2-orders-in")
         mgmt.delete(ADDRESS, "b2-orders")
         mgmt.delete(CONNECTOR, "b2-broker")
-
-
-class Acceptor:
-    """A listener that only notes when each connection arrived (and keeps it open)."""
-
-    def __init__(self):
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
-        self.port = self.listener.getsockname()[1]
-        self.arrived: list[float] = []
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            self.arrived.append(time.monotonic())
-            self.socks.append(sock)
-
-    def close(self):
-        self.listener.close()
-        for sock in self.socks:
-            sock.close()
-
-
-def test_a_router_starting_with_many_connectors_opens_them_at_a_bounded_pace(tmp_path):
-    """A restart that kept 1,000 connectors opened them all at once, and RabbitMQ spent both
-    cores of the machine on them: after a burst, the router opens OPENS_PER_SECOND a second."""
-    count = OPEN_BURST + 100
-    acceptor = Acceptor()
-    router = RouterProcess(["--state-dir", str(tmp_path)])
-    router.start()
-    try:
-        mgmt = router.management()
-        for i in range(count):
-            mgmt.create(CONNECTOR, f"pace-{i}", host="127.0.0.1", port=str(acceptor.port),
-                        role="route-container")
-        mgmt.close()
-        wait_for_arrivals(acceptor, count)
-        router.stop()  # the journal keeps the connectors
-        acceptor.arrived.clear()
-        router.start()
-        wait_port(router.mgmt_port)
-        wait_for_arrivals(acceptor, count)
-    finally:
-        router.stop()
-        acceptor.close()
-    arrived = sorted(acceptor.arrived)[:count]
-    # At least the time the paced ones need (a lower bound: a busy machine only adds to it);
-    # all at once took a few milliseconds.
-    assert arrived[-1] - arrived[0] >= 0.9 * (count - OPEN_BURST) / OPENS_PER_SECOND
-    assert arrived[OPEN_BURST - 1] - arrived[0] < arrived[-1] - arrived[OPEN_BURST - 1]
-
-
-def wait_for_arrivals(acceptor: Acceptor, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while len(acceptor.arrived) < count:
-        assert time.monotonic() < deadline, f"{len(acceptor.arrived)} of {count} connected"
-        time.sleep(0.02)

@@ -156,11 +156,11 @@ def test_an_event_is_acknowledged_only_once_no_agent_has_it_to_retry(
     assert pending.count() == 0
 
 
-def test_an_error_to_retry_is_tried_again_within_seconds_four_times_a_resync_interval(
+def test_an_error_to_retry_is_tried_again_within_seconds_three_times_a_resync_interval(
         standard, settings):
     """A drift check that finds an autoLink not active yet (the broker connection coming back)
-    has no event for the outbox relay to re-send: the space is queued again after 1, 2, 4 and
-    8 s, then left to the resync ticks; a permanent error queues nothing."""
+    has no event for the outbox relay to re-send: the space is queued again after 2, 4 and 8 s,
+    then left to the resync ticks; a permanent error queues nothing."""
     queue = settings.MAAS_RESYNC_QUEUE
     celery_queue.take_all(queue)
     key = dispatch.FOLLOW_UP_KEY.format(uid=standard.uid, kind="router")
@@ -178,7 +178,7 @@ def test_an_error_to_retry_is_tried_again_within_seconds_four_times_a_resync_int
                   {"resync": True, "only_behind": True})])
         celery_queue.take_all(queue)
         dispatch.claim(standard.uid, resync=True)  # what the queued task does as it starts
-    assert [round(eta) for eta in etas] == [1, 2, 4, 8]
+    assert [round(eta) for eta in etas] == [2, 4, 8]
     dispatch._redis().delete(key)
     permanent = {"orders": {"message": "Plan refused", "permanent": True}}
     runner.run(standard.uid, "router", kind_agent("router", permanent), check=True)

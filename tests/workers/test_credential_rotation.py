@@ -81,14 +81,7 @@ def test_a_credential_lost_with_the_secret_key_heals_by_the_resync_alone(
         for uid in set(behind) - set(drifting):  # queued once, as the check (resync_all)
             tasks.reconcile_space(str(uid), resync=True, only_behind=True)
     assert f"{new_user}@{space.vhost}" in rabbit.user_names()
-
-    def followed_up() -> bool:
-        # The connector logs in again at its next try (its backoff): the run that left the
-        # autoLinks not active queued the space again (dispatch.queue_follow_up), run here.
-        tasks.reconcile_space(str(space.uid), resync=True, only_behind=True)
-        return AgentState.objects.get(space_uid=space.uid, kind="router").address_errors == {}
-
-    wait_for(followed_up, 20, interval=1.0, what="the autoLinks active again")
+    assert AgentState.objects.get(space_uid=space.uid, kind="router").address_errors == {}
     conn = connect(router, space)
     conn.create_sender("orders").send(Message(body="after"))
     receiver = conn.create_receiver("orders", credit=10)

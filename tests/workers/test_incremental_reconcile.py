@@ -122,23 +122,3 @@ def test_an_entity_the_router_already_holds_falls_back_to_the_full_diff(mgmt, sp
     assert phases(space)["taken"] == "Active"
     row = mgmt.read(rc.ADDRESS, f"{prefix}address:taken")
     assert (row["prefix"], row["distribution"]) == (f"{space.vhost}/taken", "balanced")
-
-
-def test_another_address_waiting_for_its_autolink_keeps_its_error_and_the_new_one_is_active(
-        mgmt, space):
-    """Right after a router restart the queues' autoLinks attach again while the creates go on:
-    a create in a space whose queue is not active yet took the full diff, which waited up to 3 s
-    for that autoLink. It takes the short path; the queue keeps its error, retried by the
-    full reconcile that follows."""
-    waiting = {f"{space.name}.a1": {"message": "Router autoLink to the broker is not active",
-                                    "permanent": False}}
-    AgentState.objects.filter(space_uid=space.uid, kind="router").update(address_errors=waiting)
-    add(space, "during", "anycast", "standard-small-anycast")
-
-    assert reconcile_reading(mgmt, space) == 1  # the vhost policy: the short path
-
-    state = AgentState.objects.get(space_uid=space.uid, kind="router")
-    assert state.address_errors == waiting
-    assert phases(space)["during"] == "Active"
-    assert phases(space)["a1"] != "Active"
-    assert f"{rc.owner_prefix(space.vhost)}address:during" in owned(mgmt, space)

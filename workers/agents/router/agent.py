@@ -117,14 +117,14 @@ def owned_by_space(mgmt: Management) -> dict[str, dict]:
 
 
 def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = None,
-          refused: dict | None = None, made: set | None = None) -> dict:
+          refused: dict | None = None) -> dict:
     """Brings the router to `desired`; returns the owned entities afterwards, as the router
     confirmed them (each CREATE and UPDATE answers with the entity it now holds), so a
     reconcile reads the router's whole tables once, not twice. `actual`: what the router holds
     of this space, if it was just read (a snapshot of many spaces); else it is queried.
     `refused`: if given, an entity the router refuses is recorded there ({key: error}) and the
     rest is still applied; else the first refusal raises ManagementError, once its round is
-    answered. `made`: if given, the keys of the entities created are added to it."""
+    answered."""
     if actual is None:
         actual = _owned(mgmt, prefix, desired)
     stale = [k for k in actual if k not in desired]
@@ -169,8 +169,6 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     for (key, _, body), answer in zip(creates, attempt(creates), strict=True):
         if key not in (refused or {}):
             after[key] = _confirmed(body, answer)
-            if made is not None:
-                made.add(key)
     if stale or changed or len(actual) != len(desired):
         logger.info("router.applied", extra={"owner": prefix, "n_deleted": len(stale),
                                              "n_changed": len(changed),
@@ -266,15 +264,9 @@ class RouterAgent(Agent):
             if report is not None:
                 return report
             addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
-            made: set = set()
-            actual = self._apply(mgmt, desired, prefix, refused, made)
-            # New autoLinks attach within moments: wait for those. One that was there already
-            # and is not active waits for its broker connection (a router or broker restarting):
-            # reported at once, and tried again in seconds (dispatch.queue_follow_up); waiting
-            # for those, the drift checks right after a router restart held every worker for
-            # 3 s each while the creates queued behind them.
+            actual = self._apply(mgmt, desired, prefix, refused)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
-            while time.monotonic() < deadline and self._inactive(actual) & made:
+            while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
                 # Only the autoLinks' status can still change: re-read that alone.
                 for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"], name_prefix=prefix):
@@ -289,39 +281,31 @@ class RouterAgent(Agent):
             self._release(mgmt, broken)
         return self._verify(desired, by_address, actual, refused)
 
-    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict,
-               made: set) -> dict:
+    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
         if self.snapshot is None:
-            return apply(mgmt, desired, prefix, refused=refused, made=made)
+            return apply(mgmt, desired, prefix, refused=refused)
         try:
-            return apply(mgmt, desired, prefix, dict(self.snapshot.get(prefix, {})), made=made)
+            return apply(mgmt, desired, prefix, dict(self.snapshot.get(prefix, {})))
         except ManagementError:  # changed since the snapshot (a reconcile ran): read it anew
-            return apply(mgmt, desired, prefix, refused=refused, made=made)
+            return apply(mgmt, desired, prefix, refused=refused)
 
     def _incremental(self, space: AddressSpace, where, mgmt: Management) -> Report | None:
         """Only the new entities, when every event the agent has not applied creates an
-        anycast or multicast address and its last reconcile left the space configured (no
-        space error, not invalidated by a router restart): the space's vhost policy is READ and
-        compared, the new entities CREATEd, and their answers confirm them. None: a full
-        reconcile is needed (it is also what every resync and drift check runs). So a small
-        change costs what it changes, not what its space holds.
-
-        Other addresses' errors are kept as they were, to be retried by the full reconcile
-        that follows (they leave the space unsettled): a queue's autoLink not active while the
-        router reconnects to the broker made a new anycast address in that space wait for it,
-        up to AUTOLINK_WAIT_SECONDS, in a full reconcile."""
+        anycast or multicast address and its last reconcile left the space clean (no error,
+        not invalidated by a router restart): the space's vhost policy is READ and compared,
+        the new entities CREATEd, and their answers confirm them. None: a full reconcile is
+        needed (it is also what every resync and drift check runs). So a small change costs
+        what it changes, not what its space holds."""
         if self.snapshot is not None:
             return None
         events = pending_events(space.uid, self.kind)
         if not only_creates(events, ROUTER_ONLY_TYPES):
             return None
         state = agent_state(space.uid, self.kind)
-        if (not state or not state.applied_sequence or state.space_error
-                or state.invalidated):
+        if (not state or not state.applied_sequence or state.address_errors
+                or state.space_error or state.invalidated):
             return None
         names = [p["name"] for _, p in events]
-        kept = {name: error for name, error in (state.address_errors or {}).items()
-                if name not in names}
         new = statements.addresses_named(space, names)
         _, desired, by_address = self._desired(space, where, features(mgmt, space.vhost), new)
         # The space's policy must be as desired already: a throttle, a user or a plan may have
@@ -335,9 +319,7 @@ class RouterAgent(Agent):
         actual = apply(mgmt, desired, rc.owner_prefix(space.vhost), actual={}, refused=refused)
         if refused:
             return None  # a name taken (the router holds more than the agent knew): full diff
-        report = self._verify(desired, by_address, actual, checked=False)
-        report.address_errors = {**kept, **report.address_errors}
-        return report
+        return self._verify(desired, by_address, actual, checked=False)
 
     @staticmethod
     def _inactive(actual: dict) -> set:

@@ -98,19 +98,8 @@ class Management:
         self.rows_read = 0  # entities this connection has read by QUERY (tests, benchmarks)
 
     def request(self, operation: str, body=None, **properties):
-        # A string: qdrouterd's Python agent (vhost, connector, ...) echoes no other kind.
-        correlation = str(next(self._ids))
-        properties["operation"] = operation
-        try:
-            self.sender.send(Message(body=body, properties=properties, reply_to=self.reply_to,
-                                     correlation_id=correlation))
-            while True:
-                reply = self.receiver.receive(self.timeout)  # replies come pre-settled
-                if reply.correlation_id == correlation:
-                    break
-        except (ConnectionException, Timeout, LinkDetached) as exc:
-            raise RouterUnreachable(str(exc)) from exc
-        outcome = _outcome(reply)
+        """One request's reply body; ManagementError if the router refused it."""
+        outcome = self.many([(operation, body, properties)])[0]
         if isinstance(outcome, ManagementError):
             raise outcome
         return outcome
@@ -141,6 +130,7 @@ class Management:
                 while sendable():
                     operation, body, properties = calls[sent]
                     correlation = str(next(self._ids))
+                    # A string: qdrouterd's Python agent (vhost, connector...) echoes no other.
                     deliveries.append(link.send(Message(
                         body=body, reply_to=self.reply_to, correlation_id=correlation,
                         properties={**properties, "operation": operation})))

@@ -1,4 +1,4 @@
-"""Errors of the service functions; the API turns them into 400, 403, 404, 409 and 413."""
+"""Errors of the service functions; the API turns them into 400, 403, 404, 409, 413 and 503."""
 
 
 class ServiceError(Exception):
@@ -42,3 +42,10 @@ class TooLarge(ServiceError):
 
     status = 413
     code = "too_large"
+
+
+class Unavailable(ServiceError):
+    """A router or broker the request needs did not answer: nothing was changed; try again."""
+
+    status = 503
+    code = "unavailable"

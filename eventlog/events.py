@@ -38,6 +38,8 @@ EVENT_TYPES: dict[str, EventType] = {
         _t("tenant.invitation_created", "id email role expires_at"),
         _t("tenant.invitation_revoked", "id email"),
         _t("tenant.invitation_accepted", "id email role username"),
+        # an audit entry only: a client connection of a space closed through the API
+        _t("tenant.connection_closed", "space id hostname container_id principal protocol via"),
         _t("address_space.created", "uid name type plan plan_status spec", "broker"),
         _t("address_space.plan_changed", "plan plan_status"),
         _t("address_space.spec_changed", "plan plan_status spec"),  # a PUT that drops keys

@@ -20,6 +20,7 @@ class Action(StrEnum):
     MANAGE_MEMBERS = "manage_members"
     DELETE_TENANT = "delete_tenant"
     SET_QUOTA = "set_quota"
+    CLOSE_CONNECTIONS = "close_connections"
 
 
 # What only operators (staff) may do: tenant_for() lets staff do everything.
@@ -33,7 +34,7 @@ ALLOWED: dict[str, frozenset[Action]] = {
     Role.VIEWER: frozenset({Action.READ}),
     Role.ADMIN: frozenset(
         {Action.READ, Action.READ_AUDIT, Action.MANAGE_ADDRESSES, Action.MANAGE_USERS,
-         Action.MANAGE_SPACES}
+         Action.MANAGE_SPACES, Action.CLOSE_CONNECTIONS}
     ),
     Role.OWNER: frozenset(Action) - OPERATOR_ONLY,
 }

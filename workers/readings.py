@@ -1,6 +1,6 @@
 """The data-plane reads `config_service` asks for (config_service/readings.py), registered at
 start-up by workers/apps.py: a space's router and broker counters for the portal's address
-table, and the CA certificate its status shows. Each read goes to the space's own router and
+table, the CA certificate its status shows, and its connections (workers/connections.py). Each read goes to the space's own router and
 broker (`endpoints.of`), with short timeouts: a stats page must not hang on a busy target.
 """
 import logging
@@ -10,7 +10,7 @@ import requests
 from django.conf import settings
 
 from config_service.readings import AddressCounters
-from workers import endpoints
+from workers import connections, endpoints
 from workers.agents.router.certificates import ca_cert_pem
 from workers.clients.qdr import Management, RouterUnreachable, router_address
 
@@ -27,6 +27,12 @@ class WorkersReadings:
 
     def ca_cert(self, space) -> str:
         return ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if settings.MAAS_ROUTER_ENABLED else ""
+
+    def connections(self, space):
+        return connections.connections(space)
+
+    def close_connection(self, space, connection_id: str):
+        return connections.close(space, connection_id)
 
 
 def _router_rows(router: endpoints.RouterEndpoint, vhost: str) -> dict:

@@ -1,5 +1,6 @@
 """The resource kinds maasctl knows: their API paths, names on the command line and how an
-object's name maps to its URL (an Address or MessagingUser is named `<space>.<name>`)."""
+object's name maps to its URL (an Address, MessagingUser or Connection is named
+`<space>.<name>`)."""
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -14,6 +15,9 @@ class Kind:
     collection: str  # the list path; {tenant} and {space} are filled in
     in_space: bool = False  # named `<space>.<name>`, listed per space
     tenant_scoped: bool = True
+    # What the data plane reports now (a client connection), not configuration: no manifest,
+    # listed one space at a time, and the URL takes the server's id without `<space>.`.
+    live: bool = False
 
     @property
     def ref(self) -> str:
@@ -24,7 +28,14 @@ class Kind:
 
     def object_path(self, name: str, tenant: str = "") -> str:
         space = space_of(name) if self.in_space else ""
+        if self.live:
+            name = name[len(space) + 1:]
         return f"{self.list_path(tenant, space)}{name}/"
+
+    def name_of(self, obj: dict) -> str:
+        """The name the command line takes back: a connection's `<space>.<id>`."""
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('addressSpace')}.{meta.get('name')}" if self.live else meta.get("name")
 
 
 KINDS = [
@@ -41,6 +52,11 @@ KINDS = [
          "addressplans/", tenant_scoped=False),
     Kind("Tenant", "maas.io", "tenants", ("tenant",), "tenants/", tenant_scoped=False),
 ]
+# Kinds that are read and deleted, never applied.
+LIVE = [
+    Kind("Connection", "maas.io", "connections", ("connection", "conn"),
+         "tenants/{tenant}/addressspaces/{space}/connections/", in_space=True, live=True),
+]
 BY_KIND = {k.kind: k for k in KINDS}
 # EnMasse's list kinds: `apply` applies each item.
 LIST_KINDS = {"List"} | {f"{k.kind}List" for k in KINDS}
@@ -49,10 +65,10 @@ LIST_KINDS = {"List"} | {f"{k.kind}List" for k in KINDS}
 def lookup(word: str) -> Kind:
     """A kind from what a user types: `addressspaces`, `as`, `Address`, `address.enmasse.io`."""
     w = word.lower().split(".")[0]
-    for k in KINDS:
+    for k in KINDS + LIVE:
         if w in (k.kind.lower(), k.plural, *k.aliases):
             return k
-    names = ", ".join(k.plural for k in KINDS)
+    names = ", ".join(k.plural for k in KINDS + LIVE)
     raise UsageError(f'the server doesn\'t have a resource type "{word}" (one of {names})')
 
 

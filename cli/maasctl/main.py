@@ -118,8 +118,14 @@ def cmd_apply(args) -> int:
     return code
 
 
+CONNECTION_FILTERS = ("protocol", "via", "user", "search")
+
+
 def cmd_get(args) -> int:
     kind = kinds.lookup(args.kind)
+    given = [f"--{k}" for k in CONNECTION_FILTERS if getattr(args, k)]
+    if given and not kind.live:
+        raise UsageError(f"{', '.join(given)}: only for connections")
     client, tenant = _session(args, tenant=kind.tenant_scoped)
     single = bool(args.names) and len(args.names) == 1
     if args.names:
@@ -127,12 +133,13 @@ def cmd_get(args) -> int:
                    for n in args.names]
     else:
         params = {k: v for k, v in (("type", args.type), ("phase", args.phase)) if v}
+        params.update({k: getattr(args, k) for k in CONNECTION_FILTERS if getattr(args, k)})
         objects = resources.list_objects(client, kind, tenant, args.space, params)
     if args.output in ("json", "yaml"):
         print(output.dump(objects[0] if single else output.as_list(objects), args.output))
     elif args.output == "name":
         for o in objects:
-            print(f"{kind.ref}/{o['metadata']['name']}")
+            print(f"{kind.ref}/{kind.name_of(o)}")
     elif not objects:
         where = f" in address space {args.space}" if args.space else ""
         print(f"No {kind.plural} found in tenant {tenant}{where}." if kind.tenant_scoped
@@ -287,23 +294,34 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("kind")
     s.add_argument("names", nargs="*", default=[])
     s.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"])
-    s.add_argument("--space", "-s", help="addresses and users of one address space")
+    s.add_argument("--space", "-s", help="addresses, users or connections of one address "
+                                         "space")
     s.add_argument("--type", help="only this type (addresses, address spaces, plans)")
     s.add_argument("--phase", help="only this phase (addresses, address spaces)")
+    s.add_argument("--protocol", choices=["amqp", "amqps", "mqtt", "mqtts", "amqp-0-9-1"],
+                   help="only connections of this protocol")
+    s.add_argument("--via", choices=["router", "gateway", "broker"],
+                   help="only connections through this part of the data plane")
+    s.add_argument("--user", help="only this messaging user's connections")
+    s.add_argument("--search", help="only connections with this text in their host, "
+                                    "container id or user")
     s.set_defaults(func=cmd_get)
 
     s = sub.add_parser("describe", help="show objects' spec and status readably")
     _globals(s)
     s.add_argument("names", nargs="*", default=[], metavar="KIND [NAME...]")
     s.add_argument("-f", "--filename", action="append")
-    s.add_argument("--space", "-s")
+    s.add_argument("--space", "-s", help="NAME is an address, user or connection of this "
+                                         "space")
     s.set_defaults(func=cmd_describe)
 
-    s = sub.add_parser("delete", help="delete objects (KIND NAME... or -f FILE)")
+    s = sub.add_parser("delete", help="delete objects (KIND NAME... or -f FILE), or close "
+                                      "connections")
     _globals(s)
     s.add_argument("names", nargs="*", default=[], metavar="KIND NAME")
     s.add_argument("-f", "--filename", action="append")
-    s.add_argument("--space", "-s", help="NAME is an address or user of this space")
+    s.add_argument("--space", "-s", help="NAME is an address, user or connection of this "
+                                         "space")
     s.add_argument("--ignore-not-found", action="store_true")
     s.add_argument("--wait", action="store_true", help="until they are gone")
     s.add_argument("--timeout", default="60s")
@@ -313,7 +331,8 @@ def parser() -> argparse.ArgumentParser:
     _globals(s)
     s.add_argument("names", nargs="*", default=[], metavar="KIND NAME")
     s.add_argument("-f", "--filename", action="append")
-    s.add_argument("--space", "-s", help="NAME is an address or user of this space")
+    s.add_argument("--space", "-s", help="NAME is an address, user or connection of this "
+                                         "space")
     s.add_argument("--for", dest="condition", required=True,
                    help="phase=Active, condition=Ready or delete")
     s.add_argument("--timeout", default="30s", help="e.g. 60s, 2m (default 30s)")

@@ -1,5 +1,5 @@
 """Printing objects: kubectl-style tables (default and `-o wide`), YAML, JSON, names, and
-`describe`'s readable form of spec and status."""
+`describe`'s readable form of spec and status (and a connection's metrics and links)."""
 import datetime
 import json
 import re
@@ -110,6 +110,21 @@ COLUMNS = {
                                          (_s(o, "spec", "resources") or {}).items()), True),
         ("PARTITIONS", lambda o: _s(o, "spec", "partitions"), True),
     ],
+    "Connection": [
+        ("NAME", lambda o: _s(o, "metadata", "name"), False),
+        ("USER", lambda o: _s(o, "spec", "principal"), False),
+        ("PROTOCOL", lambda o: _s(o, "spec", "protocol"), False),
+        ("HOST", lambda o: _s(o, "spec", "hostname"), False),
+        ("CONTAINER", lambda o: _s(o, "spec", "containerId"), False),
+        ("SENDERS", lambda o: _s(o, "metrics", "senders"), False),
+        ("RECEIVERS", lambda o: _s(o, "metrics", "receivers"), False),
+        ("IN", lambda o: _s(o, "metrics", "messagesIn"), False),
+        ("OUT", lambda o: _s(o, "metrics", "messagesOut"), False),
+        ("AGE", lambda o: age(_s(o, "metadata", "creationTimestamp", default=None)), False),
+        ("VIA", lambda o: _s(o, "spec", "via"), True),
+        ("ENCRYPTED", lambda o: str(_s(o, "spec", "encrypted")).lower(), True),
+        ("MECHANISM", lambda o: _s(o, "spec", "saslMechanism"), True),
+    ],
     "Tenant": [
         ("NAME", lambda o: _s(o, "metadata", "name"), False),
         ("DISPLAY NAME", lambda o: _s(o, "spec", "displayName"), False),
@@ -194,11 +209,27 @@ def describe(obj: dict) -> str:
     head.update({"Created": meta.get("creationTimestamp", ""),
                  "Resource Version": meta.get("resourceVersion", ""), "UID": meta.get("uid", "")})
     out = [f"{k + ':':<18}{v}" for k, v in head.items() if v not in ("", None)]
-    for part in ("spec", "status"):
+    for part in ("spec", "status", "metrics"):  # metrics: a connection's
         if obj.get(part):
             out.append(f"{part.title()}:")
             _describe(obj[part], 1, out)
+    if "links" in obj:  # a connection read by its id
+        out.append("Links:" + ("" if obj["links"] else "  <none>"))
+        if obj["links"]:
+            out += ["  " + line for line in links_table(obj["links"]).splitlines()]
     return "\n".join(out)
+
+
+LINK_METRICS = ("deliveries", "credit", "unsettled", "accepted", "rejected", "released",
+                "modified", "presettled", "undelivered")
+
+
+def links_table(links: list[dict]) -> str:
+    """A connection's links, one row each; the link's name (often a UUID) last."""
+    return table([["ROLE", "ADDRESS", *(m.upper() for m in LINK_METRICS), "NAME"]] +
+                 [[_s(link, "role"), _s(link, "address"),
+                   *(_s(link, "metrics", m) for m in LINK_METRICS), _s(link, "name")]
+                  for link in links])
 
 
 # usage --------------------------------------------------------------------------------------

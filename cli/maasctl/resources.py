@@ -35,6 +35,9 @@ class Target:
 
 
 def target(kind: Kind, name: str, tenant: str) -> Target:
+    if kind.live and "." not in name:
+        raise UsageError(f'give the address space of {kind.kind.lower()} "{name}": -s SPACE, '
+                         f"or name it <address space>.<id> (e.g. myspace.router-12)")
     if kind.in_space:
         kinds.space_of(name)
     return Target(kind, name, tenant)
@@ -114,9 +117,14 @@ def spaces_of(client: Client, tenant: str) -> list[str]:
 
 def list_objects(client: Client, kind: Kind, tenant: str, space: str | None,
                  params: dict | None = None) -> list[dict]:
-    """Every object of a kind; addresses and users of one space, or of all of them."""
+    """Every object of a kind; addresses and users of one space, or of all of them;
+    connections of one space (each space's are read from its router or broker, which may
+    not answer)."""
     if not kind.in_space:
         return client.items(kind.list_path(tenant), params)
+    if kind.live and not space:
+        raise UsageError(f"{kind.plural} are listed one address space at a time: "
+                         "give -s SPACE")
     spaces = [space] if space else spaces_of(client, tenant)
     return [o for s in spaces for o in client.items(kind.list_path(tenant, s), params)]
 
@@ -130,7 +138,7 @@ def delete(client: Client, t: Target, ignore_not_found: bool = False) -> str | N
                 return None
             exc.args = (f"{t.not_found()}: {exc}",)
         raise
-    return f'{t.kind.ref} "{t.name}" deleted'
+    return f'{t.kind.ref} "{t.name}" {"closed" if t.kind.live else "deleted"}'
 
 
 # wait ---------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """EnMasse-shaped resources: address spaces, addresses, messaging users and plans rendered from
 the projections, with the endpoints and connection URLs a space gives its clients."""
 import base64
+import datetime
 from urllib.parse import quote
 
 from django.conf import settings
 
-from core.api.manifests import ADMIN_API, ENMASSE, USER_API, metadata
+from core.api.manifests import ADMIN_API, ENMASSE, MAAS_API, USER_API, metadata, timestamp
 
 from .. import brokers, plan_specs, readings
 from ..status import address_status, agents_needed, space_status
@@ -112,6 +113,29 @@ def address(space, addr, states: dict) -> dict:
         "spec": spec,
         "status": body,
     }
+
+
+def connection(space, c, links: bool = False) -> dict:
+    """A client connection (config_service/readings.py) in the shape of EnMasse's console
+    Connection: metadata, spec, metrics, and with `links` each of its links."""
+    opened = (datetime.datetime.fromtimestamp(c.opened_at, datetime.UTC)
+              if c.opened_at is not None else None)
+    body = {
+        "apiVersion": MAAS_API,
+        "kind": "Connection",
+        "metadata": {"name": c.id, "namespace": space.tenant.slug, "addressSpace": space.name,
+                     "creationTimestamp": timestamp(opened) if opened else None},
+        "spec": {"hostname": c.hostname, "containerId": c.container_id,
+                 "protocol": c.protocol, "encrypted": c.encrypted, "principal": c.principal,
+                 "saslMechanism": c.sasl_mechanism, "via": c.via,
+                 "properties": {str(k): v if isinstance(v, (bool, int, float)) else str(v)
+                                for k, v in c.properties.items()}},
+        "metrics": dict(c.metrics),
+    }
+    if links:
+        body["links"] = [{"name": link.name, "role": link.role, "address": link.address,
+                          "metrics": dict(link.metrics)} for link in c.links]
+    return body
 
 
 def messaging_user(space, user, states: dict) -> dict:

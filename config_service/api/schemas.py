@@ -7,7 +7,7 @@ roles); `kind`, `apiVersion` and event types are strings, so that a new value br
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers as s
 
-from core.api.manifests import ADMIN_API, ENMASSE, USER_API
+from core.api.manifests import ADMIN_API, ENMASSE, MAAS_API, USER_API
 from core.api.schemas import (
     Described,
     ManifestMeta,
@@ -20,6 +20,7 @@ from tenants.models import AddressSpaceType, AddressType
 from tenants.router_policy import ROUTER_POLICY_BOUNDS
 
 from .. import validation
+from ..readings import PROTOCOLS, VIA
 from ..status import PHASES
 
 ADDRESS_SPACE_TYPES = AddressSpaceType.values
@@ -359,6 +360,69 @@ class MessagingUserUpdate(Described):
 MessagingUserList = list_of(MessagingUser, "MessagingUserList", USER_API)
 MessagingUserManifestOrList, MessagingUserOrList = bulk(
     MessagingUserManifest, "MessagingUserList", MessagingUser, MessagingUserList)
+
+
+# Connections ---------------------------------------------------------------------------------
+
+class ConnectionMeta(Described):
+    name = s.CharField(help_text="The connection's id in its space: `router-<n>` or "
+                                 "`broker-<base64url>`; stable while it lives.")
+    namespace = s.CharField(help_text="The tenant's name.")
+    addressSpace = s.CharField()
+    creationTimestamp = s.DateTimeField(allow_null=True, help_text="When it opened.")
+
+
+class ConnectionSpec(Described):
+    hostname = s.CharField(allow_blank=True, help_text="The client's address and port.")
+    containerId = s.CharField(allow_blank=True, help_text="The AMQP container id, or the MQTT "
+                                                          "client id.")
+    protocol = s.CharField(help_text="One of " + ", ".join(PROTOCOLS) + ".")
+    encrypted = s.BooleanField()
+    principal = s.CharField(allow_blank=True, help_text="The messaging user.")
+    saslMechanism = s.CharField(allow_blank=True)
+    via = s.CharField(help_text="What holds it: " + ", ".join(VIA) + ".")
+    properties = s.DictField(help_text="The client's connection properties (bounded).")
+
+
+class ConnectionMetrics(Described):
+    messagesIn = s.IntegerField(help_text="Messages the client sent.")
+    messagesOut = s.IntegerField(help_text="Messages the client received.")
+    senders = s.IntegerField()
+    receivers = s.IntegerField()
+
+
+class LinkMetrics(Described):
+    deliveries = s.IntegerField(required=False)
+    credit = s.IntegerField(required=False, help_text="Credit (prefetch on a broker).")
+    unsettled = s.IntegerField(required=False)
+    accepted = s.IntegerField(required=False)
+    rejected = s.IntegerField(required=False)
+    released = s.IntegerField(required=False)
+    modified = s.IntegerField(required=False)
+    presettled = s.IntegerField(required=False)
+    undelivered = s.IntegerField(required=False)
+
+
+class ConnectionLink(Described):
+    name = s.CharField(allow_blank=True)
+    role = s.ChoiceField(choices=["sender", "receiver"], help_text="The client's side.")
+    address = s.CharField(allow_blank=True)
+    metrics = LinkMetrics()
+
+
+class Connection(Described):
+    apiVersion = always(MAAS_API)
+    kind = always("Connection")
+    metadata = ConnectionMeta()
+    spec = ConnectionSpec()
+    metrics = ConnectionMetrics()
+
+
+class ConnectionDetail(Connection):
+    links = ConnectionLink(many=True)
+
+
+ConnectionList = list_of(Connection, "ConnectionList", MAAS_API)
 
 
 # Plans ---------------------------------------------------------------------------------------

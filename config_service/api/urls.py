@@ -1,7 +1,7 @@
 """Routes of the REST API under /api/v1/."""
 from django.urls import path
 
-from .views import address_spaces, addresses, events, messaging_users, plans, usage
+from .views import address_spaces, addresses, connections, events, messaging_users, plans, usage
 
 T = "tenants/<slug:tenant>"
 S = f"{T}/addressspaces/<slug:space>"
@@ -16,6 +16,9 @@ urlpatterns = [
     path(f"{S}/users/", messaging_users.MessagingUserList.as_view(), name="messaginguser-list"),
     path(f"{S}/users/<str:user>/", messaging_users.MessagingUserDetail.as_view(),
          name="messaginguser-detail"),
+    path(f"{S}/connections/", connections.ConnectionList.as_view(), name="connection-list"),
+    path(f"{S}/connections/<str:connection>/", connections.ConnectionDetail.as_view(),
+         name="connection-detail"),
     path(f"{T}/events/", events.EventList.as_view(), name="event-list"),
     path(f"{T}/usage/", usage.UsageView.as_view(), name="usage"),
     path("addressspaceplans/", plans.AddressSpacePlanList.as_view(), name="addressspaceplan-list"),

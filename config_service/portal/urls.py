@@ -2,7 +2,7 @@
 what is in them."""
 from django.urls import path
 
-from . import members, views
+from . import connections, members, views
 
 T = "t/<slug:tenant>"
 S = f"{T}/spaces/<slug:space>"
@@ -27,6 +27,10 @@ urlpatterns = [
     path(f"{S}/users/<str:user>/permissions/", views.user_permissions, name="user-permissions"),
     path(f"{S}/users/<str:user>/delete/", views.user_delete, name="user-delete"),
     path(f"{S}/connect/", views.connect, name="connect"),
+    path(f"{S}/connections/", connections.connections, name="connections"),
+    path(f"{S}/connections/rows/", connections.connection_rows, name="connection-rows"),
+    path(f"{S}/connections/<str:connection>/close/", connections.connection_close,
+         name="connection-close"),
     path(f"{T}/members/", members.members, name="members"),
     path(f"{T}/members/<str:member>/role/", members.member_role, name="member-role"),
     path(f"{T}/members/<str:member>/remove/", members.member_remove, name="member-remove"),

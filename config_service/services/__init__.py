@@ -19,6 +19,7 @@ from .addresses import (
     purge_address,
     update_address,
 )
+from .connections import close_connection, find_connection, list_connections
 from .messaging_users import create_messaging_user, delete_messaging_user, update_messaging_user
 from .placement import address_plan_status, space_plan_status
 from .plans import (
@@ -36,7 +37,10 @@ __all__ = [
     "address_counts",
     "address_plan_status",
     "change_address_space_plan",
+    "close_connection",
     "create_address",
+    "find_connection",
+    "list_connections",
     "create_address_plan",
     "create_address_space",
     "create_addresses",

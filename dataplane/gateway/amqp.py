@@ -13,7 +13,7 @@ import logging
 import struct
 
 import proton
-from proton import Collector, Connection, Delivery, Endpoint, Event, Message, Transport
+from proton import Collector, Connection, Delivery, Endpoint, Event, Message, Transport, symbol
 
 logger = logging.getLogger("dataplane.gateway.amqp")
 
@@ -46,11 +46,13 @@ class AmqpConnection(asyncio.Protocol):
     _tags = itertools.count()
 
     def __init__(self, handler, user: str, password: str, hostname: str | None,
-                 container_id: str):
+                 container_id: str, properties: dict | None = None):
         self.handler = handler
         self.loop = asyncio.get_running_loop()
         self.conn = Connection()
         self.conn.container = container_id
+        if properties:  # what the router's connection list shows of the client behind it
+            self.conn.properties = {symbol(k): v for k, v in properties.items()}
         if hostname:
             self.conn.hostname = hostname
         self.conn.user, self.conn.password = user, password

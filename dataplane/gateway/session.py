@@ -298,6 +298,13 @@ class MqttSession(asyncio.Protocol):
             return None
         return await asyncio.to_thread(self.gw.control.load_session, self.vhost, self.client_id)
 
+    def _client_properties(self) -> dict:
+        """The MQTT client behind the AMQP connection, as the space's connection list shows
+        it (docs/api.md, "Connections")."""
+        host = f"{self.peer[0]}:{self.peer[1]}" if self.peer else ""
+        return {"maas-protocol": "mqtts" if self.tls else "mqtt",
+                "maas-client-id": self.client_id, "maas-client-host": host}
+
     def _actor(self) -> str:
         return f"mqtt-gateway:{self.login}"
 
@@ -307,7 +314,8 @@ class MqttSession(asyncio.Protocol):
             host, port = await self.gw.router_for(self.vhost)
             _, self.amqp = await asyncio.wait_for(loop.create_connection(
                 lambda: AmqpConnection(self, self.login, password, self.vhost,
-                                       f"mqtt-gateway-{uuid.uuid4().hex[:12]}"),
+                                       f"mqtt-gateway-{uuid.uuid4().hex[:12]}",
+                                       self._client_properties()),
                 host, port), OPEN_TIMEOUT)
             await asyncio.wait_for(self.amqp.opened, OPEN_TIMEOUT)
         except LinkRefused as exc:

@@ -25,6 +25,7 @@ from cproton import (
 )
 from cproton_ffi import ffi
 from cproton_ffi import lib as L
+from proton._data import dat2obj
 
 from ..admission import Admission, Limits
 from . import entities as E
@@ -40,6 +41,12 @@ from .sasl_relay import CLIENT_TIMEOUT, AuthService, SaslRelay
 from .usage_ledger import FLUSH_INTERVAL, UsageLedger
 
 logger = logging.getLogger(__name__)
+
+# Seconds a connection closed by management has to answer the close before its socket goes.
+CLOSE_GRACE = 5.0
+# A client's connection properties as the router keeps them for management: bounded, so
+# that what a client sends at open cannot grow the router.
+MAX_PROPERTIES, MAX_PROPERTY_CHARS = 16, 256
 
 _MGMT_CREDIT = 100
 MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
@@ -178,6 +185,8 @@ class Engine:
         if conn is None:
             return
         conn.container = pn_connection_remote_container(conn.pn)
+        if conn.kind == "client":
+            conn.properties = _bounded(dat2obj(L.pn_connection_remote_properties(conn.pn)))
         if conn.kind == "connector":
             conn.opened = True
             self.broker.on_connected(conn)
@@ -221,6 +230,18 @@ class Engine:
         pn = L.pn_event_connection(event)
         if not L.pn_connection_state(pn) & L.PN_LOCAL_CLOSED:
             L.pn_connection_close(pn)
+
+    def force_close(self, conn: Conn, description: str) -> None:
+        """Close a client connection as qdrouterd does for management's `adminStatus: deleted`:
+        the peer gets amqp:connection:forced with `description`. A peer that never answers the
+        close loses its socket after CLOSE_GRACE seconds."""
+        self._set_condition(L.pn_connection_condition(conn.pn), "amqp:connection:forced",
+                            description)
+        L.pn_connection_close(conn.pn)
+        self.loop.mark(conn.pn)
+        self.loop.call_later(CLOSE_GRACE, self.loop.close, conn)
+        logger.info("router.connection_closed_by_management",
+                    extra={"host": conn.host, "login": conn.login, "vhost": conn.vhost})
 
     def on_conn_closed(self, conn: Conn) -> None:
         for ls in list(conn.links):
@@ -577,3 +598,16 @@ class Engine:
             self.fwd.forward(ls, d, n)
         if self.fwd.release_large():
             self.loop.after_large_message()
+
+
+def _bounded(properties) -> dict:
+    """The first MAX_PROPERTIES of a client's connection properties, keys and values as
+    strings or numbers of at most MAX_PROPERTY_CHARS characters."""
+    if not isinstance(properties, dict):
+        return {}
+    kept = {}
+    for key, value in list(properties.items())[:MAX_PROPERTIES]:
+        if not isinstance(value, (bool, int, float)):
+            value = str(value)[:MAX_PROPERTY_CHARS]
+        kept[str(key)[:MAX_PROPERTY_CHARS]] = value
+    return kept

@@ -194,6 +194,7 @@ class Forwarder:
         counts.ingress += 1
         counts.bytes_in += n
         self.counts.ingress += 1
+        ls.counts.ingress += 1  # the link's deliveryCount
         if node.multicast:
             self._multicast(ls, node, d, n, settled)
         else:
@@ -349,6 +350,7 @@ class Forwarder:
         node.counts.ingress += 1
         node.counts.bytes_in += n
         self.counts.ingress += 1
+        ls.counts.ingress += 1
         self._send(ls.peer, self._buf, n, d, ls, settled, node)
 
     def inject(self, node: Node, data: bytes) -> None:

@@ -67,6 +67,7 @@ class Conn:
         self.links: set = set()
         self.connector = None  # connector entity name for outbound connections
         self.container: str | None = None
+        self.properties: dict = {}  # the client's connection properties (bounded)
         self.sasl_mech: str | None = None
 
     def start_tls(self, context: ssl.SSLContext) -> None:

@@ -125,6 +125,7 @@ class Management:
             if op == "GET-OPERATIONS":  # as qdrouterd: {type: [operations]}
                 found = {t: list(CONFIG_OPERATIONS) for t in store.types()}
                 found.update({t: ["READ", "QUERY"] for t in views.TYPES})
+                found[views.CONNECTION] = ["READ", "QUERY", "UPDATE"]
                 return 200, "OK", {t: ops for t, ops in found.items() if not etype or t == etype}
             if op == "GET-SCHEMA":  # the shape of qdrouterd's, with names and operations only
                 attributes = {t: ["name", "identity", *E.SCHEMAS[t].defaults]
@@ -164,6 +165,8 @@ class Management:
                             return 200, "OK", row
                     return 404, "Entity not found", None
                 return 200, "OK", store.public(store.find(etype, name, identity))
+            if op == "UPDATE" and etype == views.CONNECTION:
+                return self._update_connection(name, identity, body or {})
             if op == "UPDATE":
                 ent = store.find(etype, name, identity)
                 store.update(ent, dict(body or {}))
@@ -183,6 +186,27 @@ class Management:
         except E.EntityError as exc:
             return exc.status, exc.description, None
         return 400, f"Unsupported operation {op}", None
+
+    def _update_connection(self, name, identity, body: dict):
+        """qdrouterd's one change to a connection: `adminStatus: deleted` closes it (with
+        amqp:connection:forced). The router's own connections (to brokers) are not closed."""
+        unknown = set(body) - {"adminStatus", "enableProtocolTrace", "type", "name", "identity"}
+        if unknown:
+            return 400, f"Attributes not updatable on a connection: {sorted(unknown)}", None
+        conn = next((c for c in self.engine.loop.conns.values()
+                     if str(c.identity) == str(identity) or f"connection/{c.host}" == name),
+                    None)
+        if conn is None or conn.closed:
+            return 404, "Entity not found", None
+        if body.get("adminStatus") == "deleted":
+            if conn.kind != "client":
+                return 403, "Only client connections can be closed", None
+            self.engine.force_close(conn, "Connection closed by management")
+        elif body.get("adminStatus") not in (None, "enabled"):
+            return 400, "adminStatus must be enabled or deleted", None
+        row = next((r for r in views.connection_rows(self.engine)
+                    if r["identity"] == str(conn.identity)), None)
+        return 200, "OK", row
 
     def _full_type(self, etype):
         """qdrouterd takes short type names too (`router`, `address`, `autoLink`)."""

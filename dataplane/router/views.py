@@ -26,7 +26,7 @@ _ADDRESS_MORE = {"deliveriesIngressRouteContainer": 0, "deliveriesEgressRouteCon
                  "transitOutstanding": None, "trackedDeliveries": 0, "priority": -1}
 _CONNECTION_MORE = {"adminStatus": "enabled", "protocol": "amqp", "enableProtocolTrace": False,
                     "ssl": False, "sslProto": None, "sslCipher": None, "sslSsf": None,
-                    "properties": {}, "lastDlvSeconds": None}
+                    "lastDlvSeconds": None}
 _LINK_MORE = {"peer": None, "droppedPresettledCount": 0, "deliveriesDelayed1Sec": 0,
               "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0, "zeroCreditSeconds": 0,
               "settleRate": 0, "ingressHistogram": None, "priority": 4}
@@ -102,6 +102,7 @@ def connection_rows(engine) -> list[dict]:
             "sasl": conn.sasl_mech, "opened": conn.opened, "operStatus": "up",
             "connector": conn.connector, "sessions": len(conn.sessions),
             "senders": conn.senders, "receivers": conn.receivers,
+            "properties": conn.properties,
         })
     return rows
 
@@ -120,7 +121,9 @@ def link_rows(engine) -> list[dict]:
                            else ls.address),
             "connectionId": str(ls.conn.identity), "capacity": 250,
             "creditAvailable": L.pn_link_credit(ls.pn), "unsettledCount": len(ls.unsettled),
-            "deliveryCount": ls.counts.egress, "acceptedCount": ls.counts.accepted,
+            # deliveries on the link either way (qdrouterd counts both directions)
+            "deliveryCount": ls.counts.egress if ls.sender else ls.counts.ingress,
+            "acceptedCount": ls.counts.accepted,
             "rejectedCount": ls.counts.rejected, "releasedCount": ls.counts.released,
             "modifiedCount": ls.counts.modified, "presettledCount": ls.counts.presettled,
             "undeliveredCount": 0, "operStatus": "up", "adminStatus": "enabled",
@@ -188,7 +191,7 @@ def attribute_names(engine) -> dict[str, list[str]]:
              CONNECTION: ["name", "identity", "type", "host", "container", "role", "dir",
                           "user", "tenant", "isAuthenticated", "isEncrypted", "sasl", "opened",
                           "operStatus", "connector", "sessions", "senders", "receivers",
-                          "uptimeSeconds", *_CONNECTION_MORE],
+                          "uptimeSeconds", "properties", *_CONNECTION_MORE],
              LINK: ["name", "identity", "type", "linkType", "linkName", "linkDir", "owningAddr",
                     "connectionId", "capacity", "creditAvailable", "unsettledCount",
                     "deliveryCount", "acceptedCount", "rejectedCount", "releasedCount",

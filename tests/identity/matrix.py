@@ -55,8 +55,17 @@ def build_world(tenant, owner, admin_member, viewer, outsider) -> tuple[dict, di
              "staff": make_user("sam", staff=True), "anonymous": None}
     kwargs = {"tenant": tenant.slug, "space": "matrix", "address": "matrix.orders",
               "user": "matrix.app", "plan": PLAN, "member": "mia",
-              "invitation": invitation.uid, "token": f"maas_inv_{uuid.uuid4().hex}"}
+              "invitation": invitation.uid, "token": f"maas_inv_{uuid.uuid4().hex}",
+              # no client is connected: a role allowed past the role table gets the data
+              # plane's "No connection" (LIVE_NOT_FOUND), tests/workers/test_connections.py
+              # closes real ones
+              "connection": "broker-bm9uZQ"}
     return users, kwargs
+
+
+# The 404 of an endpoint whose object lives in the data plane (a client connection), as
+# opposed to the 404 of a tenant or space the user may not see.
+LIVE_NOT_FOUND = "No connection"
 
 
 def url_for(route: str, kwargs: dict) -> str:

@@ -279,3 +279,31 @@ def test_a_space_whose_router_configuration_is_being_restored_gets_connack_3_and
         return code == 0
 
     wait_for(accepted, 10, interval=0.3, what="CONNACK 0 once restored")
+
+
+def test_the_space_s_connections_name_each_mqtt_client_and_a_close_disconnects_it(
+        gateway, space, tenant, clients):
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    client = Client(gateway, space, client_id="sensor-17")
+    assert client.connected() == 0
+    assert client.subscribe("events", qos=1) == [1]
+    url = f"/api/v1/tenants/{tenant.slug}/addressspaces/{space.name}/connections/"
+    (conn,) = clients["viewer"].get(url, {"via": "gateway"}).json()["items"]
+    assert conn["spec"]["containerId"] == "sensor-17" and conn["spec"]["protocol"] == "mqtt"
+    assert conn["spec"]["principal"] == "app" and conn["metrics"]["receivers"] == 1
+    # the MQTT client's own address, not the gateway's
+    port = client.client.socket().getsockname()[1]
+    assert conn["spec"]["hostname"] == f"127.0.0.1:{port}"
+    links = clients["viewer"].get(f"{url}{conn['metadata']['name']}/").json()["links"]
+    assert [(link["role"], link["address"]) for link in links] == [("receiver", "events")]
+
+    assert clients["admin"].delete(f"{url}{conn['metadata']['name']}/").status_code == 204
+    assert client.disconnected.wait(10), "the MQTT client was not disconnected"
+    # paho reconnects on its own, as a new connection of the same client
+    wait_for(lambda: [c["metadata"]["name"] for c in clients["viewer"].get(url).json()["items"]
+                      if c["spec"]["containerId"] == "sensor-17"] not in ([], [conn["metadata"]["name"]]),
+             timeout=15, what="the closed client to be back as a new connection")
+    client.client.disconnect()
+    client.client.loop_stop()

@@ -3,7 +3,9 @@ platform: a Celery worker running the agents, the embedded router and RabbitMQ.
 
 A new tenant signs in, creates a standard address space and a queue, creates a messaging user,
 sends and receives with a real AMQP client, watches the stats move and opens the usage page;
-a viewer finds no control to change anything. Set MAAS_SCREENSHOTS=DIR to save screenshots.
+a viewer finds no control to change anything. An owner watches two clients on the Connections
+page, opens one's links and closes the other, which its client sees. Set MAAS_SCREENSHOTS=DIR to
+save screenshots.
 """
 import os
 import re
@@ -13,13 +15,14 @@ import uuid
 import pytest
 from django.conf import settings
 from playwright.sync_api import expect, sync_playwright
-from proton import Message
+from proton import ConnectionException, Message
 from proton.utils import BlockingConnection
 
 from tenants.models import Role
 from tenants.services import add_member, create_tenant
 from tests.conftest import BROKER_STATS_LAG, CTX, Worker, make_user
-from tests.workers.conftest import router, router_kind, router_settings  # noqa: F401 - fixtures
+from tests.workers.conftest import router, router_kind, router_settings, sync  # noqa: F401
+from tests.workers.connected import connect, exchange, standard_space
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +136,7 @@ def test_a_new_tenant_journey_and_a_viewer_who_cannot_change_anything(
     conn.close()
     expect(page.get_by_test_id("stored-orders")).to_have_text("2", timeout=stats_ms)
 
-    page.get_by_role("link", name="Connect").click()
+    page.get_by_role("link", name="Connect", exact=True).click()
     expect(page.get_by_test_id("connection-url")).to_contain_text("app%40")
     shot(page, "connect")
     page.get_by_role("link", name="Usage").click()
@@ -150,3 +153,60 @@ def test_a_new_tenant_journey_and_a_viewer_who_cannot_change_anything(
     expect(page.get_by_test_id("address")).to_have_text("orders")
     assert page.get_by_role("button", name=re.compile("Create|Change plan|Purge")).count() == 0
     assert page.get_by_role("link", name=re.compile("Delete|Purge")).count() == 0
+
+
+def test_an_owner_sees_the_clients_connected_and_closes_one(
+        live_server, browser, router, transactional_db):  # noqa: F811
+    from tests.conftest import default_plans_installed
+
+    default_plans_installed()
+    slug = f"conns-{uuid.uuid4().hex[:5]}"
+    olga = make_user("olga")
+    olga.set_password("olga-password")
+    olga.save()
+    tenant = create_tenant(ctx=CTX, slug=slug, owner=olga)
+    space = standard_space(tenant, "web", plan="standard-small")
+    billing = connect(router, space, "billing-worker")
+    checkout = connect(router, space, "checkout-service")
+    exchange(checkout, billing, 3)
+
+    base = live_server.url
+    page = browser.new_page()
+    try:
+        sign_in(page, base, "olga", "olga-password")
+        page.goto(f"{base}/portal/t/{slug}/spaces/web/")
+        page.get_by_role("link", name="Connections").click()
+        expect(page.locator("h1")).to_contain_text("Connections of web")
+        rows = page.locator("tr[data-testid=connection]")
+        expect(rows).to_have_count(2)
+        checkout_row = rows.filter(has_text="checkout-service")
+        expect(checkout_row).to_contain_text("app")
+        expect(checkout_row.locator("td").nth(7)).to_have_text("3")  # messages in
+
+        rows.filter(has_text="billing-worker").get_by_test_id("container-id").click()
+        links = page.locator("tr[data-testid=link]")
+        expect(links).to_have_count(1)
+        expect(links).to_contain_text("receiver")
+        expect(links).to_contain_text("orders")
+        shot(page, "connections")
+
+        checkout_row.get_by_role("link", name="Close").click()
+        expect(page.locator("#confirm-title")).to_have_text(
+            "Close the connection of checkout-service?")
+        page.get_by_role("button", name="Yes, do it").click()
+        expect(page.get_by_role("status")).to_contain_text("Connection of checkout-service")
+        with pytest.raises(ConnectionException, match="forced"):
+            checkout.wait(lambda: False, timeout=10)
+        checkout.close()  # answers the router's close
+        late = connect(router, space, "late-joiner")
+        # the refresh (every 5 s, without a reload) drops the closed one and shows the new one
+        expect(rows.filter(has_text="late-joiner")).to_have_count(1, timeout=15_000)
+        expect(rows.filter(has_text="checkout-service")).to_have_count(0)
+        expect(rows.filter(has_text="billing-worker")).to_have_count(1)
+        late.close()
+    finally:
+        billing.close()
+        try:
+            checkout.close()
+        except Exception:  # closed from the page
+            pass

@@ -3,10 +3,12 @@
 import time
 
 import pytest
+from proton import symbol
 
 from .conftest import ADDRESS, AUTO_LINK, CONNECTOR, LINK_ROUTE, VHOST, RouterProcess
 
 ROUTER = "org.apache.qpid.dispatch.router"
+CONNECTION = "org.apache.qpid.dispatch.connection"
 
 
 def test_create_returns_201_with_defaults(mgmt):
@@ -116,3 +118,29 @@ def test_router_entity_reports_an_uptime_that_a_restart_resets():
         assert uptime() == 0
     finally:
         router.stop()
+
+
+def test_a_client_connection_is_closed_by_its_admin_status_and_its_properties_are_bounded(
+        router, mgmt):
+    from proton import ConnectionException
+
+    from .conftest import add_tenant
+    add_tenant(mgmt, "closing", {"carl": "carl-pw"},
+               {"all": {"users": "carl", "sources": "*", "targets": "*"}})
+    props = {symbol(f"k{i:02}"): "v" * (300 if i == 0 else 3) for i in range(20)}
+    client = router.connect("carl", "carl-pw", vhost="closing", properties=props)
+    (row,) = [r for r in mgmt.query(CONNECTION) if r["tenant"] == "closing"]
+    assert len(row["properties"]) == 16 and max(map(len, row["properties"].values())) == 256
+    status, _, _ = mgmt.request("UPDATE", {"color": "red"}, type=CONNECTION,
+                                identity=row["identity"])
+    assert status == 400  # only adminStatus (and enableProtocolTrace) can change
+    own = [r for r in mgmt.query(CONNECTION) if r["user"] == "admin"]
+    assert mgmt.request("UPDATE", {"adminStatus": "deleted"}, type=CONNECTION,
+                        identity=own[0]["identity"])[0] == 403  # not a client's
+    status, _, body = mgmt.request("UPDATE", {"adminStatus": "deleted"}, type=CONNECTION,
+                                   identity=row["identity"])
+    assert status == 200 and body["identity"] == row["identity"]
+    with pytest.raises(ConnectionException, match="forced"):
+        client.wait(lambda: False, timeout=5)
+    assert mgmt.request("UPDATE", {"adminStatus": "deleted"}, type=CONNECTION,
+                        identity="999999")[0] == 404

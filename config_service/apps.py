@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class ConfigServiceConfig(AppConfig):
@@ -11,8 +12,9 @@ class ConfigServiceConfig(AppConfig):
         from eventlog import log
         from tenants import services as tenant_services
 
-        from . import projections
+        from . import infra_configs, projections
         from .services import TenantSpaces
 
         log.register_projections(projections)
         tenant_services.register_spaces(TenantSpaces())
+        checks.register(infra_configs.check)

@@ -10,7 +10,7 @@ from core.limits import display_name, has_control, printable
 from tenants.models import SLUG, AddressSpaceType, AddressType
 from tenants.router_policy import validate_router_policy
 
-from . import validation
+from . import infra_configs, validation
 
 DISPLAY_KEYS = ("displayName", "displayOrder", "shortDescription", "longDescription")
 ADDRESS_PLAN_KEYS = ("addressType", "resources", "partitions", "messageTtl",
@@ -23,7 +23,7 @@ LIMIT_KEYS = ("router", "broker", "aggregate")
 MAX_CREDITS = 1_000_000.0
 MAX_PARTITIONS = 100
 MAX_DESCRIPTION = 10_000
-DEFAULT_INFRA_CONFIG = "default"
+DEFAULT_INFRA_CONFIG = infra_configs.DEFAULT
 
 
 def plan_name(value) -> str:
@@ -91,8 +91,9 @@ def _choice(value, choices: list[str], field: str) -> str:
     return value
 
 
-def address_plan_fields(spec) -> dict:
-    """The AddressPlan's fields from a whole spec (PUT, POST, or PATCH once merged)."""
+def address_plan_fields(spec, kept=None) -> dict:
+    """The AddressPlan's fields from a whole spec (PUT, POST, or PATCH once merged); `kept`:
+    the plan as stored before a change (what it held that is not enforced may stay)."""
     spec = _known(spec, ADDRESS_PLAN_KEYS, "AddressPlan")
     partitions = spec.get("partitions", 1)
     if partitions is None:
@@ -104,8 +105,10 @@ def address_plan_fields(spec) -> dict:
         "address_type": _choice(spec.get("addressType"), AddressType.values, "spec.addressType"),
         "resources": _credits(spec.get("resources"), RESOURCE_KEYS, "spec.resources"),
         "partitions": partitions,
-        "message_ttl": validation.message_ttl(spec.get("messageTtl")),
-        "message_redelivery": validation.message_redelivery(spec.get("messageRedelivery")),
+        "message_ttl": validation.message_ttl(
+            spec.get("messageTtl"), kept.message_ttl if kept is not None else None),
+        "message_redelivery": validation.message_redelivery(
+            spec.get("messageRedelivery"), kept.message_redelivery if kept is not None else None),
         **_display(spec),
     }
 
@@ -129,6 +132,10 @@ def space_plan_fields(spec) -> dict:
     infra = DEFAULT_INFRA_CONFIG if infra in (None, "") else infra
     if not isinstance(infra, str) or not SLUG.regex.match(infra):
         raise Invalid(SLUG.message, "spec.infraConfigRef")
+    if infra not in infra_configs.configs():
+        raise Invalid(f"unknown infra config {infra!r}; the operator's are "
+                      f"{', '.join(infra_configs.names())} (MAAS_INFRA_CONFIGS)",
+                      "spec.infraConfigRef")
     return {
         "address_space_type": _choice(spec.get("addressSpaceType"), AddressSpaceType.values,
                                       "spec.addressSpaceType"),

@@ -24,6 +24,20 @@ REDELIVERY_KEYS = (
     "redeliveryDelayMultiplier",
     "maximumDeliveryDelay",
 )
+# What no broker or router here can enforce, so it is refused unless it asks for nothing (0,
+# a multiplier of 1) or is what was stored before (a PATCH of another field must not fail):
+# RabbitMQ 3.10 puts a released or modified message back at once (no delayed redelivery)
+# and keeps the TTL a sender sets (it cannot raise one), and the routers store nothing.
+NOT_ENFORCED = {
+    "redeliveryDelay": "a redelivery delay cannot be enforced: RabbitMQ 3.10 redelivers a "
+                       "released message at once and the routers store nothing",
+    "maximumDeliveryDelay": "a redelivery delay cannot be enforced: RabbitMQ 3.10 redelivers "
+                            "a released message at once and the routers store nothing",
+    "redeliveryDelayMultiplier": "a redelivery delay cannot be enforced: RabbitMQ 3.10 "
+                                 "redelivers a released message at once",
+    "minimum": "a minimum TTL cannot be enforced: the brokers keep the TTL a sender sets",
+}
+NOTHING_ASKED = {"redeliveryDelayMultiplier": (0, 1)}
 # The keys of an AddressSpace's spec that MaaS implements; EnMasse's others (endpoints,
 # authenticationService, networkPolicy, connectors) have no effect here, and routerPolicy is
 # the operator's (plans and settings), so none of them is accepted, let alone stored.
@@ -145,7 +159,19 @@ def _int_in(value, field: str, low: int, high: int) -> int:
     return value
 
 
-def message_ttl(value) -> dict:
+def _refuse_not_enforced(given: dict, kept: dict | None, section: str) -> None:
+    """Refuses a value of NOT_ENFORCED that asks for something and was not stored before."""
+    for key, why in NOT_ENFORCED.items():
+        value = given.get(key)
+        if value in (None, *NOTHING_ASKED.get(key, (0,))) or value == (kept or {}).get(key):
+            continue
+        kept_hint = "maximumDeliveryAttempts is" if section == "messageRedelivery" else \
+            "maximum is"
+        raise Invalid(f"{why}; leave {key} out ({kept_hint} enforced)", f"spec.{section}.{key}")
+
+
+def message_ttl(value, kept: dict | None = None) -> dict:
+    """A messageTtl; `kept`: the one stored before (its minimum stays allowed)."""
     if value in (None, {}):
         return {}
     if not isinstance(value, dict) or set(value) - set(TTL_KEYS):
@@ -153,10 +179,12 @@ def message_ttl(value) -> dict:
     ttl = {k: _int_in(v, f"spec.messageTtl.{k}", 0, MAX_MILLISECONDS) for k, v in value.items()}
     if ttl.get("minimum") and ttl.get("maximum") and ttl["minimum"] > ttl["maximum"]:
         raise Invalid("minimum must not exceed maximum", "spec.messageTtl")
+    _refuse_not_enforced(ttl, kept, "messageTtl")
     return ttl
 
 
-def message_redelivery(value) -> dict:
+def message_redelivery(value, kept: dict | None = None) -> dict:
+    """A messageRedelivery; `kept`: the one stored before (its delays stay allowed)."""
     if value in (None, {}):
         return {}
     if not isinstance(value, dict) or set(value) - set(REDELIVERY_KEYS):
@@ -176,6 +204,7 @@ def message_redelivery(value) -> dict:
             out[key] = _int_in(item, field, 0, MAX_DELIVERY_ATTEMPTS)
         else:
             out[key] = _int_in(item, field, 0, MAX_MILLISECONDS)
+    _refuse_not_enforced(out, kept, "messageRedelivery")
     return out
 
 

@@ -415,6 +415,9 @@ MAAS_BROKER_IMAGE = env("MAAS_BROKER_IMAGE", "rabbitmq:3.13-management")
 MAAS_CONTROL_PLANE_IMAGE = env("MAAS_CONTROL_PLANE_IMAGE", "ghcr.io/maas-project/maas:0.1.0")
 MAAS_BROKER_STORAGE = env("MAAS_BROKER_STORAGE", "2Gi")
 MAAS_BROKER_STORAGE_CLASS = env("MAAS_BROKER_STORAGE_CLASS", "")
+# The infra configs plans name in infraConfigRef, as JSON beyond the built-in `default` and
+# `default-minimal` (config_service/infra_configs.py): router and broker sizes per space.
+MAAS_INFRA_CONFIGS = env("MAAS_INFRA_CONFIGS", "")
 MAAS_ROUTER_SERVICE_TYPE = env("MAAS_ROUTER_SERVICE_TYPE", "ClusterIP")
 MAAS_INFRA_CONFIG_MAP = env("MAAS_INFRA_CONFIG_MAP", "maas-config")
 MAAS_INFRA_SECRET = env("MAAS_INFRA_SECRET", "maas-secrets")

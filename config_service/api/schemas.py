@@ -54,23 +54,29 @@ class AddressResources(Described):
     broker = s.FloatField(required=False)
 
 
-def _milliseconds() -> s.IntegerField:
+NOT_ENFORCED = ("Not enforced here, so only 0 (nothing) is taken; another value is refused "
+                "(400) unless stored before.")
+
+
+def _milliseconds(help_text: str = "Milliseconds.") -> s.IntegerField:
     return s.IntegerField(required=False, min_value=0, max_value=validation.MAX_MILLISECONDS,
-                          help_text="Milliseconds.")
+                          help_text=help_text)
 
 
 class MessageTtl(Described):
-    minimum = _milliseconds()
+    minimum = _milliseconds(f"Milliseconds. {NOT_ENFORCED}")
     maximum = _milliseconds()
 
 
 class MessageRedelivery(Described):
     maximumDeliveryAttempts = s.IntegerField(required=False, min_value=0,
                                              max_value=validation.MAX_DELIVERY_ATTEMPTS)
-    redeliveryDelay = _milliseconds()
-    redeliveryDelayMultiplier = s.FloatField(required=False, min_value=0,
-                                             max_value=validation.MAX_DELAY_MULTIPLIER)
-    maximumDeliveryDelay = _milliseconds()
+    redeliveryDelay = _milliseconds(f"Milliseconds. {NOT_ENFORCED}")
+    redeliveryDelayMultiplier = s.FloatField(
+        required=False, min_value=0, max_value=validation.MAX_DELAY_MULTIPLIER,
+        help_text="Not enforced here, so only 0 or 1 (nothing) is taken; another value is "
+                  "refused (400) unless stored before.")
+    maximumDeliveryDelay = _milliseconds(f"Milliseconds. {NOT_ENFORCED}")
 
 
 class Subscription(Described):
@@ -496,7 +502,9 @@ class AddressSpacePlanInputSpec(DisplayInput):
     routerPolicy = RouterPolicy(required=False)
     addressPlans = s.ListField(child=s.CharField(), required=False,
                                help_text="Names of existing address plans for that type.")
-    infraConfigRef = s.CharField(required=False, help_text="Default `default`.")
+    infraConfigRef = s.CharField(required=False, help_text="Default `default`: one of the "
+                                                           "operator's infra configs (400 "
+                                                           "otherwise).")
 
 
 class AddressPlanInputSpec(DisplayInput):

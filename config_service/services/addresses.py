@@ -90,12 +90,15 @@ def _addresses_reach(tenant: Tenant, limit: int) -> bool:
     return statements.addresses_count(tenant.pk) >= limit
 
 
-def _address_spec(address_type: str, spec: dict) -> dict:
+def _address_spec(address_type: str, spec: dict, kept: dict | None = None) -> dict:
+    """The address's own spec fields, validated; `kept`: its spec stored before a change."""
+    kept = kept or {}
     out = {}
-    ttl = validation.message_ttl(spec.get("messageTtl"))
+    ttl = validation.message_ttl(spec.get("messageTtl"), kept.get("messageTtl"))
     if ttl:
         out["messageTtl"] = ttl
-    redelivery = validation.message_redelivery(spec.get("messageRedelivery"))
+    redelivery = validation.message_redelivery(spec.get("messageRedelivery"),
+                                               kept.get("messageRedelivery"))
     if redelivery:
         out["messageRedelivery"] = redelivery
     if address_type == "subscription":
@@ -274,7 +277,7 @@ def update_address(*, ctx: Context, space: AddressSpace, name, plan=None, deadle
             raise Invalid(f"{field} cannot be changed; delete and create the address instead",
                           field)
     spec = spec or {}
-    extra = _address_spec(current.type, spec)
+    extra = _address_spec(current.type, spec, current.spec)
     if current.type == "subscription" and extra["subscription"] != current.spec.get(
         "subscription"
     ) and "subscription" in spec:

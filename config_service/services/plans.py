@@ -77,9 +77,9 @@ def create_address_plan(*, ctx: Context, name, spec) -> AddressPlan:
 def replace_address_plan(*, ctx: Context, name, spec, expected_version=None) -> AddressPlan:
     """Sets the whole spec of an address plan (PATCH merges into the current one first). New
     credits, partitions, TTL or redelivery re-place every address of the plan."""
-    fields = plan_specs.address_plan_fields(spec)
     log.lock_plans_stream()
     plan = _locked_address_plan(name)
+    fields = plan_specs.address_plan_fields(spec, kept=plan)
     check_version(plan.resource_version, expected_version)
     if fields["address_type"] != plan.address_type and (
             Address.objects.filter(plan=name).exists() or plan.space_plans.exists()):

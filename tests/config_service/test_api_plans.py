@@ -129,6 +129,9 @@ def test_no_tenant_member_writes_plans_403(tenant, clients, operator, role):
      "spec.routerPolicy"),
     (SPACE_PLANS, {**space_plan(), "spec": {"addressSpaceType": "huge"}},
      "spec.addressSpaceType"),
+    (SPACE_PLANS, {**space_plan(), "spec": {**space_plan()["spec"],
+                                            "infraConfigRef": "no-such-config"}},
+     "spec.infraConfigRef"),
 ])
 def test_bad_plan_input_names_the_field_and_changes_nothing(operator, url, manifest, field):
     operator.post(ADDRESS_PLANS, address_plan(), format="json")
@@ -154,14 +157,15 @@ def test_put_replaces_a_plan_spec_and_left_out_fields_return_to_defaults(operato
 
 
 def test_patch_merges_into_a_plan_spec(operator):
-    operator.post(ADDRESS_PLANS, address_plan(messageTtl={"minimum": 10, "maximum": 60000},
+    operator.post(ADDRESS_PLANS, address_plan(messageTtl={"maximum": 60000},
+                                              messageRedelivery={"maximumDeliveryAttempts": 5},
                                               displayName="Ops"), format="json")
     answer = operator.patch(ADDRESS_PLANS + "ops-queue/",
-                            {"spec": {"messageTtl": {"minimum": None}, "partitions": 2}},
-                            format="json")
+                            {"spec": {"messageRedelivery": {"maximumDeliveryAttempts": None},
+                                      "partitions": 2}}, format="json")
     assert answer.status_code == 200, answer.content
     spec = answer.json()["spec"]
-    assert spec["messageTtl"] == {"maximum": 60000}
+    assert spec["messageTtl"] == {"maximum": 60000} and "messageRedelivery" not in spec
     assert spec["partitions"] == 2 and spec["displayName"] == "Ops"
     assert spec["resources"] == {"router": 0.001, "broker": 0.4}
     # The RFC 7386 media type is taken as well.

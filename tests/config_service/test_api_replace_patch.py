@@ -6,7 +6,7 @@ import pytest
 from config_service.models import Address, AddressSpace, MessagingUser
 from eventlog.models import ConfigEvent
 from tests.config_service.legacy import legacy_space
-from tests.conftest import address_manifest, b64, space_manifest
+from tests.conftest import address_manifest, b64, client_for, make_user, space_manifest
 
 
 @pytest.fixture
@@ -22,7 +22,8 @@ def addresses(spaces, clients):
                           format="json")
     answer = clients["owner"].post(url, address_manifest(
         "bs", "orders", deadletter="dlq", expiry="dlq",
-        messageTtl={"minimum": 100, "maximum": 60000}), format="json")
+        messageTtl={"maximum": 60000},
+        messageRedelivery={"maximumDeliveryAttempts": 3}), format="json")
     assert answer.status_code == 201, answer.content
     return url
 
@@ -103,7 +104,8 @@ def test_patch_of_an_address_merges_nested_fields_and_null_removes(addresses, cl
         "messageTtl": {"maximum": 5000}, "expiry": None}}, format="json")
     assert answer.status_code == 200, answer.content
     spec = answer.json()["spec"]
-    assert spec["messageTtl"] == {"minimum": 100, "maximum": 5000}
+    assert spec["messageTtl"] == {"maximum": 5000}
+    assert spec["messageRedelivery"] == {"maximumDeliveryAttempts": 3}
     assert spec["deadletter"] == "dlq" and "expiry" not in spec
     answer = clients["admin"].patch(addresses + "bs.orders/", b'{"spec": {"messageTtl": null}}',
                                     content_type="application/merge-patch+json")
@@ -164,3 +166,48 @@ def test_a_stale_user_version_is_409_and_outsiders_get_404(users, clients):
     assert clients["outsider"].put(users + "us.app/", {"spec": {"username": "app"}},
                                    format="json").status_code == 404
     assert len(MessagingUser.objects.get(username="app").authorization) == 1
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"messageTtl": {"minimum": 100}}, "spec.messageTtl.minimum"),
+    ({"messageRedelivery": {"redeliveryDelay": 1000}}, "spec.messageRedelivery.redeliveryDelay"),
+    ({"messageRedelivery": {"maximumDeliveryDelay": 9000}},
+     "spec.messageRedelivery.maximumDeliveryDelay"),
+    ({"messageRedelivery": {"redeliveryDelayMultiplier": 2}},
+     "spec.messageRedelivery.redeliveryDelayMultiplier"),
+])
+def test_what_nothing_enforces_is_refused_naming_it_and_why(addresses, clients, spec, field):
+    """No broker or router here can delay a redelivery or raise a sender's TTL: asking for it
+    is a 400 that names the field and says why, on an address and on an address plan, and
+    changes nothing; 0 (or a multiplier of 1) asks for nothing and is taken."""
+    before = Address.objects.get(name="bs.orders").spec
+    answer = clients["admin"].patch(addresses + "bs.orders/", {"spec": spec}, format="json")
+    assert answer.status_code == 400 and answer.json()["field"] == field
+    assert "cannot be enforced" in answer.json()["message"]
+    assert Address.objects.get(name="bs.orders").spec == before
+    answer = clients["admin"].post(addresses, address_manifest("bs", "more", **spec),
+                                   format="json")
+    assert answer.status_code == 400 and answer.json()["field"] == field
+    operator = client_for(make_user("sam", staff=True))
+    answer = operator.post("/api/v1/addressplans/", {
+        "metadata": {"name": "delaying"}, "spec": {"addressType": "queue", **spec}},
+        format="json")
+    assert answer.status_code == 400 and answer.json()["field"] == field
+    nothing = {key: {k: (1 if k == "redeliveryDelayMultiplier" else 0) for k in value}
+               for key, value in spec.items()}
+    answer = clients["admin"].patch(addresses + "bs.orders/", {"spec": nothing}, format="json")
+    assert answer.status_code == 200, answer.content
+
+
+def test_a_value_stored_before_it_was_refused_does_not_block_other_changes(addresses, clients):
+    Address.objects.filter(name="bs.orders").update(spec={
+        "messageTtl": {"minimum": 100, "maximum": 60000},
+        "messageRedelivery": {"redeliveryDelay": 500}})
+    answer = clients["admin"].patch(addresses + "bs.orders/", {"spec": {
+        "messageTtl": {"maximum": 5000}}}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["spec"]["messageTtl"] == {"minimum": 100, "maximum": 5000}
+    answer = clients["admin"].patch(addresses + "bs.orders/", {"spec": {
+        "messageRedelivery": {"redeliveryDelay": 900}}}, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["field"] == "spec.messageRedelivery.redeliveryDelay"

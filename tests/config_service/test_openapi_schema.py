@@ -87,8 +87,8 @@ def test_address_spaces_addresses_and_users(tenant, clients, conform):
                                                  "standard-deadletter"), format="json"), 201)
     conform(api.post(addresses, address_manifest(
         "std", "orders", "queue", "standard-small-queue", deadletter="dlq", expiry="dlq",
-        messageTtl={"minimum": 10, "maximum": 60000},
-        messageRedelivery={"maximumDeliveryAttempts": 3, "redeliveryDelayMultiplier": 1.5}),
+        messageTtl={"maximum": 60000},
+        messageRedelivery={"maximumDeliveryAttempts": 3, "redeliveryDelayMultiplier": 1}),
         format="json"), 201)
     conform(api.post(addresses, address_manifest("std", "news", "topic",
                                                  "standard-small-topic"), format="json"), 201)

@@ -114,3 +114,60 @@ def test_backend_is_chosen_by_setting():
         assert cfg.router_admin_user == "root"
     with override_settings(MAAS_INFRA_BACKEND="elsewhere"), pytest.raises(ValueError):
         backend.backend()
+
+
+def test_the_plan_s_infra_config_sizes_the_router_and_brokers(tenant, kube, agent):
+    """infraConfigRef takes effect: a plan naming `default-minimal` gets its smaller router and
+    brokers; a config of the operator's (MAAS_INFRA_CONFIGS) sets router replicas, CPU and the
+    storage class; a change of the plan's config applies at the next reconcile."""
+    import json
+
+    from tenants.models import AddressSpacePlan
+    AddressSpacePlan.objects.filter(name="standard-medium").update(
+        infra_config_ref="default-minimal")
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name="sized", type="standard",
+                                      plan="standard-medium")
+    services.create_address(ctx=CTX, space=s, address="q", type="queue",
+                            plan="standard-large-queue")
+    s.refresh_from_db()
+    agent.reconcile(s)
+    infra = m.infra_id(s.uid)
+    router = kube.find("StatefulSet", m.router_name(infra))
+    container = router["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["memory"] == "128Mi"
+    assert container["resources"]["requests"]["memory"] == "128Mi"
+    broker = kube.find("StatefulSet", f"broker-0-{infra}")
+    assert broker["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+        "memory"] == "512Mi"
+    (claim,) = broker["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+    own = {"big": {"router": {"minReplicas": 3, "resources": {"cpu": "2"}},
+                   "broker": {"storageClassName": "fast-ssd"}}}
+    AddressSpacePlan.objects.filter(name="standard-medium").update(infra_config_ref="big")
+    with override_settings(MAAS_INFRA_CONFIGS=json.dumps(own)):
+        agent.reconcile(s)
+    router = kube.find("StatefulSet", m.router_name(infra))
+    assert router["spec"]["replicas"] == 3
+    container = router["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["cpu"] == "2"
+    assert container["resources"]["limits"]["memory"] == "256Mi"  # the platform's
+    (claim,) = kube.find("StatefulSet", f"broker-0-{infra}")["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+
+
+@pytest.mark.parametrize("configs, problem", [
+    ("{nope", "is not JSON"),
+    ('{"x": {"router": {"minReplicas": 0}}}', "router.minReplicas"),
+    ('{"x": {"broker": {"resources": {"memory": "lots"}}}}', "broker.resources.memory"),
+    ('{"x": {"disk": {}}}', "takes router and broker"),
+])
+def test_a_bad_infra_config_setting_is_refused_naming_it(configs, problem):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from config_service import infra_configs
+    with override_settings(MAAS_INFRA_CONFIGS=configs):
+        with pytest.raises(ImproperlyConfigured, match=problem):
+            infra_configs.configs()
+        (error,) = infra_configs.check()  # manage.py check, and so make run, stop on it
+        assert problem in error.msg

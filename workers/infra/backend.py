@@ -9,7 +9,9 @@ import logging
 
 from django.conf import settings
 
+from config_service import infra_configs
 from config_service.models import Address, AddressSpace
+from tenants.models import AddressSpacePlan
 from workers import credentials
 from workers.infra import manifests as m
 
@@ -49,12 +51,16 @@ def infra_settings() -> m.InfraSettings:
 
 
 def space_infra_of(space: AddressSpace) -> m.SpaceInfra:
-    """The SpaceInfra of a space as the projections hold it now."""
+    """The SpaceInfra of a space as the projections hold it now, sized by the infra config
+    its plan names now (an operator's change of either applies at the next reconcile)."""
     rows = Address.objects.filter(space=space, scheduled=True).values_list(
         "type", "plan_status", "placement")
-    min_replicas = int((space.plan_status.get("infraConfig") or {}).get("minReplicas", 1) or 1)
+    ref = AddressSpacePlan.objects.filter(name=space.plan).values_list(
+        "infra_config_ref", flat=True).first()
+    config = infra_configs.get(ref)
     return m.space_infra(space.uid, space.tenant.slug, space.name, space.plan, rows,
-                         min_router_replicas=min_replicas)
+                         min_router_replicas=(config.get("router") or {}).get("minReplicas", 1),
+                         sizes=m.sized_settings(config, infra_settings()))
 
 
 def infra_secret(purpose: str, infra: str) -> str:

@@ -12,6 +12,7 @@ router's Service, its ConfigMap and certificate Secret, the brokers' StatefulSet
 headless Services), and one place keeps those names consistent.
 """
 import base64
+import dataclasses
 import hashlib
 import json
 import math
@@ -111,6 +112,9 @@ class SpaceInfra:
     plan: str
     router_replicas: int
     brokers: tuple[Broker, ...]
+    # What the plan's infra config changes of InfraSettings (router_resources,
+    # broker_resources, broker_storage, storage_class): `sized_settings`
+    sizes: dict = field(default_factory=dict)
 
     @property
     def infra(self) -> str:
@@ -133,7 +137,7 @@ def infra_id(uid: str) -> str:
 
 
 def space_infra(uid, tenant: str, name: str, plan: str, addresses,
-                min_router_replicas: int = 1) -> SpaceInfra:
+                min_router_replicas: int = 1, sizes: dict | None = None) -> SpaceInfra:
     """SpaceInfra from scheduled addresses given as (type, plan_status, placement) tuples.
 
     Router replicas = max(ceil(sum of router credits), minReplicas) (EnMasse); one broker
@@ -153,7 +157,31 @@ def space_infra(uid, tenant: str, name: str, plan: str, addresses,
     brokers = tuple(Broker(c, replicas[c]) for c in sorted(replicas, key=_broker_order))
     return SpaceInfra(uid=str(uid), tenant=tenant, name=name, plan=plan,
                       router_replicas=max(math.ceil(router - _EPSILON), min_router_replicas, 1),
-                      brokers=brokers)
+                      brokers=brokers, sizes=dict(sizes or {}))
+
+
+def sized_settings(config: dict, cfg: InfraSettings) -> dict:
+    """What an infra config (config_service/infra_configs.py) changes of `cfg`: the router's
+    and brokers' memory and CPU (request and limit of memory alike, as EnMasse set them), the
+    brokers' storage and storage class."""
+    sizes = {}
+    for part in ("router", "broker"):
+        wanted = (config.get(part) or {}).get("resources") or {}
+        if "memory" in wanted or "cpu" in wanted:
+            current = getattr(cfg, f"{part}_resources")
+            requests = {**current.get("requests", {})}
+            limits = {**current.get("limits", {})}
+            if "memory" in wanted:
+                requests["memory"] = limits["memory"] = wanted["memory"]
+            if "cpu" in wanted:
+                requests["cpu"] = wanted["cpu"]
+            sizes[f"{part}_resources"] = {"requests": requests, "limits": limits}
+    broker = config.get("broker") or {}
+    if (broker.get("resources") or {}).get("storage"):
+        sizes["broker_storage"] = broker["resources"]["storage"]
+    if broker.get("storageClassName"):
+        sizes["storage_class"] = broker["storageClassName"]
+    return sizes
 
 
 def _broker_order(cluster: str):
@@ -639,7 +667,9 @@ def network_policies(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> l
 
 def space_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str, tls: Certificate,
                     broker_password: str, erlang_cookie: str) -> list[dict]:
-    """Every object of the space except its owner ConfigMap, in apply order."""
+    """Every object of the space except its owner ConfigMap, in apply order, sized by the
+    infra config of its plan."""
+    cfg = dataclasses.replace(cfg, **space.sizes)
     out = router_manifests(space, cfg, owner_uid, tls)
     out.append(broker_secret(space, cfg, owner_uid, broker_password, erlang_cookie))
     for broker in space.brokers:

@@ -51,6 +51,8 @@ class Listeners:
     tenant_vhost: str | None = None
     worker_threads: int | None = None
     handshake_timeout: float = 5.0  # seconds a client has for TLS, SASL and its open
+    # The CA that certifies the auth service: TLS to it, verified (None: plain, loopback)
+    auth_ca: str | None = None
 
 
 # Link routes to a container that never connects: an attach to a router-internal address
@@ -109,10 +111,16 @@ def router_config(router_id: str, where: Listeners) -> list:
     router = {"mode": where.mode, "id": router_id}
     if where.worker_threads:
         router["workerThreads"] = where.worker_threads
-    config: list = [
-        ["router", router],
-        ["authServicePlugin", {"name": AUTH_PLUGIN, "host": where.auth_host,
-                               "port": str(where.auth_port)}],
+    plugin = {"name": AUTH_PLUGIN, "host": where.auth_host, "port": str(where.auth_port)}
+    config: list = [["router", router]]
+    if where.auth_ca:
+        # qdrouterd verifies the auth service's certificate chain against this CA (not its
+        # host name): a process on that port without the service's key gets no login.
+        config.append(["sslProfile", {"name": "auth-service", "caCertFile": where.auth_ca,
+                                      "protocols": "TLSv1.2 TLSv1.3"}])
+        plugin["sslProfile"] = "auth-service"
+    config += [
+        ["authServicePlugin", plugin],
         ["policy", {"enableVhostPolicy": True, "maxConnections": where.max_connections}],
         ["vhost", {"hostname": MANAGEMENT_VHOST, "allowUnknownUser": False,
                    "groups": {"admin": {

@@ -351,6 +351,14 @@ if not MAAS_ROUTER_ADMIN_PASSWORD:
 # The auth service routers delegate messaging clients' SASL to (`manage.py run_authservice`).
 MAAS_AUTH_SERVICE_HOST = env("MAAS_AUTH_SERVICE_HOST", "127.0.0.1")
 MAAS_AUTH_SERVICE_PORT = env_int("MAAS_AUTH_SERVICE_PORT", 5676)
+# Its TLS certificate and key (made self-signed for make run if missing), and the CA the routers
+# check it against (that certificate itself unless set): a router relays logins only to the
+# service that proves this identity. An empty MAAS_AUTH_SERVICE_TLS_CERT: plain, unchecked.
+MAAS_AUTH_SERVICE_TLS_CERT = env("MAAS_AUTH_SERVICE_TLS_CERT",
+                                 str(BASE_DIR / "var" / "authservice-tls" / "cert.pem"))
+MAAS_AUTH_SERVICE_TLS_KEY = env("MAAS_AUTH_SERVICE_TLS_KEY",
+                                str(BASE_DIR / "var" / "authservice-tls" / "key.pem"))
+MAAS_AUTH_SERVICE_CA = env("MAAS_AUTH_SERVICE_CA", "") or MAAS_AUTH_SERVICE_TLS_CERT
 # Its threads that check logins against the database, one connection each: the most database
 # connections logins take, however many arrive at once.
 MAAS_AUTH_SERVICE_WORKERS = env_int("MAAS_AUTH_SERVICE_WORKERS", 4)

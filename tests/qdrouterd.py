@@ -61,7 +61,8 @@ class QdrouterdProcess(RouterProcess):
     kind = "qdrouterd"
 
     def __init__(self, auth_port: int, admin_user: str = "admin",
-                 tenant_vhost: str | None = None):  # not RouterProcess.__init__
+                 tenant_vhost: str | None = None,
+                 auth_ca: str | None = None):  # not RouterProcess.__init__
         self.amqp_port = free_port()
         self.amqps_port = None
         self.mgmt_port = free_port()
@@ -69,6 +70,7 @@ class QdrouterdProcess(RouterProcess):
         self.auth_port, self.admin_user = auth_port, admin_user
         # A router serving one space, as on Kubernetes (Listeners.tenant_vhost).
         self.tenant_vhost = tenant_vhost
+        self.auth_ca = auth_ca  # TLS to the auth service, verified against it
         self.dir = Path(tempfile.mkdtemp(prefix="qdrouterd-"))
         self.log = self.dir / "qdrouterd.log"
         self.proc = None
@@ -78,7 +80,8 @@ class QdrouterdProcess(RouterProcess):
             host="127.0.0.1", amqp_port=self.amqp_port, management_host="127.0.0.1",
             management_port=self.mgmt_port, admin_user=self.admin_user,
             auth_host="127.0.0.1", auth_port=self.auth_port, metrics_host="127.0.0.1",
-            metrics_port=self.metrics_port, tenant_vhost=self.tenant_vhost)
+            metrics_port=self.metrics_port, tenant_vhost=self.tenant_vhost,
+            auth_ca=self.auth_ca)
         path = qdrouterd.write_config(self.dir / "qdrouterd.json", "maas-test", where)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(qdrouterd.command(path), stdout=log, stderr=log,

@@ -49,6 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    default=(env("MAAS_AUTH_SERVICE_HOST", "127.0.0.1"),
                             int(env("MAAS_AUTH_SERVICE_PORT", "5676"))),
                    help="HOST:PORT of the MaaS auth service every listener relays SASL to")
+    p.add_argument("--auth-service-ca", default=env("MAAS_AUTH_SERVICE_CA") or None,
+                   help="PEM of the CA that certifies the auth service: TLS to it, and only to "
+                        "a service that proves that identity for its host name")
     p.add_argument("--metrics-port", type=int, default=int(env("MAAS_ROUTER_METRICS_PORT", "0")),
                    help="Prometheus text endpoint; 0 (default) disables it")
     # Loopback by default, apart from --host: a router whose AMQP listener faces the tenants
@@ -92,7 +95,8 @@ def main(argv=None) -> int:
     limits = Limits(pending_per_source=args.pending_per_host, pending_total=args.pending_total,
                     rate_per_source=args.connect_rate_per_host,
                     burst_per_source=args.connect_burst_per_host)
-    engine = Engine(AuthService(*args.auth_service), admin_user=args.admin_user,
+    engine = Engine(AuthService(*args.auth_service, ca_file=args.auth_service_ca),
+                    admin_user=args.admin_user,
                     sweep_after=args.usage_sweep_after, limits=limits,
                     handshake_timeout=args.handshake_timeout)
     if args.state_dir:

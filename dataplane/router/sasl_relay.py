@@ -13,6 +13,10 @@ auth service connection is closed as soon as the identity is read. So a client t
 socket and says nothing, or only the SASL header, costs the auth service nothing; the whole
 exchange must end within the handshake timeout (5 s by default), or the client is closed.
 
+With a CA (`--auth-service-ca`) the relay speaks TLS to the auth service and goes on only if
+the service proves the identity that CA certifies for its host name: an impostor on the
+service's port (a process that took it while the service could not start) gets no login.
+
 A source whose logins failed waits before its next login is passed on (`Admission.delay`).
 If the auth service cannot be reached, answers too late or breaks the protocol, the client is
 answered `sys-temp` (a client may retry); nothing here blocks the loop.
@@ -22,6 +26,7 @@ import errno
 import logging
 import selectors
 import socket
+import ssl
 import time
 from collections.abc import Callable
 
@@ -39,8 +44,13 @@ class AuthService:
     """Where the auth service listens. A name is resolved at most every 30 s (the lookup
     blocks), an address literal never."""
 
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, ca_file: str | None = None):
         self.host, self.port = host, int(port)
+        # TLS to the service, verified against `ca_file` for `host` (None: plain, loopback)
+        self.tls: ssl.SSLContext | None = None
+        if ca_file:
+            self.tls = ssl.create_default_context(cafile=ca_file)
+            self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
         self._resolved: tuple[float, tuple] | None = None
         # what the service last offered: offered to clients before it is asked again
         self.mechanisms: list[str] = list(_FALLBACK_MECHANISMS)
@@ -54,7 +64,7 @@ class AuthService:
         return family, kind, proto, address
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"{self.host}:{self.port}{' (TLS)' if self.tls else ''}"
 
 
 class SaslRelay:
@@ -221,11 +231,13 @@ class SaslRelay:
             self._up_flush()
 
     def _up_flush(self) -> None:
+        if self.up_state == "tls":
+            return  # sent once the handshake is over
         try:
             while self.up_out:
                 sent = self.up.send(self.up_out)
                 del self.up_out[:sent]
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass
         except OSError as exc:
             self._up_failed(f"send: {exc}")
@@ -241,16 +253,57 @@ class SaslRelay:
             if err:
                 self._up_failed(f"connect: {errno.errorcode.get(err, err)}")
                 return
+            if self.service.tls is not None:
+                self._start_tls()
+                return
             self.up_state = "header"
+        if self.up_state == "tls":
+            self._handshake()
+            return
         if mask & selectors.EVENT_WRITE:
             self._up_flush()
         if self.up is not None and mask & selectors.EVENT_READ:
             self._up_read()
 
+    def _start_tls(self) -> None:
+        """The socket as TLS, its handshake driven by the selector like every other step."""
+        self._up_register(0)  # the wrapped socket is a new object on the same descriptor
+        try:
+            self.up = self.service.tls.wrap_socket(self.up, server_hostname=self.service.host,
+                                                   do_handshake_on_connect=False)
+        except (OSError, ValueError) as exc:
+            self._up_failed(f"TLS: {exc}")
+            return
+        self.up_state = "tls"
+        self._handshake()
+
+    def _handshake(self) -> None:
+        try:
+            self.up.do_handshake()
+        except ssl.SSLWantReadError:
+            self._up_register(selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._up_register(selectors.EVENT_WRITE)
+            return
+        except ssl.SSLCertVerificationError as exc:
+            logger.error("router.auth_service_untrusted", extra={
+                "service": str(self.service), "reason": exc.verify_message})
+            self._up_failed(f"TLS: the auth service's certificate: {exc.verify_message}")
+            return
+        except OSError as exc:  # ssl.SSLError included: not TLS, or a broken handshake
+            self._up_failed(f"TLS: {exc}")
+            return
+        self.up_state = "header"
+        self._up_flush()
+
     def _up_read(self) -> None:
         try:
             data = self.up.recv(1 << 16)
-        except (BlockingIOError, InterruptedError):
+            # TLS may hold decrypted bytes the selector will not report again
+            while data and self.service.tls is not None and self.up.pending():
+                data += self.up.recv(self.up.pending())
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError as exc:
             self._up_failed(f"recv: {exc}")

@@ -7,6 +7,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from dataplane import qdrouterd
 from maas.management.commands.runplatform import embedded_router_command, processes
 from tests.conftest import free_tcp_port, port_open, wait_for
 
@@ -36,16 +37,36 @@ def test_run_authservice_serves_messaging_users_and_the_admin(transactional_db, 
         proc.wait(10)
 
 
-def test_runplatform_starts_the_auth_service_with_the_router(settings):
+def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path):
     settings.MAAS_ROUTER_ENABLED, settings.MAAS_RUN_EMBEDDED_ROUTER = True, False
     settings.MAAS_AUTH_SERVICE_HOST, settings.MAAS_AUTH_SERVICE_PORT = "127.0.0.2", 15676
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    settings.MAAS_AUTH_SERVICE_TLS_CERT, settings.MAAS_AUTH_SERVICE_TLS_KEY = cert, key
+    command = processes("127.0.0.1:8000")["authservice"]
+    # over TLS, with a certificate made for make run (tests/authservice/test_identity.py)
+    assert command[2:] == ["run_authservice", "--host", "127.0.0.2", "--port", "15676",
+                          "--tls-cert", cert, "--tls-key", key]
+    assert os.path.exists(cert) and os.path.exists(key)
+    settings.MAAS_AUTH_SERVICE_TLS_CERT = ""  # plain, as before
     command = processes("127.0.0.1:8000")["authservice"]
     assert command[2:] == ["run_authservice", "--host", "127.0.0.2", "--port", "15676"]
     settings.MAAS_ROUTER_ENABLED = False
     assert "authservice" not in processes("127.0.0.1:8000")
 
 
-def test_runplatform_points_the_embedded_router_at_the_auth_service(settings):
+def test_runplatform_points_the_routers_at_the_auth_service_and_its_identity(settings):
     settings.MAAS_AUTH_SERVICE_HOST, settings.MAAS_AUTH_SERVICE_PORT = "127.0.0.2", 15676
+    settings.MAAS_AUTH_SERVICE_TLS_CERT = settings.MAAS_AUTH_SERVICE_CA = "/etc/auth/ca.pem"
     command = embedded_router_command(urlparse("amqp://127.0.0.1:5675"))
     assert command[command.index("--auth-service") + 1] == "127.0.0.2:15676"
+    assert command[command.index("--auth-service-ca") + 1] == "/etc/auth/ca.pem"
+    where = qdrouterd.Listeners(host="h", amqp_port=1, management_host="h", management_port=2,
+                                admin_user="admin", auth_host="127.0.0.2", auth_port=15676,
+                                auth_ca="/etc/auth/ca.pem")
+    config = qdrouterd.router_config("r", where)
+    assert ["sslProfile", {"name": "auth-service", "caCertFile": "/etc/auth/ca.pem",
+                           "protocols": "TLSv1.2 TLSv1.3"}] in config
+    (plugin,) = [attrs for kind, attrs in config if kind == "authServicePlugin"]
+    assert plugin["sslProfile"] == "auth-service"
+    settings.MAAS_AUTH_SERVICE_TLS_CERT = ""
+    assert "--auth-service-ca" not in embedded_router_command(urlparse("amqp://127.0.0.1:5675"))

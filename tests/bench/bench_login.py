@@ -1,18 +1,22 @@
 """What one client connection to the embedded router costs: TCP connect, SASL PLAIN and the
 AMQP open, then close. Prints the median and the 90th percentile of N logins, with proton's
 BlockingConnection (what an application sees) and with a bare socket client speaking the frames
-itself (the router's and auth service's share, without the client library's); asserts nothing.
+itself (the router's and auth service's share, without the client library's), once with the
+router relaying SASL to the auth service in plain text and once over TLS, checking its
+certificate (`--auth-service-ca`, as `make run` does); asserts nothing.
 
     .venv/bin/python tests/bench/bench_login.py [--count 200]
 
 Uses the router tests' fixtures (tests/router/conftest.py): a router process on free ports and
-whatever it authenticates against there.
+the real auth service in a thread, checking a fixed set of users.
 """
 
 import argparse
 import socket
+import ssl
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dataplane.authservice import sasl  # noqa: E402
-from tests.router.conftest import RouterProcess, add_tenant  # noqa: E402
+from tests.router.conftest import FixedAuthService, RouterProcess, add_tenant  # noqa: E402
+from workers.agents.router.certificates import ensure_self_signed  # noqa: E402
 
 
 def bare_login(port: int, login: str, password: str, source: str = "127.0.0.1",
@@ -56,7 +61,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=200)
     args = parser.parse_args()
-    router = RouterProcess()
+    cert, key = (str(Path(tempfile.mkdtemp()) / name) for name in ("cert.pem", "key.pem"))
+    ensure_self_signed(cert, key, "127.0.0.1")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    for relay, service, extra in (
+            ("plain", FixedAuthService(), []),
+            ("TLS", FixedAuthService(ssl_context=context), ["--auth-service-ca", cert])):
+        print(f"-- the router's relay to the auth service: {relay}")
+        # One source logs in again and again: lift the per-source pace (docs/security.md),
+        # which would otherwise refuse most of these logins; what is measured is a login's cost.
+        unpaced = ["--connect-rate-per-host", "100000", "--connect-burst-per-host", "100000"]
+        measure(RouterProcess(extra_args=extra + unpaced, auth_port=service.port), args.count)
+        service.stop()
+
+
+def measure(router: RouterProcess, count: int) -> None:
     router.start()
     try:
         mgmt = router.management()
@@ -64,14 +84,14 @@ def main() -> None:
                    {"all": {"users": "bench", "sources": "*", "targets": "*"}})
         mgmt.close()
         times = []
-        for _ in range(args.count):
+        for _ in range(count):
             start = time.perf_counter()
             conn = router.connect("bench@bench", "bench-pw")
             times.append(time.perf_counter() - start)
             conn.close()
         report("BlockingConnection (connect, SASL, open)", times)
         times = []
-        for _ in range(args.count):
+        for _ in range(count):
             start = time.perf_counter()
             bare_login(router.amqp_port, "bench@bench", "bench-pw")
             times.append(time.perf_counter() - start)

@@ -86,8 +86,8 @@ class FixedAuthService:
     process, verifying against USERS instead of the database; the router's relay to it is the
     real one."""
 
-    def __init__(self, verify=USERS, port: int = 0):
-        self.server = AuthServer(("127.0.0.1", port), verify)
+    def __init__(self, verify=USERS, port: int = 0, ssl_context=None):
+        self.server = AuthServer(("127.0.0.1", port), verify, ssl_context=ssl_context)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

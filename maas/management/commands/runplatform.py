@@ -70,6 +70,14 @@ def processes(bind: str) -> dict[str, list[str]]:
             "--host", settings.MAAS_AUTH_SERVICE_HOST,
             "--port", str(settings.MAAS_AUTH_SERVICE_PORT),
         ]
+        if settings.MAAS_AUTH_SERVICE_TLS_CERT:
+            # The routers check this identity: whatever else answers on the port gets no login.
+            from workers.agents.router.certificates import ensure_self_signed
+
+            ensure_self_signed(settings.MAAS_AUTH_SERVICE_TLS_CERT,
+                               settings.MAAS_AUTH_SERVICE_TLS_KEY, settings.MAAS_AUTH_SERVICE_HOST)
+            procs["authservice"] += ["--tls-cert", settings.MAAS_AUTH_SERVICE_TLS_CERT,
+                                     "--tls-key", settings.MAAS_AUTH_SERVICE_TLS_KEY]
     if settings.MAAS_ROUTER_ENABLED and settings.MAAS_MQTT_GATEWAY_ENABLED:
         # MQTT for standard spaces: an AMQP client of whichever router runs (docs/mqtt.md).
         procs["mqtt-gateway"] = [py, str(settings.BASE_DIR / "manage.py"), "run_mqtt_gateway"]
@@ -106,13 +114,19 @@ def qdrouterd_command(mgmt) -> list[str]:
         auth_host=settings.MAAS_AUTH_SERVICE_HOST, auth_port=settings.MAAS_AUTH_SERVICE_PORT,
         metrics_host=settings.MAAS_ROUTER_METRICS_HOST,
         metrics_port=settings.MAAS_ROUTER_METRICS_PORT,
-        handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT)
+        handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT, auth_ca=_auth_service_ca())
     path = qdrouterd.write_config(settings.BASE_DIR / "var" / "qdrouterd.json", "maas", where)
     return qdrouterd.command(path)
 
 
+def _auth_service_ca() -> str | None:
+    """The CA the routers check the auth service against, or None (plain)."""
+    return settings.MAAS_AUTH_SERVICE_CA if settings.MAAS_AUTH_SERVICE_TLS_CERT else None
+
+
 def embedded_router_command(mgmt) -> list[str]:
     py = sys.executable
+    ca = _auth_service_ca()
     return [
         py, "-m", "dataplane.router", "--host", settings.MAAS_ROUTER_HOST,
         "--amqp-port", str(settings.MAAS_ROUTER_AMQP_PORT),
@@ -127,6 +141,7 @@ def embedded_router_command(mgmt) -> list[str]:
         "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
         # Its usage counters' journal, read back at each start (runtime state: var/, not git).
         "--state-dir", str(settings.BASE_DIR / "var" / "router-state"),
+        *(["--auth-service-ca", ca] if ca else []),
     ]
 
 

@@ -15,6 +15,7 @@ import time
 
 from config_service.readings import Connection, Link
 from core.errors import Unavailable
+from core.limits import CONTROL
 from workers import endpoints
 from workers.clients.qdr import Management, ManagementError, RouterUnreachable, tenant_of
 from workers.clients.rabbitmq_api import BrokerError, RabbitMQApi, _q
@@ -46,6 +47,23 @@ ROUTER, BROKER = "router-", "broker-"
 # What the gateway names in its AMQP connection's properties (dataplane/gateway/session.py).
 GATEWAY_PROTOCOL, GATEWAY_CLIENT_ID, GATEWAY_CLIENT_HOST = (
     "maas-protocol", "maas-client-id", "maas-client-host")
+
+
+# What a client names itself (container id, properties) reaches operators' terminals and pages:
+# control characters are shown escaped, and each text is bounded.
+MAX_TEXT = 256
+
+
+def _text(value) -> str:
+    text = str(value if value is not None else "")[:MAX_TEXT]
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _properties(props) -> dict:
+    if not isinstance(props, dict):
+        return {}
+    return {_text(k): v if isinstance(v, (bool, int, float)) else _text(v)
+            for k, v in list(props.items())[:16]}
 
 
 def connections(space) -> list[Connection]:
@@ -140,8 +158,7 @@ def _router_connections(mgmt: Management, vhost: str) -> list[Connection]:
 
 
 def _router_connection(row: dict, vhost: str, links: tuple, now: float) -> Connection:
-    props = row.get("properties") or {}
-    props = {str(k): v for k, v in props.items()} if isinstance(props, dict) else {}
+    props = _properties(row.get("properties"))
     encrypted = bool(row.get("isEncrypted"))
     protocol = str(props.get(GATEWAY_PROTOCOL) or "")
     via = "gateway" if protocol else "router"
@@ -150,12 +167,12 @@ def _router_connection(row: dict, vhost: str, links: tuple, now: float) -> Conne
     received = [link for link in links if link.role == "receiver"]
     return Connection(
         id=f"{ROUTER}{row['identity']}",
-        hostname=str(props.get(GATEWAY_CLIENT_HOST) or row.get("host") or ""),
-        container_id=str(props.get(GATEWAY_CLIENT_ID) or row.get("container") or ""),
+        hostname=_text(props.get(GATEWAY_CLIENT_HOST) or row.get("host")),
+        container_id=_text(props.get(GATEWAY_CLIENT_ID) or row.get("container")),
         protocol=protocol or ("amqps" if encrypted else "amqp"),
         encrypted=encrypted or protocol == "mqtts",
         principal=_principal(row.get("user"), vhost),
-        sasl_mechanism=str(row.get("sasl") or ""),
+        sasl_mechanism=_text(row.get("sasl")),
         via=via,
         opened_at=now - int(uptime) if uptime is not None else None,
         properties=props,
@@ -167,9 +184,9 @@ def _router_connection(row: dict, vhost: str, links: tuple, now: float) -> Conne
 
 def _router_link(row: dict, vhost: str) -> Link:
     # linkDir is the router's side: "in" is a link the client sends on
-    return Link(name=str(row.get("linkName") or ""),
+    return Link(name=_text(row.get("linkName")),
                 role="sender" if row.get("linkDir") == "in" else "receiver",
-                address=_link_address(row.get("owningAddr"), vhost),
+                address=_text(_link_address(row.get("owningAddr"), vhost)),
                 metrics={name: int(row.get(attr) or 0) for name, attr in LINK_METRICS})
 
 
@@ -187,7 +204,7 @@ def _link_address(owning, vhost: str) -> str:
 def _principal(user, vhost: str) -> str:
     """The messaging user: the auth service's identity is `<user>@<vhost>` (the broker's
     usernames too, workers/naming.py)."""
-    user = str(user or "")
+    user = _text(user)
     return user[:-len(vhost) - 1] if user.endswith(f"@{vhost}") else user
 
 
@@ -230,8 +247,8 @@ def _broker_connections(api: RabbitMQApi, broker, vhost: str) -> list[Connection
     for cons in consumers:
         name = (cons.get("channel_details") or {}).get("connection_name")
         links.setdefault(name, []).append(Link(
-            name=str(cons.get("consumer_tag") or "").replace("\x00", ""), role="receiver",
-            address=str((cons.get("queue") or {}).get("name") or ""),
+            name=_text(cons.get("consumer_tag")), role="receiver",
+            address=_text((cons.get("queue") or {}).get("name")),
             metrics={"credit": int(cons.get("prefetch_count") or 0)}))
     return [_broker_connection({**row, **stats.get(row["name"], {})}, broker, vhost,
                                counts.get(row["name"], {}), tuple(links.get(row["name"], ())))
@@ -239,8 +256,9 @@ def _broker_connections(api: RabbitMQApi, broker, vhost: str) -> list[Connection
 
 
 def _broker_connection(row: dict, broker, vhost: str, counts: dict, links: tuple) -> Connection:
-    props = row.get("client_properties") or {}
-    props = props if isinstance(props, dict) else {}
+    client = row.get("client_properties")  # nested tables (capabilities) are left out
+    props = _properties({k: v for k, v in client.items() if not isinstance(v, (dict, list))}
+                        if isinstance(client, dict) else {})
     encrypted = bool(row.get("ssl"))
     # "<peer> -> <listener>" is the tracked name: the peer's address, and the listener's port
     # says the protocol until the statistics do
@@ -251,16 +269,15 @@ def _broker_connection(row: dict, broker, vhost: str, counts: dict, links: tuple
     return Connection(
         id=BROKER + base64.urlsafe_b64encode(row["name"].encode()).decode().rstrip("="),
         hostname=f"{host}:{row.get('peer_port')}" if host else peer,
-        container_id=str(props.get("container_id") or props.get("client_id")
-                         or props.get("connection_name") or ""),
+        container_id=_text(props.get("container_id") or props.get("client_id")
+                           or props.get("connection_name")),
         protocol=f"{kind}s" if encrypted and kind != "amqp-0-9-1" else kind,
         encrypted=encrypted,
         principal=_principal(row.get("user"), vhost),
-        sasl_mechanism=str(row.get("auth_mechanism") or ""),
+        sasl_mechanism=_text(row.get("auth_mechanism")),
         via="broker",
         opened_at=connected / 1000 if connected else None,
-        properties={str(k): v for k, v in props.items()
-                    if isinstance(v, (str, int, float, bool))},
+        properties=props,
         metrics={"messagesIn": counts.get("in", 0), "messagesOut": counts.get("out", 0),
                  "senders": 0, "receivers": len(links)},
         links=links)

@@ -122,3 +122,15 @@ def test_a_router_that_does_not_answer_gives_503_and_closes_nothing(tenant, spac
         assert not ConfigEvent.objects.filter(type="tenant.connection_closed").exists()
     finally:
         settings.MAAS_ROUTER_MANAGEMENT_URL = working  # for the spaces' teardown
+
+
+def test_what_a_client_calls_itself_is_shown_with_its_control_characters_escaped(
+        router, tenant, spaces, clients):
+    """A container id or property with terminal escapes must not reach an operator's terminal
+    (maasctl) or page as they are."""
+    evil = connect(router, spaces[0], "app\x1b[2J\x07")
+    try:
+        (item,) = clients["viewer"].get(_url(tenant, spaces[0])).json()["items"]
+        assert item["spec"]["containerId"] == "app\\x1b[2J\\x07"
+    finally:
+        evil.close()

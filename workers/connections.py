@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 CONNECTION = "org.apache.qpid.dispatch.connection"
 LINK = "org.apache.qpid.dispatch.router.link"
 CONNECTION_ATTRIBUTES = ("identity", "host", "container", "role", "dir", "user", "tenant",
-                         "isEncrypted", "sasl", "properties", "uptimeSeconds")
+                         "isEncrypted", "sasl", "properties", "uptimeSeconds", "operStatus")
 LINK_ATTRIBUTES = ("identity", "linkName", "linkDir", "linkType", "owningAddr", "connectionId",
                    "creditAvailable", "unsettledCount", "deliveryCount", "acceptedCount",
                    "rejectedCount", "releasedCount", "modifiedCount", "presettledCount",
@@ -142,8 +142,11 @@ class _management:
 def _router_connections(mgmt: Management, vhost: str) -> list[Connection]:
     try:
         rows = mgmt.query(CONNECTION, CONNECTION_ATTRIBUTES)
+        # a connection being closed (by a close through here, its peer not answering yet) is
+        # no longer listed
         mine = {str(c["identity"]): c for c in rows
-                if tenant_of(c) == vhost and c.get("role") == "normal" and c.get("dir") == "in"}
+                if tenant_of(c) == vhost and c.get("role") == "normal" and c.get("dir") == "in"
+                and c.get("operStatus") != "closing"}
         links: dict[str, list[Link]] = {i: [] for i in mine}
         if mine:
             for row in mgmt.query(LINK, LINK_ATTRIBUTES):

@@ -238,6 +238,7 @@ class Engine:
         self._set_condition(L.pn_connection_condition(conn.pn), "amqp:connection:forced",
                             description)
         L.pn_connection_close(conn.pn)
+        conn.forced = True  # operStatus closing: no longer one of its space's connections
         self.loop.mark(conn.pn)
         self.loop.call_later(CLOSE_GRACE, self.loop.close, conn)
         logger.info("router.connection_closed_by_management",

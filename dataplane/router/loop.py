@@ -68,6 +68,7 @@ class Conn:
         self.connector = None  # connector entity name for outbound connections
         self.container: str | None = None
         self.properties: dict = {}  # the client's connection properties (bounded)
+        self.forced = False  # closed by management, waiting for the peer's close
         self.sasl_mech: str | None = None
 
     def start_tls(self, context: ssl.SSLContext) -> None:

@@ -140,6 +140,7 @@ def test_a_client_connection_is_closed_by_its_admin_status_and_its_properties_ar
     status, _, body = mgmt.request("UPDATE", {"adminStatus": "deleted"}, type=CONNECTION,
                                    identity=row["identity"])
     assert status == 200 and body["identity"] == row["identity"]
+    assert body["operStatus"] == "closing"  # until its peer answers, or 5 s
     with pytest.raises(ConnectionException, match="forced"):
         client.wait(lambda: False, timeout=5)
     assert mgmt.request("UPDATE", {"adminStatus": "deleted"}, type=CONNECTION,

@@ -74,6 +74,9 @@ def test_who_is_connected_and_closing_one(router, tenant, spaces, clients, confo
         assert not ConfigEvent.objects.filter(type="tenant.connection_closed").exists()
 
         conform(clients["admin"].delete(_url(tenant, mine, s["metadata"]["name"])), 204)
+        # gone from the list at once, before the client has even read the close
+        assert {c["spec"]["containerId"] for c in clients["viewer"].get(
+            _url(tenant, mine)).json()["items"]} == {"receiving-app"}
 
         # the client sees the close: amqp:connection:forced from the embedded router; qdrouterd
         # 1.19 drops the socket, which proton reports as an aborted connection

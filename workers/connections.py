@@ -71,7 +71,11 @@ def connections(space) -> list[Connection]:
     if where.router is not None:
         with _management(where.router) as mgmt:
             return _router_connections(mgmt, space.vhost)
-    return _broker_connections(_api(where.broker), where.broker, space.vhost)
+    api = _api(where.broker)
+    try:
+        return _broker_connections(api, where.broker, space.vhost)
+    finally:
+        api.close()
 
 
 def close(space, connection_id: str) -> Connection | None:
@@ -95,10 +99,13 @@ def close(space, connection_id: str) -> Connection | None:
             return found
     if connection_id.startswith(BROKER) and where.router is None:
         api = _api(where.broker)
-        found = _find(_broker_connections(api, where.broker, space.vhost), connection_id)
-        if found is not None:
-            _close_on_broker(api, _broker_name(connection_id))
-        return found
+        try:
+            found = _find(_broker_connections(api, where.broker, space.vhost), connection_id)
+            if found is not None:
+                _close_on_broker(api, _broker_name(connection_id))
+            return found
+        finally:
+            api.close()
     return None
 
 
@@ -212,6 +219,7 @@ def _principal(user, vhost: str) -> str:
 
 
 def _api(broker) -> RabbitMQApi:
+    """A client of the space's broker for one read or close (closed after it)."""
     return RabbitMQApi(broker.api_url, broker.api_user, broker.api_password,
                        timeout=TIMEOUT_SECONDS)
 

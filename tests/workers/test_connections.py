@@ -60,6 +60,8 @@ def test_who_is_connected_and_closing_one(router, tenant, spaces, clients, confo
         assert [c["spec"]["containerId"] for c in search["items"]] == ["sending-app"]
         assert clients["viewer"].get(_url(tenant, mine), {"protocol": "mqtt"}).json()[
             "metadata"]["totalItems"] == 0
+        assert conform(clients["viewer"].get(_url(tenant, mine), {"via": "pigeon"}),
+                       400)["field"] == "via"
 
         # the other space's connection is not this space's, to list or to close
         theirs = clients["owner"].get(_url(tenant, other)).json()["items"]

@@ -7,6 +7,7 @@ from rest_framework.views import APIView
 
 from core.api.manifests import MAAS_API
 from core.api.schemas import errors
+from core.errors import Invalid
 from tenants.roles import Action
 
 from ... import services
@@ -30,6 +31,9 @@ class ConnectionList(SpaceMixin, APIView):
         s = self.space(request, tenant, space, Action.READ)
         found = services.list_connections(s)
         q = request.query_params
+        for name, allowed in (("protocol", PROTOCOLS), ("via", VIA)):
+            if q.get(name) and q[name] not in allowed:
+                raise Invalid(f"{name} must be one of {', '.join(allowed)}", name)
         for name, key in (("protocol", "protocol"), ("via", "via"), ("user", "principal")):
             if q.get(name):
                 found = [c for c in found if getattr(c, key) == q[name]]

@@ -66,9 +66,10 @@ class DataPlane(Protocol):
     def ca_cert(self, space) -> str:
         """The PEM of the CA that signed the space's router AMQPS certificate, or ""."""
 
-    def connections(self, space) -> list[Connection]:
-        """The space's client connections now, each with its links; raises
-        core.errors.Unavailable when the router or broker does not answer."""
+    def connections(self, space, links: bool = False) -> list[Connection]:
+        """The space's client connections now (with `links`, each with its links; without,
+        their counts only); raises core.errors.Unavailable when the router or broker does not
+        answer."""
 
     def close_connection(self, space, connection_id: str) -> Connection | None:
         """Closes one of the space's client connections (its peer sees a forced close); the
@@ -83,7 +84,7 @@ class _Unregistered:
     def ca_cert(self, space) -> str:
         return ""
 
-    def connections(self, space) -> list[Connection]:
+    def connections(self, space, links: bool = False) -> list[Connection]:
         return []
 
     def close_connection(self, space, connection_id: str) -> Connection | None:

@@ -28,8 +28,8 @@ class WorkersReadings:
     def ca_cert(self, space) -> str:
         return ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if settings.MAAS_ROUTER_ENABLED else ""
 
-    def connections(self, space):
-        return connections.connections(space)
+    def connections(self, space, links: bool = False):
+        return connections.connections(space, links)
 
     def close_connection(self, space, connection_id: str):
         return connections.close(space, connection_id)

@@ -55,7 +55,8 @@ def _table(request, p, s) -> dict:
              "can_close": request.user.is_staff or role_allows(p.role, Action.CLOSE_CONNECTIONS),
              "query": urlencode(filters)}
     try:
-        found = services.list_connections(s)
+        # the links only when a row shows them (reading them costs twice their counts)
+        found = services.list_connections(s, links=bool(q.getlist("open")))
     except Unavailable as exc:
         table["unavailable"] = exc.message
         return table

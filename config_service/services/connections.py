@@ -13,15 +13,16 @@ from ..models import AddressSpace
 from ..readings import Connection
 
 
-def list_connections(space: AddressSpace) -> list[Connection]:
-    """The space's client connections now, oldest first; core.errors.Unavailable when its
-    router or broker does not answer."""
-    found = readings.get().connections(space)
+def list_connections(space: AddressSpace, links: bool = False) -> list[Connection]:
+    """The space's client connections now, oldest first (with `links`, each with its links);
+    core.errors.Unavailable when its router or broker does not answer."""
+    found = readings.get().connections(space, links)
     return sorted(found, key=lambda c: (c.opened_at or 0, c.id))
 
 
 def find_connection(space: AddressSpace, connection_id: str) -> Connection:
-    found = next((c for c in readings.get().connections(space) if c.id == connection_id), None)
+    found = next((c for c in readings.get().connections(space, links=True)
+                  if c.id == connection_id), None)
     if found is None:
         raise NotFound(f"No connection {connection_id!r} in {space.name}.")
     return found

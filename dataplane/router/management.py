@@ -219,18 +219,22 @@ class Management:
         return etype
 
     def _query(self, etype, body, props: dict):
-        """qdrouterd's QUERY with its paging (`count`, `offset`), plus `namePrefix`: only the
-        entities so named, from the store's owner index. A paged read is served from the rows
-        its first page saw, so it costs one pass over the table, not one per page."""
+        """qdrouterd's QUERY with its paging (`count`, `offset`), plus two MaaS extensions
+        qdrouterd ignores: `namePrefix`, only the entities so named, from the store's owner
+        index; `vhost`, only that vhost's clients' connections and links. A paged read is
+        served from the rows its first page saw, so it costs one pass over the table, not one
+        per page."""
         body = body or {}
         names = list(body.get("attributeNames") or [])
         prefix = str(props.get("namePrefix") or "")
+        vhost = props.get("vhost")
+        vhost = str(vhost) if vhost is not None else None
         count, offset = _int(props.get("count"), -1), max(_int(props.get("offset"), 0), 0)
-        key = (etype, prefix)
+        key = (etype, prefix, vhost)
         rows = self._pages.get(key) if offset else None
         if rows is None:
             if etype in views.TYPES:
-                rows = [r for r in views.rows(self.engine, etype)
+                rows = [r for r in views.rows(self.engine, etype, vhost)
                         if str(r.get("name", "")).startswith(prefix)]
             elif etype in self.engine.store.types():
                 rows = [self.engine.store.public(e)

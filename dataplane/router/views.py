@@ -87,10 +87,13 @@ def _address_row(k, multicast: bool, c, entry, node) -> dict:
     }
 
 
-def connection_rows(engine) -> list[dict]:
+def connection_rows(engine, vhost: str | None = None) -> list[dict]:
+    """Every connection, or with `vhost` only that vhost's clients'."""
     rows = []
     now = time.monotonic()
     for conn in engine.loop.conns.values():
+        if vhost is not None and conn.vhost != vhost:
+            continue
         rows.append({
             **_CONNECTION_MORE, "ssl": conn.encrypted,
             "uptimeSeconds": int(now - conn.started),
@@ -108,9 +111,12 @@ def connection_rows(engine) -> list[dict]:
     return rows
 
 
-def link_rows(engine) -> list[dict]:
+def link_rows(engine, vhost: str | None = None) -> list[dict]:
+    """Every link, or with `vhost` only those of that vhost's clients' connections."""
     rows = []
     for ls in engine.links.values():
+        if vhost is not None and ls.conn.vhost != vhost:
+            continue
         rows.append({
             **_LINK_MORE, "droppedPresettledCount": ls.counts.dropped_presettled,
             "name": ls.name, "identity": str(ls.identity), "type": LINK,
@@ -180,7 +186,14 @@ _ROWS = {ROUTER_ADDRESS: address_rows, CONNECTION: connection_rows, LINK: link_r
          SSL_PROFILE: ssl_profile_rows}
 
 
-def rows(engine, etype: str) -> list[dict]:
+# The types whose QUERY takes the MaaS extension `vhost` (management.py): one space's rows,
+# so a space's connection list costs its own connections, not the router's.
+BY_VHOST = (CONNECTION, LINK)
+
+
+def rows(engine, etype: str, vhost: str | None = None) -> list[dict]:
+    if vhost is not None and etype in BY_VHOST:
+        return _ROWS[etype](engine, vhost)
     return _ROWS[etype](engine)
 
 

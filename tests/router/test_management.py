@@ -130,6 +130,14 @@ def test_a_client_connection_is_closed_by_its_admin_status_and_its_properties_ar
     props = {symbol(f"k{i:02}"): "v" * (300 if i == 0 else 3) for i in range(20)}
     client = router.connect("carl", "carl-pw", vhost="closing", properties=props)
     (row,) = [r for r in mgmt.query(CONNECTION) if r["tenant"] == "closing"]
+    # the MaaS extension `vhost`: one vhost's connections and links, not the router's
+    status, _, body = mgmt.request("QUERY", {"attributeNames": ["identity", "tenant"]},
+                                   entityType=CONNECTION, vhost="closing")
+    assert status == 200 and body["results"] == [[row["identity"], "closing"]]
+    status, _, body = mgmt.request("QUERY", {"attributeNames": ["connectionId"]},
+                                   entityType="org.apache.qpid.dispatch.router.link",
+                                   vhost="closing")
+    assert status == 200 and body["results"] == []  # carl has no link yet
     assert len(row["properties"]) == 16 and max(map(len, row["properties"].values())) == 256
     status, _, _ = mgmt.request("UPDATE", {"color": "red"}, type=CONNECTION,
                                 identity=row["identity"])

@@ -28,6 +28,12 @@ def test_many_requests_are_answered_each_in_order_with_refusals_in_place(mgmt):
         assert {r["name"]: r["prefix"] for r in rows} == {
             name: f"pipeline/a{i}" for i, name in enumerate(names)}
         assert mgmt.many([]) == []
+        # Queries sent at once read what each alone reads, over their later pages too.
+        addresses, links = mgmt.query_many([(rc.ADDRESS, ["name", "prefix"]),
+                                            (rc.LINK_ROUTE, ["name"])], page=7)
+        assert addresses == mgmt.query(rc.ADDRESS, ["name", "prefix"], page=7)
+        assert len([r for r in addresses if r["name"] in set(names)]) == count
+        assert links == mgmt.query(rc.LINK_ROUTE, ["name"])
         # A request answered alone still finds its own reply after a window of others.
         assert mgmt.read(rc.ADDRESS, names[-1])["prefix"] == f"pipeline/a{count - 1}"
     finally:

@@ -6,6 +6,7 @@ import hashlib
 import html
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -261,6 +262,16 @@ class Browser:
 
 @pytest.fixture(scope="session")
 def app_port() -> int:
+    """A port below Linux's ephemeral range (32768-60999): the provider registers it long before
+    the app server binds it, and a port of that range can meanwhile be taken by any outgoing
+    connection of the machine (seen once: Errno 98 at the app server's start)."""
+    for port in random.sample(range(20000, 30000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     return free_port()
 
 

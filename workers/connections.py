@@ -90,7 +90,7 @@ def close(space, connection_id: str) -> Connection | None:
     where = endpoints.of(space)
     if connection_id.startswith(ROUTER) and where.router is not None:
         with _management(where.router) as mgmt:
-            found = _find(_router_connections(mgmt, space.vhost, True), connection_id)
+            found = _find(_router_connections(mgmt, space.vhost, False), connection_id)
             if found is not None:
                 try:
                     mgmt.request("UPDATE", {"adminStatus": "deleted"}, type=CONNECTION,

@@ -113,9 +113,10 @@ def address_plan_fields(spec, kept=None) -> dict:
     }
 
 
-def space_plan_fields(spec) -> dict:
+def space_plan_fields(spec, kept=None) -> dict:
     """The AddressSpacePlan's fields from a whole spec; `address_plans` is a list of names,
-    whose existence the service checks."""
+    whose existence the service checks. `kept`: the plan as stored before a change (an infra
+    config it names that is no longer defined may stay: its spaces get the platform's sizes)."""
     spec = _known(spec, SPACE_PLAN_KEYS, "AddressSpacePlan")
     names = spec.get("addressPlans") or []
     if not isinstance(names, list):
@@ -132,7 +133,7 @@ def space_plan_fields(spec) -> dict:
     infra = DEFAULT_INFRA_CONFIG if infra in (None, "") else infra
     if not isinstance(infra, str) or not SLUG.regex.match(infra):
         raise Invalid(SLUG.message, "spec.infraConfigRef")
-    if infra not in infra_configs.configs():
+    if infra not in infra_configs.configs() and (kept is None or infra != kept.infra_config_ref):
         raise Invalid(f"unknown infra config {infra!r}; the operator's are "
                       f"{', '.join(infra_configs.names())} (MAAS_INFRA_CONFIGS)",
                       "spec.infraConfigRef")

@@ -148,10 +148,10 @@ def create_space_plan(*, ctx: Context, name, spec) -> AddressSpacePlan:
 def replace_space_plan(*, ctx: Context, name, spec, expected_version=None) -> AddressSpacePlan:
     """Sets the whole spec of an address space plan. New resource limits re-evaluate every
     space of the plan; a new router policy wakes their agents."""
-    fields = plan_specs.space_plan_fields(spec)
-    names = fields.pop("address_plans")
     log.lock_plans_stream()
     plan = _locked_space_plan(name)
+    fields = plan_specs.space_plan_fields(spec, kept=plan)
+    names = fields.pop("address_plans")
     check_version(plan.resource_version, expected_version)
     spaces = AddressSpace.objects.filter(plan=name).order_by("uid")
     if fields["address_space_type"] != plan.address_space_type and spaces.exists():

@@ -277,3 +277,16 @@ def test_a_display_change_re_places_nothing(ops_space, operator):
     space.refresh_from_db()
     assert space.last_sequence == before
     assert plan_events("address_plan.changed").count() == 1
+
+
+def test_a_plan_naming_an_infra_config_no_longer_defined_can_still_change_other_fields(operator):
+    operator.post(ADDRESS_PLANS, address_plan(), format="json")
+    assert operator.post(SPACE_PLANS, space_plan(), format="json").status_code == 201
+    AddressSpacePlan.objects.filter(name="ops-small").update(infra_config_ref="gone-config")
+    answer = operator.patch(SPACE_PLANS + "ops-small/", {"spec": {"resourceLimits": {
+        "router": 2.0, "broker": 1.0, "aggregate": 3.0}}}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["spec"]["infraConfigRef"] == "gone-config"
+    answer = operator.patch(SPACE_PLANS + "ops-small/", {"spec": {
+        "infraConfigRef": "another-gone"}}, format="json")
+    assert answer.status_code == 400 and answer.json()["field"] == "spec.infraConfigRef"

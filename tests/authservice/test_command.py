@@ -37,7 +37,8 @@ def test_run_authservice_serves_messaging_users_and_the_admin(transactional_db, 
         proc.wait(10)
 
 
-def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path):
+def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path, monkeypatch):
+    monkeypatch.delenv("QDROUTERD", raising=False)  # `auto`: TLS with the embedded router
     settings.MAAS_ROUTER_ENABLED, settings.MAAS_RUN_EMBEDDED_ROUTER = True, False
     settings.MAAS_AUTH_SERVICE_HOST, settings.MAAS_AUTH_SERVICE_PORT = "127.0.0.2", 15676
     cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
@@ -50,11 +51,19 @@ def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path)
     settings.MAAS_AUTH_SERVICE_TLS_CERT = ""  # plain, as before
     command = processes("127.0.0.1:8000")["authservice"]
     assert command[2:] == ["run_authservice", "--host", "127.0.0.2", "--port", "15676"]
+    # `auto` with qdrouterd: plain (maas/settings.py); `true` asks for TLS with it too
+    settings.MAAS_AUTH_SERVICE_TLS_CERT = cert
+    monkeypatch.setenv("QDROUTERD", sys.executable)  # an executable: qdrouterd.binary()
+    assert "--tls-cert" not in processes("127.0.0.1:8000")["authservice"]
+    settings.MAAS_AUTH_SERVICE_TLS = "true"
+    assert "--tls-cert" in processes("127.0.0.1:8000")["authservice"]
     settings.MAAS_ROUTER_ENABLED = False
     assert "authservice" not in processes("127.0.0.1:8000")
 
 
-def test_runplatform_points_the_routers_at_the_auth_service_and_its_identity(settings):
+def test_runplatform_points_the_routers_at_the_auth_service_and_its_identity(settings,
+                                                                            monkeypatch):
+    monkeypatch.delenv("QDROUTERD", raising=False)
     settings.MAAS_AUTH_SERVICE_HOST, settings.MAAS_AUTH_SERVICE_PORT = "127.0.0.2", 15676
     settings.MAAS_AUTH_SERVICE_TLS_CERT = settings.MAAS_AUTH_SERVICE_CA = "/etc/auth/ca.pem"
     command = embedded_router_command(urlparse("amqp://127.0.0.1:5675"))

@@ -166,6 +166,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="the victim's logins a second")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--database", default="maas_bench_logins")
+    parser.add_argument("--auth-tls", action="store_true",
+                        help="the router reaches the auth service over TLS and checks its "
+                             "certificate, as make run does (default: plain)")
     args = parser.parse_args()
     url = ensure_database(args.database)
     os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="maas.settings",
@@ -206,15 +209,26 @@ def main() -> None:
     auth_port = free_port()
     env = dict(os.environ, MAAS_ROUTER_ADMIN_USER=ADMIN_USER,
                MAAS_ROUTER_ADMIN_PASSWORD=ADMIN_PASSWORD)
+    tls, ca = [], None
+    if args.auth_tls:
+        import tempfile
+
+        from workers.agents.router.certificates import ensure_self_signed
+
+        ca, key = (str(Path(tempfile.mkdtemp()) / name) for name in ("cert.pem", "key.pem"))
+        ensure_self_signed(ca, key, "127.0.0.1")
+        tls = ["--tls-cert", ca, "--tls-key", key]
     auth = subprocess.Popen([sys.executable, "manage.py", "run_authservice", "--port",
-                             str(auth_port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+                             str(auth_port), *tls], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL)
     wait_port(auth_port, 30, process=auth)  # the router's first login goes there
     if args.router == "embedded":
-        router = RouterProcess(auth_port=auth_port)
+        router = RouterProcess(extra_args=["--auth-service-ca", ca] if ca else [],
+                               auth_port=auth_port)
     else:
         from tests.qdrouterd import QdrouterdProcess
 
-        router = QdrouterdProcess(auth_port)
+        router = QdrouterdProcess(auth_port, auth_ca=ca)
     router.start()
     try:
         groups = {"app": {"users": f"app@{space.vhost}", "remoteHosts": "*", "sources": "*",

@@ -70,7 +70,7 @@ def processes(bind: str) -> dict[str, list[str]]:
             "--host", settings.MAAS_AUTH_SERVICE_HOST,
             "--port", str(settings.MAAS_AUTH_SERVICE_PORT),
         ]
-        if settings.MAAS_AUTH_SERVICE_TLS_CERT:
+        if _auth_service_tls():
             # The routers check this identity: whatever else answers on the port gets no login.
             from workers.agents.router.certificates import ensure_self_signed
 
@@ -119,9 +119,19 @@ def qdrouterd_command(mgmt) -> list[str]:
     return qdrouterd.command(path)
 
 
+def _auth_service_tls() -> bool:
+    """Whether the auth service serves TLS and the router checks its certificate:
+    MAAS_AUTH_SERVICE_TLS, whose `auto` is on with the embedded router and off with qdrouterd
+    (maas/settings.py says why)."""
+    choice = str(settings.MAAS_AUTH_SERVICE_TLS).lower()
+    if not settings.MAAS_AUTH_SERVICE_TLS_CERT or choice in ("false", "0", "no", "off"):
+        return False
+    return choice != "auto" or qdrouterd.binary() is None
+
+
 def _auth_service_ca() -> str | None:
     """The CA the routers check the auth service against, or None (plain)."""
-    return settings.MAAS_AUTH_SERVICE_CA if settings.MAAS_AUTH_SERVICE_TLS_CERT else None
+    return settings.MAAS_AUTH_SERVICE_CA if _auth_service_tls() else None
 
 
 def embedded_router_command(mgmt) -> list[str]:

@@ -359,9 +359,10 @@ MAAS_AUTH_SERVICE_TLS_CERT = env("MAAS_AUTH_SERVICE_TLS_CERT",
 MAAS_AUTH_SERVICE_TLS_KEY = env("MAAS_AUTH_SERVICE_TLS_KEY",
                                 str(BASE_DIR / "var" / "authservice-tls" / "key.pem"))
 MAAS_AUTH_SERVICE_CA = env("MAAS_AUTH_SERVICE_CA", "") or MAAS_AUTH_SERVICE_TLS_CERT
-# "auto": TLS to the auth service with the embedded router, plain with qdrouterd (qdrouterd
-# 1.19 builds a TLS context for every login it relays: under a flood of unknown logins a
-# tenant's own got 1 in 4 through, tests/bench/bench_hostile_logins.py); "true" or "false".
+# "auto": TLS to the auth service when make run starts the embedded router; plain with a
+# router started elsewhere, and with qdrouterd, which builds a TLS context for every login it
+# relays (under a flood of unknown logins a tenant's own got 1 in 4 through,
+# tests/bench/bench_hostile_logins.py). "true" or "false" decide for every router.
 MAAS_AUTH_SERVICE_TLS = env("MAAS_AUTH_SERVICE_TLS", "auto")
 # Its threads that check logins against the database, one connection each: the most database
 # connections logins take, however many arrive at once.

@@ -38,8 +38,11 @@ def test_run_authservice_serves_messaging_users_and_the_admin(transactional_db, 
 
 
 def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path, monkeypatch):
-    monkeypatch.delenv("QDROUTERD", raising=False)  # `auto`: TLS with the embedded router
+    monkeypatch.delenv("QDROUTERD", raising=False)
     settings.MAAS_ROUTER_ENABLED, settings.MAAS_RUN_EMBEDDED_ROUTER = True, False
+    # `auto` with no router started here (one of the operator's): plain, as it expects
+    assert "--tls-cert" not in processes("127.0.0.1:8000")["authservice"]
+    settings.MAAS_AUTH_SERVICE_TLS = "true"
     settings.MAAS_AUTH_SERVICE_HOST, settings.MAAS_AUTH_SERVICE_PORT = "127.0.0.2", 15676
     cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
     settings.MAAS_AUTH_SERVICE_TLS_CERT, settings.MAAS_AUTH_SERVICE_TLS_KEY = cert, key
@@ -51,9 +54,17 @@ def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path,
     settings.MAAS_AUTH_SERVICE_TLS_CERT = ""  # plain, as before
     command = processes("127.0.0.1:8000")["authservice"]
     assert command[2:] == ["run_authservice", "--host", "127.0.0.2", "--port", "15676"]
-    # `auto` with qdrouterd: plain (maas/settings.py); `true` asks for TLS with it too
-    settings.MAAS_AUTH_SERVICE_TLS_CERT = cert
+    # `auto`: TLS when this process starts the embedded router, plain with qdrouterd
+    # (maas/settings.py says why); `true` asks for TLS with it too
+    settings.MAAS_AUTH_SERVICE_TLS_CERT, settings.MAAS_AUTH_SERVICE_TLS = cert, "auto"
+    settings.MAAS_RUN_EMBEDDED_ROUTER = True
+    settings.MAAS_ROUTER_TLS_CERT = str(tmp_path / "router-cert.pem")
+    settings.MAAS_ROUTER_TLS_KEY = str(tmp_path / "router-key.pem")
+    procs = processes("127.0.0.1:8000")
+    assert "--tls-cert" in procs["authservice"] and "--auth-service-ca" in procs["router"]
     monkeypatch.setenv("QDROUTERD", sys.executable)  # an executable: qdrouterd.binary()
+    monkeypatch.setattr("maas.management.commands.runplatform.qdrouterd_command",
+                        lambda mgmt: ["qdrouterd"])  # its config is not what is looked at
     assert "--tls-cert" not in processes("127.0.0.1:8000")["authservice"]
     settings.MAAS_AUTH_SERVICE_TLS = "true"
     assert "--tls-cert" in processes("127.0.0.1:8000")["authservice"]
@@ -64,6 +75,7 @@ def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path,
 def test_runplatform_points_the_routers_at_the_auth_service_and_its_identity(settings,
                                                                             monkeypatch):
     monkeypatch.delenv("QDROUTERD", raising=False)
+    settings.MAAS_RUN_EMBEDDED_ROUTER = True
     settings.MAAS_AUTH_SERVICE_HOST, settings.MAAS_AUTH_SERVICE_PORT = "127.0.0.2", 15676
     settings.MAAS_AUTH_SERVICE_TLS_CERT = settings.MAAS_AUTH_SERVICE_CA = "/etc/auth/ca.pem"
     command = embedded_router_command(urlparse("amqp://127.0.0.1:5675"))

@@ -121,12 +121,15 @@ def qdrouterd_command(mgmt) -> list[str]:
 
 def _auth_service_tls() -> bool:
     """Whether the auth service serves TLS and the router checks its certificate:
-    MAAS_AUTH_SERVICE_TLS, whose `auto` is on with the embedded router and off with qdrouterd
-    (maas/settings.py says why)."""
+    MAAS_AUTH_SERVICE_TLS, whose `auto` is on when this process starts the embedded router, off
+    with qdrouterd (maas/settings.py says why) or a router started elsewhere (it would need the
+    CA: `true` asks for TLS whatever the router)."""
     choice = str(settings.MAAS_AUTH_SERVICE_TLS).lower()
     if not settings.MAAS_AUTH_SERVICE_TLS_CERT or choice in ("false", "0", "no", "off"):
         return False
-    return choice != "auto" or qdrouterd.binary() is None
+    if choice != "auto":
+        return True
+    return bool(settings.MAAS_RUN_EMBEDDED_ROUTER) and qdrouterd.binary() is None
 
 
 def _auth_service_ca() -> str | None:

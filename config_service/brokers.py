@@ -29,6 +29,10 @@ class BrokerEndpoint:
     name: str = ""  # in the pool: what a space records (AddressSpace.broker); "" the shared one
     relay_port: int = 0  # on one machine: the vhost relay in front of it (docs/router.md)
     broker_mqtt_port: int = 0  # RabbitMQ's own MQTT listener, behind the MQTT relay
+    # Tenants' AMQP (the brokered-amqp relay, plain and TLS) and MQTTS; 0: none
+    tenant_amqp_port: int = 0
+    tenant_amqps_port: int = 0
+    mqtts_port: int = 0
 
 
 def shared_broker() -> BrokerEndpoint:
@@ -36,18 +40,23 @@ def shared_broker() -> BrokerEndpoint:
     return BrokerEndpoint(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
                           settings.RABBITMQ_API_PASSWORD, settings.RABBITMQ_AMQP_HOST,
                           settings.RABBITMQ_AMQP_PORT, settings.MAAS_MQTT_RELAY_PORT, "",
-                          settings.MAAS_VHOST_RELAY_PORT, settings.RABBITMQ_MQTT_PORT)
+                          settings.MAAS_VHOST_RELAY_PORT, settings.RABBITMQ_MQTT_PORT,
+                          settings.MAAS_BROKERED_AMQP_PORT, settings.MAAS_BROKERED_AMQPS_PORT,
+                          settings.MAAS_MQTT_RELAY_TLS_PORT)
 
 
 def broker_pool() -> list[BrokerEndpoint]:
     """The brokers spaces are placed on: the shared one, then node k = 1.. of
-    MAAS_RABBITMQ_NODES on the same host, on deploy/local/rabbitmq-nodes.sh's ports."""
+    MAAS_RABBITMQ_NODES on the same host, on deploy/local/rabbitmq-nodes.sh's ports (and the
+    relays' in front of them: maas/settings.py)."""
     shared = shared_broker()
     api_host = urlsplit(shared.api_url).hostname or shared.amqp_host
     return [shared] + [
         BrokerEndpoint(f"http://{api_host}:{15680 + k}/api", shared.api_user,
                        shared.api_password, shared.amqp_host, 5680 + k, 1900 + k, f"maas{k}",
-                       5690 + k, 1890 + k)
+                       5690 + k, 1890 + k, 5700 + k if shared.tenant_amqp_port else 0,
+                       5710 + k if shared.tenant_amqps_port else 0,
+                       1910 + k if shared.mqtts_port else 0)
         for k in range(1, settings.MAAS_RABBITMQ_NODES)]
 
 

@@ -2,24 +2,27 @@
 router (standard spaces), RabbitMQ's own syntax on a brokered space (docs/storage.md)."""
 
 
+def segment(name: str) -> str:
+    """`name` as one segment of a RabbitMQ AMQP 1.0 address: a `/` in it written `%2F`, the
+    one escape RabbitMQ 3.10 decodes there (else it reads `/` as a separator: `/exchange/a/b`
+    is the exchange `a` with the key `b`); validation.stored_address refuses names holding
+    `%2F` themselves. The brokered-amqp relay writes bare names the same way."""
+    return name.replace("/", "%2F")
+
+
 def amqp_queue(name: str) -> str:
-    """RabbitMQ's AMQP 1.0 address of a queue: `/amq/queue/<name>`, a `/` in the name written
-    `%2F`, the one escape RabbitMQ 3.10 decodes there (else it reads `/` as a separator and
-    refuses the link); validation.stored_address refuses names holding `%2F` themselves."""
-    return "/amq/queue/" + name.replace("/", "%2F")
+    """RabbitMQ's AMQP 1.0 address of a queue: `/amq/queue/<name>`."""
+    return "/amq/queue/" + segment(name)
 
 
 def send_address(space_type: str, address_type: str, address: str) -> str:
     """Where to attach a sender. On RabbitMQ every address a client may send to has an
     exchange of its name (a queue's routes to the queue), the one target each user's rights
-    are checked on; `/amq/queue/<name>` works only for users who may send everywhere."""
+    are checked on; `/amq/queue/<name>` works only for users who may send everywhere. (Through
+    the brokered-amqp relay the address itself works too: it writes this.)"""
     if space_type == "standard":
         return address
-    if "/" in address and address_type != "topic":
-        # RabbitMQ 3.10 reads `/exchange/a/b` as exchange `a`, key `b`: a queue whose name
-        # holds `/` is reached only through the default exchange (send pattern `*`).
-        return amqp_queue(address)
-    return f"/exchange/{address}"
+    return f"/exchange/{segment(address)}"
 
 
 def receive_address(space_type: str, address_type: str, address: str) -> str:
@@ -28,5 +31,5 @@ def receive_address(space_type: str, address_type: str, address: str) -> str:
     if space_type == "standard":
         return address
     if address_type == "topic":
-        return f"/exchange/{address}/#"
+        return f"/exchange/{segment(address)}/#"
     return amqp_queue(address)

@@ -321,11 +321,17 @@ RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)  # its own MQTT listene
 # scopes each client id to its space (`make run` starts one per broker; docs/storage.md).
 MAAS_MQTT_RELAY_HOST = env("MAAS_MQTT_RELAY_HOST", "127.0.0.1")
 MAAS_MQTT_RELAY_PORT = env_int("MAAS_MQTT_RELAY_PORT", 1886)
+MAAS_MQTT_RELAY_TLS_PORT = env_int("MAAS_MQTT_RELAY_TLS_PORT", 8886)  # MQTTS (0: none)
+# Brokered spaces' AMQP clients likewise, through the relay in `brokered-amqp` mode: their
+# login names the space and the address names work bare (docs/storage.md, "Address names").
+# RabbitMQ's own AMQP port (RABBITMQ_AMQP_PORT) still serves its own address forms.
+MAAS_BROKERED_AMQP_PORT = env_int("MAAS_BROKERED_AMQP_PORT", 5678)
+MAAS_BROKERED_AMQPS_PORT = env_int("MAAS_BROKERED_AMQPS_PORT", 5679)  # 0: no AMQPS
 # Placement over several brokers (docs/storage.md, "Several local brokers"): the broker above
 # and MAAS_RABBITMQ_NODES - 1 more on this host, independent nodes (not a cluster) started by
 # deploy/local/rabbitmq-nodes.sh, node k with AMQP on 5680+k, management on 15680+k and MQTT
-# on 1890+k (its MQTT relay on 1900+k). Each new space goes to the broker holding the fewest
-# spaces, and stays there.
+# on 1890+k (its MQTT relay on 1900+k, MQTTS 1910+k; its brokered-amqp relay on 5700+k, AMQPS
+# 5710+k). Each new space goes to the broker holding the fewest spaces, and stays there.
 MAAS_RABBITMQ_NODES = env_int("MAAS_RABBITMQ_NODES", 1)
 if not 1 <= MAAS_RABBITMQ_NODES <= 9:
     raise RuntimeError("MAAS_RABBITMQ_NODES must be between 1 and 9")
@@ -412,7 +418,8 @@ MAAS_ROUTER_POLICY = {
     # connection closed (amqp:link:message-size-exceeded), before the router holds it whole
     "maxMessageSize": env_int("MAAS_ROUTER_MAX_MESSAGE_SIZE", 1 << 20),
 }
-# The router's TLS certificate (PEM); `runplatform` makes a self-signed one here if missing.
+# The platform's TLS certificate (PEM) of the router's AMQPS, the MQTT gateway's MQTTS and the
+# brokered spaces' AMQPS and MQTTS; `runplatform` makes a self-signed one here if missing.
 MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
 MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))
 # Usage metering: where samples go (a directory, or any Hadoop FS URL Spark can read), how often.

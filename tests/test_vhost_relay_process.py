@@ -1,6 +1,6 @@
 """`manage.py runplatform` starts the vhost relay in front of RabbitMQ's AMQP only when qdrouterd
 runs instead of the embedded router (`QDROUTERD` names an executable), and one in front of each
-broker's MQTT always."""
+broker's MQTT always, and one for the AMQP clients of brokered spaces (both with TLS)."""
 import pytest
 
 from maas.management.commands.runplatform import processes
@@ -46,3 +46,34 @@ def test_every_broker_gets_an_mqtt_relay_whichever_router_runs(settings, monkeyp
                                        "--listen", "127.0.0.1:1996", "--broker", "10.0.0.5:1884"]
     assert procs["mqtt-relay-maas1"][-4:] == ["--listen", "127.0.0.1:1901",
                                               "--broker", "10.0.0.5:1891"]
+
+
+def test_every_broker_gets_a_brokered_amqp_relay_and_both_relays_serve_tls(settings,
+                                                                           monkeypatch,
+                                                                           tmp_path):
+    monkeypatch.delenv("QDROUTERD", raising=False)
+    settings.MAAS_RABBITMQ_NODES = 2
+    settings.MAAS_ROUTER_TLS_CERT = str(tmp_path / "cert.pem")
+    settings.MAAS_ROUTER_TLS_KEY = str(tmp_path / "key.pem")
+    settings.MAAS_MQTT_RELAY_HOST = "127.0.0.1"
+    settings.MAAS_BROKERED_AMQP_PORT, settings.MAAS_BROKERED_AMQPS_PORT = 5678, 5679
+    settings.MAAS_MQTT_RELAY_TLS_PORT = 8886
+    settings.RABBITMQ_AMQP_HOST, settings.RABBITMQ_AMQP_PORT = "10.0.0.5", 5672
+    settings.RABBITMQ_API_URL = "http://10.0.0.5:15672/api"
+    procs = processes("127.0.0.1:8000")
+    tls = ["--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY]
+    assert procs["amqp-relay"][1:] == [
+        "-m", "dataplane.vhost_relay", "--protocol", "brokered-amqp",
+        "--listen", "127.0.0.1:5678", "--broker", "10.0.0.5:5672",
+        "--api-url", "http://10.0.0.5:15672/api", "--tls-listen", "127.0.0.1:5679", *tls]
+    assert procs["amqp-relay-maas1"][5:11] == ["--listen", "127.0.0.1:5701",
+                                               "--broker", "10.0.0.5:5681",
+                                               "--api-url", "http://10.0.0.5:15681/api"]
+    assert procs["amqp-relay-maas1"][-6:-4] == ["--tls-listen", "127.0.0.1:5711"]
+    assert procs["mqtt-relay"][-6:] == ["--tls-listen", "127.0.0.1:8886", *tls]
+    assert procs["mqtt-relay-maas1"][-6:-4] == ["--tls-listen", "127.0.0.1:1911"]
+    assert (tmp_path / "cert.pem").exists()  # made for them, as for the router
+
+    settings.MAAS_BROKERED_AMQP_PORT = settings.MAAS_MQTT_RELAY_TLS_PORT = 0  # turned off
+    procs = processes("127.0.0.1:8000")
+    assert "amqp-relay" not in procs and "--tls-listen" not in procs["mqtt-relay"]

@@ -26,7 +26,13 @@ class WorkersReadings:
         return AddressCounters(router=router, broker=_broker_rows(where.broker, space.vhost))
 
     def ca_cert(self, space) -> str:
-        return ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if settings.MAAS_ROUTER_ENABLED else ""
+        # The platform's certificate: the router's, the gateway's and the brokered relays'.
+        if space.type == "brokered":
+            broker = endpoints.of(space).broker
+            tls = broker.tenant_amqps_port or broker.mqtts_port
+        else:
+            tls = settings.MAAS_ROUTER_ENABLED
+        return ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if tls else ""
 
     def connections(self, space, links: bool = False):
         return connections.connections(space, links)

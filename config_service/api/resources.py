@@ -15,13 +15,19 @@ from ..status import address_status, agents_needed, space_status
 def endpoints(space) -> list[dict]:
     """Where clients connect (EnMasse status.endpointStatuses)."""
     if space.type == "brokered":
-        broker = brokers.pooled_broker(space.broker)  # its broker of the pool
+        # Its broker of the pool, through the relays that take the space from the login (and,
+        # for AMQP, serve the bare address names); without them, RabbitMQ's own AMQP port.
+        broker = brokers.pooled_broker(space.broker)
+        amqp = [{"name": "amqp", "port": broker.tenant_amqp_port or broker.amqp_port}]
+        if broker.tenant_amqps_port:
+            amqp.append({"name": "amqps", "port": broker.tenant_amqps_port})
+        mqtt = [{"name": "mqtt", "port": broker.mqtt_port}]
+        if broker.mqtts_port:
+            mqtt.append({"name": "mqtts", "port": broker.mqtts_port})
         return [
-            {"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST,
-             "servicePorts": [{"name": "amqp", "port": broker.amqp_port}],
+            {"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": amqp,
              "virtualHost": f"vhost:{space.vhost}", "username": f"<username>@{space.vhost}"},
-            {"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST,
-             "servicePorts": [{"name": "mqtt", "port": broker.mqtt_port}],
+            {"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": mqtt,
              "username": f"{space.vhost}:<username>@{space.vhost}"},
         ]
     tls = bool(_ca_cert(space))
@@ -87,7 +93,7 @@ def address_space(space, states: dict) -> dict:
             "endpointStatuses": endpoints(space),
             "planStatus": space.plan_status,
             **({"caCert": base64.b64encode(_ca_cert(space).encode()).decode()}
-               if space.type == "standard" and _ca_cert(space) else {}),
+               if _ca_cert(space) else {}),
         },
     }
 

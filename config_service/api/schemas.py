@@ -152,7 +152,8 @@ class AddressSpaceStatus(Described):
     endpointStatuses = EndpointStatus(many=True)
     planStatus = AddressSpacePlanStatus(help_text="The plan as applied.")
     caCert = s.CharField(required=False,
-                         help_text="Standard spaces with TLS: the CA certificate, base64 PEM.")
+                         help_text="Spaces with TLS (AMQPS, MQTTS): the CA certificate of their "
+                                   "endpoints, base64 PEM.")
 
 
 class AddressSpace(Described):

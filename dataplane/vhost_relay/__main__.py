@@ -6,10 +6,12 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 
 from ..admission import Admission, Limits
 from . import __doc__ as description
+from .kinds import Kinds
 from .relay import Relay
 
 logger = logging.getLogger("dataplane.vhost_relay")
@@ -33,43 +35,87 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--broker", type=host_port, metavar="HOST:PORT", default=host_port(
         f"{env('RABBITMQ_AMQP_HOST', '127.0.0.1')}:{env('RABBITMQ_AMQP_PORT', '5672')}"),
         help="RabbitMQ's AMQP listener (RABBITMQ_AMQP_HOST/_PORT; 127.0.0.1:5672)")
-    p.add_argument("--protocol", choices=("amqp", "mqtt"), default="amqp",
-                   help="amqp: routers' logins to their vhost; mqtt: tenants' MQTT clients, "
-                        "their client ids scoped to their vhost (docs/storage.md)")
+    p.add_argument("--protocol", choices=("amqp", "brokered-amqp", "mqtt"), default="amqp",
+                   help="amqp: routers' logins to their vhost; brokered-amqp: tenants' AMQP "
+                        "clients of brokered spaces, bare address names rewritten; mqtt: "
+                        "tenants' MQTT clients, their client ids scoped to their vhost "
+                        "(docs/storage.md)")
+    p.add_argument("--tls-listen", type=host_port, metavar="HOST:PORT",
+                   help="also listen here with TLS (AMQPS, MQTTS), with --tls-cert/--tls-key")
+    p.add_argument("--tls-cert", default=env("MAAS_VHOST_RELAY_TLS_CERT", ""),
+                   help="PEM certificate chain of the TLS listener")
+    p.add_argument("--tls-key", default=env("MAAS_VHOST_RELAY_TLS_KEY", ""),
+                   help="PEM private key of the TLS listener")
+    p.add_argument("--api-url", default=env("RABBITMQ_API_URL", "http://127.0.0.1:15672/api"),
+                   help="brokered-amqp: the broker's management API, where the relay reads "
+                        "which names are topics (RABBITMQ_API_URL; user and password from "
+                        "RABBITMQ_API_USER/_PASSWORD)")
     p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="to the broker, after which the client's connection is closed")
-    # MQTT faces tenants: the same per-source limits as the router's and the gateway's
+    # MQTT and brokered AMQP face tenants: the same per-source limits as the router's and the gateway's
     # listeners (maas/settings.py), read from the same variables.
     p.add_argument("--handshake-timeout", type=float, metavar="SECONDS",
                    default=float(env("MAAS_HANDSHAKE_TIMEOUT", "5")),
-                   help="mqtt: a client without its CONNECT by then is closed "
-                        "(MAAS_HANDSHAKE_TIMEOUT; 5)")
+                   help="tenants (mqtt, brokered-amqp): a client without its CONNECT or open "
+                        "by then is closed (MAAS_HANDSHAKE_TIMEOUT; 5)")
     p.add_argument("--pending-per-host", type=int, default=int(env("MAAS_PENDING_PER_HOST", "64")),
-                   help="mqtt: connections before their CONNECT per source address (64)")
+                   help="tenants: connections before their CONNECT or open per source address "
+                        "(64)")
     p.add_argument("--connect-rate", type=float,
                    default=float(env("MAAS_CONNECT_RATE_PER_HOST", "100")),
-                   help="mqtt: new connections a second per source address (100)")
+                   help="tenants: new connections a second per source address (100)")
     p.add_argument("--connect-burst", type=float,
                    default=float(env("MAAS_CONNECT_BURST_PER_HOST", "200")),
-                   help="mqtt: new connections at once per source address (200)")
+                   help="tenants: new connections at once per source address (200)")
     p.add_argument("--log-level", default=env("MAAS_VHOST_RELAY_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
 
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS listener's context; None without one, or without its certificate files (on
+    Kubernetes an optional Secret: plain only until it exists, as the MQTT gateway)."""
+    if args.tls_listen is None:
+        return None
+    if not (os.path.exists(args.tls_cert) and os.path.exists(args.tls_key)):
+        logger.warning("vhost_relay.tls_off", extra={"cert": args.tls_cert, "key": args.tls_key})
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(args.tls_cert, args.tls_key)
+    return context
+
+
+def api_password() -> str:
+    """RABBITMQ_API_PASSWORD, or the file RABBITMQ_API_PASSWORD_FILE names (as the settings)."""
+    path = os.environ.get("RABBITMQ_API_PASSWORD_FILE")
+    if path:
+        with open(path) as f:
+            return f.read().strip()
+    return os.environ.get("RABBITMQ_API_PASSWORD", "guest")
+
+
 async def serve(args: argparse.Namespace) -> None:
-    mqtt = args.protocol == "mqtt"
+    tenants = args.protocol != "amqp"  # faced by tenants' clients, not by routers
+    env = os.environ.get
     relay = Relay(*args.broker, connect_timeout=args.connect_timeout, protocol=args.protocol,
                   admission=Admission(Limits(
                       pending_per_source=args.pending_per_host, rate_per_source=args.connect_rate,
-                      burst_per_source=args.connect_burst)) if mqtt else None,
-                  handshake_timeout=args.handshake_timeout if mqtt else 0.0)
+                      burst_per_source=args.connect_burst)) if tenants else None,
+                  handshake_timeout=args.handshake_timeout if tenants else 0.0,
+                  kinds=Kinds(args.api_url, env("RABBITMQ_API_USER", "guest"), api_password())
+                  if args.protocol == "brokered-amqp" else None)
+    tls = tls_context(args)
     await relay.start(*args.listen)
+    if tls is not None:
+        await relay.start(*args.tls_listen, tls=tls)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     logger.info("vhost_relay.started", extra={"protocol": args.protocol,
                                               "listen": "{}:{}".format(*args.listen),
+                                              "tls_listen": "{}:{}".format(*args.tls_listen)
+                                              if args.tls_listen else None,
                                               "broker": "{}:{}".format(*args.broker)})
     await stopping.wait()
     relay.stop()

@@ -23,7 +23,9 @@ class Preamble:
     `feed` returns the bytes to send to the broker now; once `done`, it returns its input as
     it is. A login without `@<vhost>` (or no SASL at all) is never changed."""
 
-    def __init__(self):
+    def __init__(self, split: bool = False):
+        self.split = split  # keep what follows the open in `rest` instead of returning it
+        self.rest = b""
         self.buffer = bytearray()
         self.expect = "header"  # header -> sasl -> header -> open
         self.vhost: str | None = None
@@ -41,8 +43,10 @@ class Preamble:
                 break
             out += step
         if self.done:
-            out += self.buffer
+            self.rest = bytes(self.buffer)
             self.buffer = bytearray()
+            if not self.split:
+                out += self.rest
         return bytes(out)
 
     def _step(self) -> bytes | None:

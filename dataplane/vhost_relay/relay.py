@@ -1,14 +1,19 @@
 """The relay's sockets (asyncio protocols): each accepted connection gets one to the broker;
 client bytes go through a preamble (AMQP: `Preamble` until the open; MQTT: `MqttConnect` for
-the CONNECT), then both ways unchanged."""
+the CONNECT), then both ways unchanged, except for a brokered space's AMQP clients
+(`brokered-amqp`), whose attaches are rewritten both ways (addresses.py)."""
 import asyncio
 import logging
+import ssl
 
 from ..admission import Admission
+from .addresses import Frames
+from .kinds import Kinds
 from .mqtt import MqttConnect
 from .preamble import Preamble, ProtocolError
 
-PREAMBLES = {"amqp": Preamble, "mqtt": MqttConnect}
+PREAMBLES = {"amqp": Preamble, "mqtt": MqttConnect,
+             "brokered-amqp": lambda: Preamble(split=True)}
 
 logger = logging.getLogger("dataplane.vhost_relay")
 
@@ -71,7 +76,7 @@ class BrokerSide(_Side):
             transport.close()
 
     def data_received(self, data):
-        self.pair.client.transport.write(data)
+        self.pair.from_broker(data)
 
 
 class Pair:
@@ -81,6 +86,12 @@ class Pair:
         self.relay, self.client = relay, client
         self.broker = BrokerSide(self)
         self.preamble = PREAMBLES[relay.protocol]()
+        self.frames: tuple[Frames, Frames] | None = None  # (client's, broker's): brokered-amqp
+        if relay.protocol == "brokered-amqp":
+            links: dict = {}
+            self.frames = (Frames(True, links, self._kind), Frames(False, links))
+        self.waiting = False  # for the kinds of a vhost's names: the client's bytes wait too
+        self.held = b""
         self.peer = ""
         self.connecting: asyncio.Task | None = None
         self.deadline: asyncio.TimerHandle | None = None
@@ -131,21 +142,68 @@ class Pair:
             self.broker.transport.close()
 
     def from_client(self, data: bytes) -> None:
-        if self.preamble.done:
+        if self.preamble.done and self.frames is None:
             self.broker.transport.write(data)
             return
         try:
-            out = self.preamble.feed(data)
+            if not self.preamble.done:
+                out = self.preamble.feed(data)
+                if out:
+                    self.broker.transport.write(out)
+                if not self.preamble.done:
+                    return
+                self._settle()
+                self._log("vhost_relay.connection")
+                if self.frames is None:  # the preamble passed what followed it
+                    return
+                data = self.preamble.rest
+            self._frames_from_client(data)
         except ProtocolError as exc:
-            self.logged = True
-            logger.warning("vhost_relay.refused", extra={"peer": self.peer, "error": str(exc)})
-            self.close(abort=True)
+            self._refuse(exc)
+
+    def _frames_from_client(self, data: bytes) -> None:
+        if self.waiting:  # reading resumed (the broker drained) while a kind is being read
+            self.held += data
             return
+        frames = self.frames[0]
+        out = frames.feed(data)
         if out:
             self.broker.transport.write(out)
-        if self.preamble.done:
-            self._settle()
-            self._log("vhost_relay.connection")
+        if frames.needs is not None:
+            self.waiting = True
+            self.client.transport.pause_reading()
+            asyncio.get_running_loop().create_task(self._read_kinds())
+
+    async def _read_kinds(self) -> None:
+        await self.relay.kinds.read(self.preamble.vhost)
+        if self.closed:
+            return
+        self.waiting = False
+        held, self.held = self.held, b""
+        try:
+            self._frames_from_client(held)
+        except ProtocolError as exc:
+            self._refuse(exc)
+            return
+        if not self.waiting:
+            self.client.transport.resume_reading()
+
+    def _kind(self, name: str) -> str | None:
+        return self.relay.kinds.kind(self.preamble.vhost, name)
+
+    def from_broker(self, data: bytes) -> None:
+        if self.frames is not None:
+            try:
+                data = self.frames[1].feed(data)
+            except ProtocolError as exc:
+                self._refuse(exc)
+                return
+        self.client.transport.write(data)
+
+    def _refuse(self, exc: ProtocolError) -> None:
+        self.logged = True
+        logger.warning("vhost_relay.refused", extra={"peer": self.peer, "error": str(exc)})
+        self.close(abort=True)
 
     def _log(self, event: str) -> None:
         """The connection's one info line: relayed, or closed before its open."""
@@ -178,21 +236,24 @@ class Relay:
 
     def __init__(self, broker_host: str, broker_port: int, connect_timeout: float = 10.0,
                  protocol: str = "amqp", admission: Admission | None = None,
-                 handshake_timeout: float = 0.0):
+                 handshake_timeout: float = 0.0, kinds: Kinds | None = None):
         self.broker_host, self.broker_port = broker_host, broker_port
-        self.protocol, self.admission = protocol, admission
+        self.protocol, self.admission, self.kinds = protocol, admission, kinds
         self.handshake_timeout = handshake_timeout
         self.connect_timeout = connect_timeout
         self.pairs: set[Pair] = set()
-        self.server: asyncio.Server | None = None
+        self.servers: list[asyncio.Server] = []
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listens on `host:port`, with TLS if `tls` (a relay may listen on both)."""
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: ClientSide(self), host, port,
-                                               reuse_address=True, backlog=512)
+        timeout = {"ssl_handshake_timeout": self.handshake_timeout or None} if tls else {}
+        self.servers.append(await loop.create_server(
+            lambda: ClientSide(self), host, port, reuse_address=True, backlog=512, ssl=tls,
+            **timeout))
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers:
+            server.close()
         for pair in list(self.pairs):
             pair.close()

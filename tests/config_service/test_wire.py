@@ -22,7 +22,11 @@ def test_a_brokered_topic_is_sent_to_its_exchange_and_received_from_all_its_keys
     assert receive_address("brokered", "topic", "news") == "/exchange/news/#"
 
 
-def test_a_brokered_queue_with_a_slash_is_sent_to_at_the_queue_not_a_misread_exchange():
-    # `/exchange/orders/eu` would be the exchange `orders` with the key `eu`, and
-    # `/amq/queue/orders/eu` a path RabbitMQ refuses: `%2F` is the `/` it decodes there
-    assert send_address("brokered", "queue", "orders/eu") == "/amq/queue/orders%2Feu"
+def test_a_slash_in_a_brokered_name_is_escaped_not_read_as_a_key():
+    # `/exchange/orders/eu` would be the exchange `orders` with the key `eu`; `%2F` is the `/`
+    # RabbitMQ decodes in a segment (tests/storage/test_bare_addresses.py sends through it as
+    # a user with rules for that queue alone).
+    assert send_address("brokered", "queue", "orders/eu") == "/exchange/orders%2Feu"
+    assert receive_address("brokered", "queue", "orders/eu") == "/amq/queue/orders%2Feu"
+    assert send_address("brokered", "topic", "news/eu") == "/exchange/news%2Feu"
+    assert receive_address("brokered", "topic", "news/eu") == "/exchange/news%2Feu/#"

@@ -270,18 +270,34 @@ def test_the_mqtt_gateway_finds_a_space_s_own_router_on_kubernetes(settings, ten
 
 
 
-def test_brokered_mqtt_reaches_rabbitmq_only_through_the_relay_that_scopes_client_ids(rendered):
+def test_brokered_clients_reach_rabbitmq_only_through_the_relays(rendered):
     docs = rendered["overlays/dev"]
     pod = by(docs, "StatefulSet", "maas-rabbitmq")["spec"]["template"]["spec"]
-    rabbit, relay = pod["containers"]
+    rabbit, amqp, relay = pod["containers"]
     conf = by(docs, "ConfigMap", "maas-rabbitmq")["data"]["rabbitmq.conf"]
     assert "mqtt.listeners.tcp.default = 127.0.0.1:1882" in conf  # the pod's loopback only
-    assert "mqtt" not in {p["name"] for p in rabbit["ports"]}
+    assert "listeners.tcp.default = 127.0.0.1:5682" in conf
+    assert {p["name"] for p in rabbit["ports"]} == {"management"}
+    tls = ["--tls-cert", "/etc/maas/broker-tls/tls.crt", "--tls-key",
+           "/etc/maas/broker-tls/tls.key"]
     assert relay["command"] == ["python", "-m", "dataplane.vhost_relay", "--protocol", "mqtt",
-                                "--listen", "0.0.0.0:1883", "--broker", "127.0.0.1:1882"]
-    assert relay["ports"][0]["name"] == "mqtt"
+                                "--listen", "0.0.0.0:1883", "--broker", "127.0.0.1:1882",
+                                "--tls-listen", "0.0.0.0:8883", *tls]
+    assert amqp["command"] == ["python", "-m", "dataplane.vhost_relay", "--protocol",
+                               "brokered-amqp", "--listen", "0.0.0.0:5672",
+                               "--broker", "127.0.0.1:5682",
+                               "--api-url", "http://127.0.0.1:15672/api",
+                               "--tls-listen", "0.0.0.0:5671", *tls]
+    assert [p["name"] for p in relay["ports"]] == ["mqtt", "mqtts"]
+    assert [p["name"] for p in amqp["ports"]] == ["amqp", "amqps"]
+    tls_secret = next(v for v in pod["volumes"] if v["name"] == "tls")["secret"]
+    assert tls_secret == {"secretName": "maas-broker-tls", "optional": True}
     service = by(docs, "Service", "maas-rabbitmq")["spec"]
-    assert {"name": "mqtt", "port": 1883, "targetPort": "mqtt", "protocol": "TCP"} \
-        in service["ports"]
-    # what the API gives brokered spaces' MQTT clients is the relay's port
-    assert by(docs, "ConfigMap", "maas-config")["data"]["MAAS_MQTT_RELAY_PORT"] == "1883"
+    for name, port in (("amqp", 5672), ("amqps", 5671), ("mqtt", 1883), ("mqtts", 8883)):
+        assert {"name": name, "port": port, "targetPort": name, "protocol": "TCP"} \
+            in service["ports"]
+    # what the API gives brokered spaces' clients is the relays' ports
+    config = by(docs, "ConfigMap", "maas-config")["data"]
+    assert (config["MAAS_MQTT_RELAY_PORT"], config["MAAS_MQTT_RELAY_TLS_PORT"],
+            config["MAAS_BROKERED_AMQP_PORT"], config["MAAS_BROKERED_AMQPS_PORT"]) == (
+        "1883", "8883", "5672", "5671")

@@ -36,18 +36,21 @@ class MqttRelay:
 class Device:
     """A paho MQTT 3.1.1 client of one vhost that waits for what it expects."""
 
-    def __init__(self, port: int, vhost: str, client_id: str, clean_session: bool = True):
+    def __init__(self, port: int, vhost: str, client_id: str, clean_session: bool = True,
+                 tls_ca: str | None = None, password: str = PASSWORD):
         self.cond = threading.Condition()
         self.connack = None
         self.messages: list[bytes] = []
         self.dropped = threading.Event()
         self.c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
                              protocol=paho.MQTTv311, clean_session=clean_session)
-        self.c.username_pw_set(f"{vhost}:{broker_username(vhost, 'app')}", PASSWORD)
+        self.c.username_pw_set(f"{vhost}:{broker_username(vhost, 'app')}", password)
         self.c.on_connect = self._on_connect
         self.c.on_disconnect = lambda *_: self.dropped.set()
         self.c.on_message = self._on_message
         self.c.reconnect_delay_set(60, 60)  # a dropped device stays down: the test sees it
+        if tls_ca:  # MQTTS, the chain and the host name (here the IP address) verified
+            self.c.tls_set(ca_certs=tls_ca)
         self.c.connect("127.0.0.1", port, keepalive=30)
         self.c.loop_start()
         self.wait(lambda: self.connack is not None, "CONNACK")

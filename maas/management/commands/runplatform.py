@@ -92,15 +92,38 @@ def processes(bind: str) -> dict[str, list[str]]:
                 "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
             ]
     # Brokered spaces' MQTT: RabbitMQ's listener behind the relay that scopes client ids to
-    # their vhost (RabbitMQ 3.10 tracks them across vhosts; docs/storage.md).
+    # their vhost (RabbitMQ 3.10 tracks them across vhosts; docs/storage.md); their AMQP:
+    # the relay that takes the space from the login and the address names bare. Both serve
+    # TLS with the platform's certificate.
     for broker in endpoints.broker_pool():
+        host = settings.MAAS_MQTT_RELAY_HOST
         procs["-".join(filter(None, ("mqtt-relay", broker.name)))] = [
             py, "-m", "dataplane.vhost_relay", "--protocol", "mqtt",
-            "--listen", f"{settings.MAAS_MQTT_RELAY_HOST}:{broker.mqtt_port}",
+            "--listen", f"{host}:{broker.mqtt_port}",
             "--broker", f"{broker.amqp_host}:{broker.broker_mqtt_port}",
+            *_relay_tls(host, broker.mqtts_port),
         ]
+        if broker.tenant_amqp_port:
+            procs["-".join(filter(None, ("amqp-relay", broker.name)))] = [
+                py, "-m", "dataplane.vhost_relay", "--protocol", "brokered-amqp",
+                "--listen", f"{host}:{broker.tenant_amqp_port}",
+                "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
+                "--api-url", broker.api_url, *_relay_tls(host, broker.tenant_amqps_port),
+            ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs
+
+
+def _relay_tls(host: str, port: int) -> list[str]:
+    """A relay's TLS listener on `port` (none for 0), with the platform's certificate."""
+    if not port:
+        return []
+    from workers.agents.router.certificates import ensure_self_signed
+
+    ensure_self_signed(settings.MAAS_ROUTER_TLS_CERT, settings.MAAS_ROUTER_TLS_KEY,
+                       settings.MAAS_PUBLIC_HOST)
+    return ["--tls-listen", f"{host}:{port}", "--tls-cert", settings.MAAS_ROUTER_TLS_CERT,
+            "--tls-key", settings.MAAS_ROUTER_TLS_KEY]
 
 
 def qdrouterd_command(mgmt) -> list[str]:
@@ -169,8 +192,10 @@ class Command(BaseCommand):
         # The auth service checks the router admin's password: it gets the one this process
         # settled on (environment or var/secrets), through the environment, not `ps`.
         state = settings.BASE_DIR / "var" / "processes.json"  # /readyz reads it (maas.health)
+        # The brokered-amqp relays read the brokers' management API as the control plane does.
         env = dict(os.environ, MAAS_ROUTER_ADMIN_PASSWORD=settings.MAAS_ROUTER_ADMIN_PASSWORD,
-                   MAAS_PROCESS_STATE_FILE=str(state))
+                   MAAS_PROCESS_STATE_FILE=str(state), RABBITMQ_API_USER=settings.RABBITMQ_API_USER,
+                   RABBITMQ_API_PASSWORD=settings.RABBITMQ_API_PASSWORD)
         supervisor = Supervisor(processes(bind), env=env, nice=NICE, state_file=state,
                                 log=lambda line: self.stderr.write(line))
         supervisor.start()

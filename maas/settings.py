@@ -422,6 +422,12 @@ MAAS_ROUTER_POLICY = {
 # brokered spaces' AMQPS and MQTTS; `runplatform` makes a self-signed one here if missing.
 MAAS_ROUTER_TLS_CERT = env("MAAS_ROUTER_TLS_CERT", str(BASE_DIR / "var" / "router-tls" / "cert.pem"))
 MAAS_ROUTER_TLS_KEY = env("MAAS_ROUTER_TLS_KEY", str(BASE_DIR / "var" / "router-tls" / "key.pem"))
+# Certificates per space endpoint (spec.endpoints, workers/certificates.py): the workers write
+# each endpoint host's chain and key under this directory, where the TLS listeners of the
+# embedded router, the MQTT gateway and the brokered spaces' relays look them up by SNI.
+MAAS_SPACE_TLS_DIR = env("MAAS_SPACE_TLS_DIR", str(BASE_DIR / "var" / "space-tls"))
+# An endpoint without expose.routeHost gets <endpoint>.<space>.<tenant>.<this domain>.
+MAAS_ENDPOINT_DOMAIN = env("MAAS_ENDPOINT_DOMAIN", "localhost")
 # Usage metering: where samples go (a directory, or any Hadoop FS URL Spark can read), how often.
 MAAS_USAGE_STORE = env("MAAS_USAGE_STORE", str(BASE_DIR / "var" / "usage"))
 MAAS_USAGE_SAMPLE_INTERVAL = env_float("MAAS_USAGE_SAMPLE_INTERVAL", 60.0)

@@ -61,7 +61,8 @@ def test_every_broker_gets_a_brokered_amqp_relay_and_both_relays_serve_tls(setti
     settings.RABBITMQ_AMQP_HOST, settings.RABBITMQ_AMQP_PORT = "10.0.0.5", 5672
     settings.RABBITMQ_API_URL = "http://10.0.0.5:15672/api"
     procs = processes("127.0.0.1:8000")
-    tls = ["--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY]
+    tls = ["--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY,
+           "--space-tls-dir", settings.MAAS_SPACE_TLS_DIR]
     assert procs["amqp-relay"][1:] == [
         "-m", "dataplane.vhost_relay", "--protocol", "brokered-amqp",
         "--listen", "127.0.0.1:5678", "--broker", "10.0.0.5:5672",
@@ -69,9 +70,9 @@ def test_every_broker_gets_a_brokered_amqp_relay_and_both_relays_serve_tls(setti
     assert procs["amqp-relay-maas1"][5:11] == ["--listen", "127.0.0.1:5701",
                                                "--broker", "10.0.0.5:5681",
                                                "--api-url", "http://10.0.0.5:15681/api"]
-    assert procs["amqp-relay-maas1"][-6:-4] == ["--tls-listen", "127.0.0.1:5711"]
-    assert procs["mqtt-relay"][-6:] == ["--tls-listen", "127.0.0.1:8886", *tls]
-    assert procs["mqtt-relay-maas1"][-6:-4] == ["--tls-listen", "127.0.0.1:1911"]
+    assert procs["amqp-relay-maas1"][-8:-6] == ["--tls-listen", "127.0.0.1:5711"]
+    assert procs["mqtt-relay"][-8:] == ["--tls-listen", "127.0.0.1:8886", *tls]
+    assert procs["mqtt-relay-maas1"][-8:-6] == ["--tls-listen", "127.0.0.1:1911"]
     assert (tmp_path / "cert.pem").exists()  # made for them, as for the router
 
     settings.MAAS_BROKERED_AMQP_PORT = settings.MAAS_MQTT_RELAY_TLS_PORT = 0  # turned off

@@ -146,6 +146,16 @@ def _encrypt(value: str) -> str:
     return _fernet().encrypt(value.encode()).decode("ascii")
 
 
+def encrypt(value: str) -> str:
+    """`value` encrypted as the credentials are (workers/certificates.py keeps its CAs so)."""
+    return _encrypt(value)
+
+
+def decrypt(ciphertext: str) -> str | None:
+    """The value, or None if it no longer decrypts (SECRET_KEY changed)."""
+    return _decrypt(ciphertext)
+
+
 def _decrypt(ciphertext: str) -> str | None:
     try:
         return _fernet().decrypt(ciphertext.encode("ascii")).decode()

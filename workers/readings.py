@@ -10,7 +10,7 @@ import requests
 from django.conf import settings
 
 from config_service.readings import AddressCounters
-from workers import connections, endpoints
+from workers import certificates, connections, endpoints
 from workers.agents.router.certificates import ca_cert_pem
 from workers.clients.qdr import Management, RouterUnreachable, router_address
 
@@ -26,6 +26,9 @@ class WorkersReadings:
         return AddressCounters(router=router, broker=_broker_rows(where.broker, space.vhost))
 
     def ca_cert(self, space) -> str:
+        own = certificates.ca_cert(space)  # its endpoints' own (spec.endpoints), if any
+        if own is not None:
+            return own
         # The platform's certificate: the router's, the gateway's and the brokered relays'.
         if space.type == "brokered":
             broker = endpoints.of(space).broker

@@ -8,7 +8,7 @@ from django.conf import settings
 
 from core.api.manifests import ADMIN_API, ENMASSE, MAAS_API, USER_API, metadata, timestamp
 
-from .. import brokers, plan_specs, readings
+from .. import brokers, plan_specs, readings, space_endpoints
 from ..status import address_status, agents_needed, space_status
 
 
@@ -24,12 +24,12 @@ def endpoints(space) -> list[dict]:
         mqtt = [{"name": "mqtt", "port": broker.mqtt_port}]
         if broker.mqtts_port:
             mqtt.append({"name": "mqtts", "port": broker.mqtts_port})
-        return [
+        return _named([
             {"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": amqp,
              "virtualHost": f"vhost:{space.vhost}", "username": f"<username>@{space.vhost}"},
             {"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": mqtt,
              "username": f"{space.vhost}:<username>@{space.vhost}"},
-        ]
+        ], space)
     tls = bool(_ca_cert(space))
     ports = [{"name": "amqp", "port": settings.MAAS_ROUTER_AMQP_PORT}]
     if tls:
@@ -46,7 +46,21 @@ def endpoints(space) -> list[dict]:
             mqtt.append({"name": "mqtts", "port": settings.MAAS_MQTT_GATEWAY_TLS_PORT})
         out.append({"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST,
                     "servicePorts": mqtt, "username": f"<username>@{space.vhost}"})
-    return out
+    return _named(out, space)
+
+
+def _named(statuses: list[dict], space) -> list[dict]:
+    """Each protocol's status with the host name of the space's endpoint for it
+    (spec.endpoints): `externalHost`, what clients connect to and check the certificate
+    against (the listeners pick the space's certificate by it, SNI), and `cert`, its
+    provider."""
+    by_service = {e["service"]: e for e in space_endpoints.of(space.spec)}
+    for status in statuses:
+        endpoint = by_service.get(status["name"])
+        if endpoint is not None:
+            status.update(externalHost=endpoint["expose"]["routeHost"],
+                          cert=endpoint["cert"]["provider"])
+    return statuses
 
 
 def _ca_cert(space) -> str:
@@ -58,7 +72,8 @@ def connection_url(space, username: str) -> str:
     endpoint = endpoints(space)[0]
     port = endpoint["servicePorts"][0]["port"]
     login = quote(f"{username}@{space.vhost}", safe="")
-    return f"amqp://{login}:<password>@{endpoint['serviceHost']}:{port}"
+    host = endpoint.get("externalHost") or endpoint["serviceHost"]
+    return f"amqp://{login}:<password>@{host}:{port}"
 
 
 def connection_urls(space, username: str) -> list[str]:
@@ -71,7 +86,8 @@ def connection_urls(space, username: str) -> list[str]:
     for endpoint in endpoints(space):
         login = endpoint["username"].replace("<username>", username)
         for port in endpoint["servicePorts"]:
-            url = f"{port['name']}://{quote(login, safe='')}@{endpoint['serviceHost']}:{port['port']}"
+            host = endpoint.get("externalHost") or endpoint["serviceHost"]
+            url = f"{port['name']}://{quote(login, safe='')}@{host}:{port['port']}"
             if space.type == "brokered" and port["name"].startswith("amqp"):
                 url += f"?amqp.vhost={quote(endpoint['virtualHost'], safe='')}"
             urls.append(url)
@@ -85,7 +101,9 @@ def address_space(space, states: dict) -> dict:
         "kind": "AddressSpace",
         "metadata": metadata(space.name, space.tenant.slug, space.resource_version,
                               space.created_at, uid=str(space.uid)),
-        "spec": {**space.spec, "type": space.type, "plan": space.plan},
+        "spec": {**space.spec, "type": space.type, "plan": space.plan,
+                 **({"endpoints": space_endpoints.public(space.spec["endpoints"])}
+                    if "endpoints" in space.spec else {})},
         "status": {
             "phase": status.phase,
             "isReady": status.is_ready,

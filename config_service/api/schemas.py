@@ -116,12 +116,47 @@ class RouterPolicy(Described):
 
 # AddressSpace --------------------------------------------------------------------------------
 
+class EndpointCert(Described):
+    provider = s.ChoiceField(choices=["selfsigned", "certBundle"], required=False,
+                             help_text="selfsigned (default): a CA of the space's own, in "
+                                       "status.caCert; certBundle: the tenant's key and chain.")
+    tlsCert = s.CharField(required=False,
+                          help_text="certBundle: base64 of the PEM chain, the server's "
+                                    "certificate first; valid now and for the host.")
+    tlsKey = s.CharField(required=False, write_only=True,
+                         help_text="certBundle: base64 of the unencrypted PEM key of the first "
+                                   "certificate. Write-only, stored encrypted; left out of a "
+                                   "PUT, the stored key stays.")
+
+
+class EndpointExpose(Described):
+    type = s.ChoiceField(choices=["route", "loadbalancer", "nodeport"], required=False,
+                         help_text="On Kubernetes, the space router's Service: LoadBalancer, "
+                                   "NodePort, or (route) the platform's type.")
+    routeHost = s.CharField(required=False,
+                            help_text="The host name clients connect to and check the "
+                                      "certificate against (SNI); one space's only. Default "
+                                      "<name>.<space>.<tenant>.<MAAS_ENDPOINT_DOMAIN>.")
+
+
+class EndpointSpec(Described):
+    name = s.CharField(help_text="A DNS label, unique in the space.")
+    service = s.ChoiceField(choices=["messaging", "mqtt"], required=False,
+                            help_text="messaging (AMQP, AMQPS) or mqtt (MQTT, MQTTS); default "
+                                      "the name.")
+    cert = EndpointCert(required=False)
+    expose = EndpointExpose(required=False)
+
+
 class AddressSpaceSpec(Described):
-    """MaaS implements type and plan; other keys of an EnMasse spec are refused (400), and a
-    space stored before that shows the ones it was given."""
+    """MaaS implements type, plan and endpoints; other keys of an EnMasse spec are refused
+    (400), and a space stored before that shows the ones it was given."""
 
     type = s.ChoiceField(choices=ADDRESS_SPACE_TYPES)
     plan = s.CharField(help_text="An AddressSpacePlan of that type.")
+    endpoints = EndpointSpec(many=True, required=False,
+                             help_text="Host names and certificates per protocol "
+                                       "(docs/api.md, \"Endpoints\").")
 
 
 class ServicePort(Described):
@@ -138,6 +173,11 @@ class EndpointStatus(Described):
         help_text="The AMQP open hostname clients must send (the client's virtual host option): "
                   "`vhost:<vhost>` on brokered spaces, `<vhost>` on standard ones.")
     username = s.CharField(help_text="The login pattern, with `<username>` to fill in.")
+    externalHost = s.CharField(required=False,
+                               help_text="The space's endpoint host for this protocol "
+                                         "(spec.endpoints): connect and check the certificate "
+                                         "with this name.")
+    cert = s.CharField(required=False, help_text="That endpoint's certificate provider.")
 
 
 class AddressSpacePlanStatus(Described):
@@ -177,6 +217,7 @@ class AddressSpaceUpdateSpec(Described):
     type = s.ChoiceField(choices=ADDRESS_SPACE_TYPES, required=False,
                          help_text="Cannot change; refused unless the current one.")
     plan = s.CharField(required=False, help_text="Required by PUT.")
+    endpoints = EndpointSpec(many=True, required=False)
 
 
 class AddressSpaceUpdate(Described):

@@ -11,7 +11,7 @@ from eventlog import fanout, log
 from eventlog.models import EventStream
 from tenants.models import AddressSpacePlan, Tenant
 
-from .. import brokers, scheduling, validation
+from .. import brokers, scheduling, space_endpoints, validation
 from ..models import AddressSpace
 from .common import (
     append_event,
@@ -44,6 +44,7 @@ def create_address_space(*, ctx: Context, tenant: Tenant, name, type, plan, spec
         raise Invalid("standard address spaces need a router, and this installation runs none "
                       "(MAAS_ROUTER_ENABLED=false): create a brokered one", "spec.type")
     validation.space_spec(spec or {})
+    spec = _with_endpoints(dict(spec or {}), name, tenant)
     plan_obj = _space_plan(plan, type)
     # Serialises quota checks, and waits for (then refuses) a deletion of the tenant.
     locked = Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
@@ -82,6 +83,8 @@ def change_address_space_plan(*, ctx: Context, space: AddressSpace, plan, expect
     # A key stored before MaaS refused EnMasse's others may stay as it is; none may be added.
     validation.space_spec({k: v for k, v in new_spec.items()
                            if k not in space.spec or space.spec[k] != v})
+    if new_spec.get("endpoints") != space.spec.get("endpoints"):
+        new_spec = _with_endpoints(new_spec, space.name, space.tenant, space)
     plan_obj = _space_plan(plan, space.type)
     plan_changed = plan_obj.name != space.plan
     if not plan_changed and new_spec == space.spec:
@@ -102,6 +105,24 @@ def change_address_space_plan(*, ctx: Context, space: AddressSpace, plan, expect
     if plan_changed:
         schedule_pending_addresses(stream, space, ctx)
     return space
+
+
+def _with_endpoints(spec: dict, name: str, tenant: Tenant, space=None) -> dict:
+    """`spec` with its endpoints normalised (space_endpoints.py), each host no other space's."""
+    if "endpoints" not in spec:
+        return spec
+    previous = space.spec.get("endpoints") if space is not None else None
+    endpoints = space_endpoints.validate(spec["endpoints"], space=name, tenant=tenant.slug,
+                                         previous=previous)
+    others = AddressSpace.objects.exclude(uid=space.uid) if space is not None \
+        else AddressSpace.objects.all()
+    for i, host in enumerate(space_endpoints.hosts(endpoints)):
+        # A host picks its certificate on the shared listeners (SNI): one space's only. Another
+        # tenant's space is not named.
+        if others.filter(spec__endpoints__contains=[{"expose": {"routeHost": host}}]).exists():
+            raise Invalid(f"spec.endpoints[{i}].expose.routeHost {host!r} is taken by another "
+                          "address space", f"spec.endpoints[{i}].expose.routeHost")
+    return {**spec, "endpoints": endpoints}
 
 
 @transaction.atomic

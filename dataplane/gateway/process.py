@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..admission import Limits
 from ..control import GatewayStore
+from ..server_names import ServerNames
 from . import metrics
 from .server import HANDSHAKE_TIMEOUT, Gateway
 
@@ -26,6 +27,7 @@ class Options:
     tls_port: int = 0  # MQTTS; started when the certificate and key exist
     tls_cert: str | None = None
     tls_key: str | None = None
+    space_tls_dir: str | None = None  # spaces' endpoint certificates, chosen by SNI
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # Prometheus /metrics; 0: none
     limits: Limits = Limits()  # per source address (dataplane/admission.py)
@@ -41,6 +43,8 @@ async def serve(options: Options, control: GatewayStore) -> int:
     if options.tls_port and os.path.exists(cert) and os.path.exists(key):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
+        if options.space_tls_dir:
+            ServerNames(options.space_tls_dir).install(context)
         await gateway.listen(options.host, options.tls_port, context)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -15,6 +15,7 @@ import ssl
 import sys
 
 from ..admission import Limits
+from ..server_names import ServerNames
 from . import memory
 from .engine import SWEEP_AFTER, Engine
 from .metrics_http import serve
@@ -40,6 +41,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="TLS listener; only started when --tls-cert and --tls-key are given")
     p.add_argument("--tls-cert", default=env("MAAS_ROUTER_TLS_CERT"))
     p.add_argument("--tls-key", default=env("MAAS_ROUTER_TLS_KEY"))
+    p.add_argument("--space-tls-dir", default=env("MAAS_SPACE_TLS_DIR") or None,
+                   help="where the workers put spaces' endpoint certificates (<host>/tls.crt, "
+                        "tls.key): AMQPS answers a client's SNI host with its space's")
     p.add_argument("--management-host", default=env("MAAS_ROUTER_MANAGEMENT_HOST", "127.0.0.1"))
     p.add_argument("--management-port", type=int,
                    default=int(env("MAAS_ROUTER_MANAGEMENT_PORT", "5675")))
@@ -114,6 +118,8 @@ def main(argv=None) -> int:
         except (OSError, ssl.SSLError):
             logger.error("router.bad_tls_credentials", extra={"cert": args.tls_cert})
             return 2
+        if args.space_tls_dir:
+            ServerNames(args.space_tls_dir).install(context)
         engine.listen(args.host, args.amqps_port, "client", ssl_context=context)
     engine.listen(args.management_host, args.management_port, "management")
     if args.metrics_port:

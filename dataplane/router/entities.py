@@ -69,9 +69,12 @@ SCHEMAS: dict[str, Schema] = {
         # exactMessageTargets (MaaS extension, read-only): a message's `to` on an anonymous
         # link is authorised and routed as written; qdrouterd 1.19 routes it after dropping a
         # `scheme:/` head, so the agent allows anonymous senders only where this is true.
-        defaults={"hostname": None, "maxConnections": 65535, "maxConnectionsPerUser": 65535,
-                  "maxConnectionsPerHost": 65535, "maxMessageSize": 0,
-                  "allowUnknownUser": False, "groups": {}, "exactMessageTargets": True},
+        # aliases: kept as qdrouterd's; the embedded router needs none (the login's `@<vhost>`
+        # picks the space, and a hostname that is no space's, as an alias, is not refused).
+        defaults={"hostname": None, "aliases": None, "maxConnections": 65535,
+                  "maxConnectionsPerUser": 65535, "maxConnectionsPerHost": 65535,
+                  "maxMessageSize": 0, "allowUnknownUser": False, "groups": {},
+                  "exactMessageTargets": True},
         required=("hostname",),
     ),
 }

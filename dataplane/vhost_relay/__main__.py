@@ -10,6 +10,7 @@ import ssl
 import sys
 
 from ..admission import Admission, Limits
+from ..server_names import ServerNames
 from . import __doc__ as description
 from .kinds import Kinds
 from .relay import Relay
@@ -46,6 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="PEM certificate chain of the TLS listener")
     p.add_argument("--tls-key", default=env("MAAS_VHOST_RELAY_TLS_KEY", ""),
                    help="PEM private key of the TLS listener")
+    p.add_argument("--space-tls-dir", default=env("MAAS_SPACE_TLS_DIR", ""),
+                   help="spaces' endpoint certificates (<host>/tls.crt, tls.key): the TLS "
+                        "listener answers a client's SNI host with its space's")
     p.add_argument("--api-url", default=env("RABBITMQ_API_URL", "http://127.0.0.1:15672/api"),
                    help="brokered-amqp: the broker's management API, where the relay reads "
                         "which names are topics (RABBITMQ_API_URL; user and password from "
@@ -82,6 +86,8 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(args.tls_cert, args.tls_key)
+    if args.space_tls_dir:
+        ServerNames(args.space_tls_dir).install(context)
     return context
 
 

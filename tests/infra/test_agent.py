@@ -171,3 +171,40 @@ def test_a_bad_infra_config_setting_is_refused_naming_it(configs, problem):
             infra_configs.configs()
         (error,) = infra_configs.check()  # manage.py check, and so make run, stop on it
         assert problem in error.msg
+
+
+def test_a_space_s_endpoint_gives_its_router_its_certificate_and_exposure(tenant, kube, agent):
+    """spec.endpoints on Kubernetes: each standard space has its own router, so its AMQPS
+    serves the messaging endpoint's certificate (the tenant's bundle here) to every client,
+    and `expose.type` makes its Service a LoadBalancer or NodePort."""
+    import base64
+
+    from cryptography import x509
+
+    from tests.certs import bundle
+
+    tenant_bundle = bundle("mq.shop.example")
+    s = services.create_address_space(
+        ctx=CTX, tenant=tenant, name="exposed", type="standard", plan="standard-medium",
+        spec={"endpoints": [{"name": "messaging", "cert": tenant_bundle.spec(),
+                             "expose": {"type": "loadbalancer",
+                                        "routeHost": "mq.shop.example"}}]})
+    agent.reconcile(s)
+    infra = m.infra_id(s.uid)
+    secret = kube.find("Secret", m.tls_secret_name(infra))
+    assert base64.b64decode(secret["data"]["tls.crt"]).decode() == tenant_bundle.chain
+    assert base64.b64decode(secret["data"]["tls.key"]).decode() == tenant_bundle.key
+    assert kube.find("Service", m.router_name(infra))["spec"]["type"] == "LoadBalancer"
+
+    services.change_address_space_plan(
+        ctx=CTX, space=s, plan="standard-medium",
+        spec={"endpoints": [{"name": "messaging", "expose": {"type": "nodeport",
+                                                             "routeHost": "mq.shop.example"}}]})
+    s.refresh_from_db()
+    agent.reconcile(s)
+    assert kube.find("Service", m.router_name(infra))["spec"]["type"] == "NodePort"
+    served = base64.b64decode(kube.find("Secret", m.tls_secret_name(infra))["data"]["tls.crt"])
+    leaf = x509.load_pem_x509_certificates(served)[0]  # now the space's own CA's, same host
+    assert served.decode() != tenant_bundle.chain
+    assert leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value \
+        .get_values_for_type(x509.DNSName) == ["mq.shop.example"]

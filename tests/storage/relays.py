@@ -21,13 +21,13 @@ def self_signed(where: Path) -> tuple[str, str]:
 class Front:
     """`python -m dataplane.vhost_relay --protocol <protocol>`, plain and TLS."""
 
-    def __init__(self, protocol: str, broker_port: int, cert: str, key: str):
+    def __init__(self, protocol: str, broker_port: int, cert: str, key: str, *options: str):
         self.port, self.tls_port = free_port(), free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dataplane.vhost_relay", "--protocol", protocol,
              "--listen", f"127.0.0.1:{self.port}", "--tls-listen", f"127.0.0.1:{self.tls_port}",
              "--tls-cert", cert, "--tls-key", key, "--broker", f"127.0.0.1:{broker_port}",
-             "--api-url", API_URL, "--log-level", "WARNING"],
+             "--api-url", API_URL, "--log-level", "WARNING", *options],
             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), RABBITMQ_API_USER=API_USER,
                                RABBITMQ_API_PASSWORD=API_PASSWORD))
         wait_port(self.port, process=self.proc)

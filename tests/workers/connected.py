@@ -15,12 +15,13 @@ from tests.workers.conftest import sync
 PASSWORD = "conn-password"
 
 
-def standard_space(tenant, name: str | None = None, plan: str = "standard-medium"):
+def standard_space(tenant, name: str | None = None, plan: str = "standard-medium",
+                   spec: dict | None = None):
     """A standard space with `orders` (anycast) and `app` (send and receive everything),
-    reconciled on the module's router."""
+    reconciled on the module's router; `spec`: more of its spec (endpoints)."""
     s = services.create_address_space(ctx=CTX, tenant=tenant,
                                       name=name or f"cx{uuid.uuid4().hex[:5]}",
-                                      type="standard", plan=plan)
+                                      type="standard", plan=plan, spec=spec)
     services.create_address(ctx=CTX, space=s, address="orders", type="anycast",
                             plan="standard-small-anycast")
     services.create_messaging_user(
@@ -54,3 +55,14 @@ def exchange(sending: BlockingConnection, receiving: BlockingConnection, count: 
         receiver.accept()
     pump_until(lambda: all(d.settled for d in deliveries), sending, receiving)
     return sender, receiver
+
+
+def round_trip(conn: BlockingConnection, body: str) -> None:
+    """One message through `orders` on one connection: anycast settles end to end, so the
+    sender does not wait for its settlement before the receiver takes it."""
+    receiver = conn.create_receiver("orders", credit=10)
+    sender = conn.create_sender("orders")
+    conn.wait(lambda: sender.link.credit > 0, msg="credit for orders")
+    sender.link.send(Message(body=body))
+    assert receiver.receive(timeout=10).body == body
+    receiver.accept()

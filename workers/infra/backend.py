@@ -5,14 +5,15 @@ machine (`make run`: the embedded router and the local RabbitMQ), so there is no
 start per space. `kubernetes`: the infra agent (workers/agents/infra.py) runs each standard
 space's router, brokers and agent on the cluster through `InfraController`.
 """
+import dataclasses
 import logging
 
 from django.conf import settings
 
-from config_service import infra_configs
+from config_service import infra_configs, space_endpoints
 from config_service.models import Address, AddressSpace
 from tenants.models import AddressSpacePlan
-from workers import credentials
+from workers import certificates, credentials
 from workers.infra import manifests as m
 
 logger = logging.getLogger(__name__)
@@ -58,9 +59,31 @@ def space_infra_of(space: AddressSpace) -> m.SpaceInfra:
     ref = AddressSpacePlan.objects.filter(name=space.plan).values_list(
         "infra_config_ref", flat=True).first()
     config = infra_configs.get(ref)
-    return m.space_infra(space.uid, space.tenant.slug, space.name, space.plan, rows,
-                         min_router_replicas=(config.get("router") or {}).get("minReplicas", 1),
-                         sizes=m.sized_settings(config, infra_settings()))
+    sizes = m.sized_settings(config, infra_settings())
+    exposed = {e["service"]: e["expose"]["type"] for e in space_endpoints.of(space.spec)}
+    if exposed.get("messaging") in m.SERVICE_TYPES:  # the space's own exposure of its router
+        sizes["router_service_type"] = m.SERVICE_TYPES[exposed["messaging"]]
+    infra = m.space_infra(space.uid, space.tenant.slug, space.name, space.plan, rows,
+                          min_router_replicas=(config.get("router") or {}).get("minReplicas", 1),
+                          sizes=sizes)
+    return dataclasses.replace(infra, tls=_own_certificate(space))
+
+
+def _own_certificate(space: AddressSpace) -> m.Certificate | None:
+    """The certificate of the space's `messaging` endpoint, or None."""
+    names = {e["service"]: e["name"] for e in space_endpoints.of(space.spec)}
+    if "messaging" not in names:
+        return None
+    try:
+        served = certificates.served(space)
+    except certificates.CertificateError as exc:  # the router agent reports it on the space
+        logger.warning("infra.certificate_unusable", extra={"space": str(space.uid),
+                                                            "error": str(exc)})
+        return None
+    for endpoint in served:
+        if endpoint.endpoint == names["messaging"]:
+            return m.Certificate(endpoint.chain, endpoint.key)
+    return None
 
 
 def infra_secret(purpose: str, infra: str) -> str:

@@ -232,6 +232,8 @@ class InfraController:
     def _certificate(self, space: m.SpaceInfra) -> m.Certificate:
         import base64
 
+        if space.tls is not None:  # its messaging endpoint's own (spec.endpoints): each
+            return space.tls       # space has its own router here, so no SNI is needed
         router = m.router_name(space.infra)
         hosts = [m.service_host(router, self.cfg), f"{router}.{self.cfg.namespace}", router,
                  f"{m.service_host(router, self.cfg)}.cluster.local"]

@@ -102,6 +102,11 @@ class Broker:
     state: str = "Active"  # Active, or Migrating / Draining while being removed
 
 
+# spec.endpoints[].expose.type -> the router Service's type (a `route` keeps the platform's,
+# MAAS_ROUTER_SERVICE_TYPE: no OpenShift Route or Ingress is made)
+SERVICE_TYPES = {"loadbalancer": "LoadBalancer", "nodeport": "NodePort"}
+
+
 @dataclass(frozen=True)
 class SpaceInfra:
     """What one standard space needs: derived from its plan and its scheduled addresses."""
@@ -115,6 +120,9 @@ class SpaceInfra:
     # What the plan's infra config changes of InfraSettings (router_resources,
     # broker_resources, broker_storage, storage_class): `sized_settings`
     sizes: dict = field(default_factory=dict)
+    # The certificate of its `messaging` endpoint (spec.endpoints), for the router's AMQPS;
+    # None: a self-signed one for the router's Service names
+    tls: "Certificate | None" = None
 
     @property
     def infra(self) -> str:

@@ -123,7 +123,8 @@ def _relay_tls(host: str, port: int) -> list[str]:
     ensure_self_signed(settings.MAAS_ROUTER_TLS_CERT, settings.MAAS_ROUTER_TLS_KEY,
                        settings.MAAS_PUBLIC_HOST)
     return ["--tls-listen", f"{host}:{port}", "--tls-cert", settings.MAAS_ROUTER_TLS_CERT,
-            "--tls-key", settings.MAAS_ROUTER_TLS_KEY]
+            "--tls-key", settings.MAAS_ROUTER_TLS_KEY,
+            "--space-tls-dir", settings.MAAS_SPACE_TLS_DIR]
 
 
 def qdrouterd_command(mgmt) -> list[str]:
@@ -168,6 +169,8 @@ def embedded_router_command(mgmt) -> list[str]:
         "--amqp-port", str(settings.MAAS_ROUTER_AMQP_PORT),
         "--amqps-port", str(settings.MAAS_ROUTER_AMQPS_PORT),
         "--tls-cert", settings.MAAS_ROUTER_TLS_CERT, "--tls-key", settings.MAAS_ROUTER_TLS_KEY,
+        # Spaces' own certificates, by SNI host (spec.endpoints; workers/certificates.py).
+        "--space-tls-dir", settings.MAAS_SPACE_TLS_DIR,
         "--management-host", mgmt.hostname or "127.0.0.1",
         "--management-port", str(mgmt.port or 5675),
         "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,

@@ -16,7 +16,7 @@ from django.conf import settings
 
 from config_service.models import Address, AddressSpace
 from config_service.status import ROUTER_ONLY_TYPES
-from workers import credentials, endpoints
+from workers import certificates, credentials, endpoints
 from workers.agents import statements
 from workers.agents.router import desired as rc
 from workers.agents.runner import (
@@ -240,6 +240,12 @@ class RouterAgent(Agent):
                                                plan_policy=plan_policy, features=features)
 
     def reconcile(self, space: AddressSpace) -> Report:
+        # A standard space's AMQPS and MQTTS listeners are the router's and the gateway's:
+        # its endpoints' certificates go where they read them, before anything else.
+        try:
+            certificates.publish(space)
+        except certificates.CertificateError as exc:
+            return Report(space_error=str(exc))
         where = endpoints.of(space)  # once: on Kubernetes it reads the space's infra
         return self._on_connection(where, lambda mgmt: self._reconcile(space, where, mgmt))
 
@@ -350,6 +356,7 @@ class RouterAgent(Agent):
         return Report(address_errors=errors, space_error=space_error, checked=checked)
 
     def teardown(self, space: AddressSpace) -> None:
+        certificates.withdraw(space)
         self._on_connection(endpoints.of(space), lambda mgmt: self._teardown(space, mgmt))
 
     def _teardown(self, space: AddressSpace, mgmt: Management) -> None:

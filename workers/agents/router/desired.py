@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from django.conf import settings
 
+from config_service import space_endpoints
 from config_service.validation import TOPIC_FANOUT_PREFIX
 from config_service.wire import amqp_queue
 
@@ -147,8 +148,13 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             and features.exact_message_targets,
             **limits,
         }
+    # The endpoints' host names (spec.endpoints) are the vhost's too: a TLS client sends the
+    # host it checks the certificate against as its AMQP open hostname, which qdrouterd's
+    # policy and address prefix follow.
+    hosts = space_endpoints.hosts(space.spec.get("endpoints"))
     # maxMessageSize goes in each group: qdrouterd 1.19 takes none on the vhost by management
     add(VHOST, "vhost", hostname=vhost, groups=groups,
+        **({"aliases": ",".join(hosts)} if hosts else {}),
         **{k: int(policy[k]) for k in ("maxConnections", "maxConnectionsPerUser",
                                          "maxConnectionsPerHost")
            if policy.get(k)})  # 0: no such limit

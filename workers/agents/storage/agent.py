@@ -16,7 +16,7 @@ from config_service.models.projections import broker_object_name
 from config_service.status import ROUTER_ONLY_TYPES
 from config_service.validation import STORED_TYPES
 from eventlog.models import ConfigEvent
-from workers import credentials, endpoints
+from workers import certificates, credentials, endpoints
 from workers.agents import statements
 from workers.agents.runner import (
     Agent,
@@ -199,6 +199,13 @@ class StorageController(Agent):
     unaffected_types = ROUTER_ONLY_TYPES  # the router alone carries them (`nothing_to_store`)
 
     def reconcile(self, space: AddressSpace) -> Report:
+        if space.type == "brokered":
+            # A brokered space's AMQPS and MQTTS listeners are its relays': its endpoints'
+            # certificates go where they read them (a standard space's: the router agent).
+            try:
+                certificates.publish(space)
+            except certificates.CertificateError as exc:
+                return Report(space_error=str(exc))
         events = pending_events(space.uid, self.kind)
         state = agent_state(space.uid, self.kind)
         unchanged = nothing_to_store(events, state)
@@ -302,6 +309,8 @@ class StorageController(Agent):
     def teardown(self, space: AddressSpace) -> None:
         """Deletes the space's vhost (or MaaS's objects in it) and users; any failure is
         retried, so no vhost is left behind with its queues."""
+        if space.type == "brokered":
+            certificates.withdraw(space)
         try:
             result = rabbitmq.BrokerReconciler(_api(space)).teardown(space.vhost)
         except rabbitmq.BrokerError as exc:

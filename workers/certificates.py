@@ -1,0 +1,211 @@
+"""The certificates a space's endpoints serve (`spec.endpoints[].cert`,
+config_service/space_endpoints.py), and their publication to the data plane's TLS listeners.
+
+- `selfsigned`: a CA of the space's own (EC P-256, 10 years), made on first use and kept
+  encrypted in InfraCredential (`space-ca:<uid>`) like the data plane's other credentials, and
+  a server certificate it signs for the endpoint's host (825 days; made again for a new host
+  or 30 days before it expires). `status.caCert` is that CA.
+- `certBundle`: the tenant's chain and key, the key sealed in the spec (core.secrets).
+  `status.caCert` is the last certificate of the chain.
+
+`publish(space)` writes each endpoint's chain and key where the listeners look them up by SNI
+(`MAAS_SPACE_TLS_DIR/<host>/tls.crt`, `tls.key`; dataplane/server_names.py), only when they
+changed, and removes the space's hosts it no longer has; `withdraw` removes them all. The router
+agent publishes a standard space's, the storage controller a brokered space's, at each
+reconcile.
+"""
+import base64
+import datetime
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from django.conf import settings
+
+from config_service import space_endpoints
+from core import secrets
+from workers import credentials
+from workers.models import InfraCredential
+
+CA_DAYS, SERVER_DAYS, RENEW_DAYS = 3650, 825, 30
+INDEX = ".spaces"  # <dir>/.spaces/<uid>: the hosts a space has published, one per line
+
+
+class CertificateError(Exception):
+    """An endpoint's certificate cannot be served (its sealed key no longer opens)."""
+
+
+@dataclass(frozen=True)
+class Served:
+    endpoint: str
+    host: str
+    chain: str  # PEM, server certificate first
+    key: str  # PEM
+    ca: str  # PEM: what a client trusts
+
+
+def served(space) -> list[Served]:
+    """What each endpoint with a certificate serves (none: the platform's certificate)."""
+    out = []
+    for endpoint in space_endpoints.of(space.spec):
+        host, cert = endpoint["expose"]["routeHost"], endpoint["cert"]
+        if cert["provider"] == "certBundle":
+            key = secrets.unseal(cert["tlsKey"])
+            if key is None:
+                raise CertificateError(f"endpoint {endpoint['name']}: its key no longer opens "
+                                       "(SECRET_KEY changed); give the bundle again")
+            chain = base64.b64decode(cert["tlsCert"]).decode()
+            last = x509.load_pem_x509_certificates(chain.encode())[-1]
+            out.append(Served(endpoint["name"], host, chain, key,
+                              last.public_bytes(serialization.Encoding.PEM).decode()))
+        else:
+            ca_cert, ca_key = _space_ca(space)
+            chain, key = _server(space, endpoint["name"], host, ca_cert, ca_key)
+            out.append(Served(endpoint["name"], host, chain + ca_cert, key, ca_cert))
+    return out
+
+
+def ca_cert(space) -> str | None:
+    """The PEM a client of `space` trusts, or None when the space has no endpoint of its own
+    (then the platform's). With several, the first endpoint's. Reads no key."""
+    endpoints = space_endpoints.of(space.spec)
+    if not endpoints:
+        return None
+    cert = endpoints[0]["cert"]
+    if cert["provider"] == "certBundle":
+        chain = base64.b64decode(cert["tlsCert"])
+        return _pem(x509.load_pem_x509_certificates(chain)[-1])
+    return _space_ca(space)[0]
+
+
+def publish(space) -> None:
+    root = Path(settings.MAAS_SPACE_TLS_DIR)
+    now = served(space)
+    wanted = {s.host for s in now}
+    for item in now:
+        _write(root / item.host, item.chain, item.key)
+    index = root / INDEX / str(space.uid)
+    before = set(index.read_text().split()) if index.exists() else set()
+    for host in before - wanted:
+        shutil.rmtree(root / host, ignore_errors=True)
+    if wanted != before:
+        if wanted:
+            _atomic(index, "\n".join(sorted(wanted)) + "\n", 0o644)
+        else:
+            index.unlink(missing_ok=True)
+
+
+def withdraw(space) -> None:
+    root = Path(settings.MAAS_SPACE_TLS_DIR)
+    index = root / INDEX / str(space.uid)
+    if not index.exists():
+        return
+    for host in index.read_text().split():
+        shutil.rmtree(root / host, ignore_errors=True)
+    index.unlink(missing_ok=True)
+
+
+def _write(where: Path, chain: str, key: str) -> None:
+    """The pair, each file replaced atomically and only if it differs (the listeners reread a
+    changed file); the key first, so a reader never pairs a new chain with an old key for
+    long: it rereads both when either changed."""
+    if (where / "tls.crt").exists() and (where / "tls.crt").read_text() == chain \
+            and (where / "tls.key").exists() and (where / "tls.key").read_text() == key:
+        return
+    _atomic(where / "tls.key", key, 0o600)
+    _atomic(where / "tls.crt", chain, 0o644)
+
+
+def _atomic(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _space_ca(space) -> tuple[str, str]:
+    """(certificate, key) PEM of the space's CA, made on first use."""
+    name = f"space-ca:{space.uid}"
+    row = InfraCredential.objects.filter(name=name).first()
+    pair = _open(row)
+    if pair is None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "MaaS"),
+                             x509.NameAttribute(NameOID.COMMON_NAME,
+                                                f"{space.vhost} CA"[:64])])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(minutes=5))
+                .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                .add_extension(x509.KeyUsage(False, False, False, False, False, True, True,
+                                             False, False), critical=True)
+                .sign(key, hashes.SHA256()))
+        made = {"cert": _pem(cert), "key": _key_pem(key)}
+        row, _ = InfraCredential.objects.get_or_create(
+            name=name, defaults={"ciphertext": credentials.encrypt(json.dumps(made))})
+        pair = _open(row)  # another process may have made it first: theirs wins
+        if pair is None:
+            raise CertificateError("the space's CA no longer opens (SECRET_KEY changed)")
+    return pair["cert"], pair["key"]
+
+
+def _server(space, endpoint: str, host: str, ca_pem: str, ca_key_pem: str) -> tuple[str, str]:
+    """(certificate, key) PEM for `host`, signed by the space's CA; kept until it needs
+    renewing or the host changes."""
+    name = f"space-cert:{space.uid}:{endpoint}"
+    row = InfraCredential.objects.filter(name=name).first()
+    pair = _open(row)
+    now = datetime.datetime.now(datetime.UTC)
+    if pair is not None and pair.get("host") == host and pair.get("ca") == ca_pem:
+        cert = x509.load_pem_x509_certificate(pair["cert"].encode())
+        if cert.not_valid_after_utc - now > datetime.timedelta(days=RENEW_DAYS):
+            return pair["cert"], pair["key"]
+    ca = x509.load_pem_x509_certificate(ca_pem.encode())
+    ca_key = serialization.load_pem_private_key(ca_key_pem.encode(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
+            .issuer_name(ca.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=SERVER_DAYS))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    made = {"cert": _pem(cert), "key": _key_pem(key), "host": host, "ca": ca_pem}
+    InfraCredential.objects.update_or_create(
+        name=name, defaults={"ciphertext": credentials.encrypt(json.dumps(made))})
+    return made["cert"], made["key"]
+
+
+def _open(row) -> dict | None:
+    if row is None:
+        return None
+    text = credentials.decrypt(row.ciphertext)
+    return json.loads(text) if text is not None else None
+
+
+def _pem(cert: x509.Certificate) -> str:
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _key_pem(key) -> str:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()

@@ -103,13 +103,15 @@ def publish(space) -> None:
 
 
 def withdraw(space) -> None:
+    """Removes the space's published files and forgets its CA and server certificates."""
     root = Path(settings.MAAS_SPACE_TLS_DIR)
     index = root / INDEX / str(space.uid)
-    if not index.exists():
-        return
-    for host in index.read_text().split():
-        shutil.rmtree(root / host, ignore_errors=True)
-    index.unlink(missing_ok=True)
+    if index.exists():
+        for host in index.read_text().split():
+            shutil.rmtree(root / host, ignore_errors=True)
+        index.unlink(missing_ok=True)
+    InfraCredential.objects.filter(name__in=[f"space-ca:{space.uid}"]).delete()
+    InfraCredential.objects.filter(name__startswith=f"space-cert:{space.uid}:").delete()
 
 
 def _write(where: Path, chain: str, key: str) -> None:

@@ -24,7 +24,7 @@ from eventlog.models import ConfigEvent
 from tenants.models import AddressPlan, TenantQuota
 from tenants.roles import Action
 
-from .. import services
+from .. import readings, services
 from ..api.resources import connection_url, endpoints
 from ..models import Address, MessagingUser
 from ..safe_load import load_yaml_all, read_bounded
@@ -84,6 +84,7 @@ def space(request, tenant, space):
         address_space_type=s.type).values_list("name", flat=True)]
     return render(request, "portal/space.html", p.context(
         space=s, status=space_status(s, states), endpoints=endpoints(s),
+        ca_cert=readings.get().ca_cert(s),
         form=forms.AddressForm(space=s), bulk_form=forms.BulkForm(),
         space_plan_form=forms.PlanForm(choices=space_plans, initial={"plan": s.plan},
                                        auto_id="space_%s"),

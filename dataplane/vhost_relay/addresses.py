@@ -20,6 +20,7 @@ from .preamble import ProtocolError, decode
 
 HEADER = struct.Struct(">IBBH")  # size, data offset (4-byte words), type, channel
 ATTACH_CODE = 0x12
+OPEN_CODE = b"\x00\x53\x10"  # an AMQP open, small-ulong descriptor (a SASL frame has 0x40-0x44)
 ATTACH = (ulong(ATTACH_CODE), symbol("amqp:attach:list"))
 SOURCE, TARGET = 5, 6  # the attach's fields (AMQP 1.0 section 2.7.3)
 NAME, ROLE = 0, 2  # role: False a sender, True a receiver
@@ -70,6 +71,7 @@ class Frames:
         self.buffer = b""
         self.skip = 0  # bytes of the current frame still to pass through untouched
         self.needs: str | None = None  # the name whose kind the last feed waits for
+        self.opened = False  # the broker's direction: its open passed (the login succeeded)
 
     def feed(self, data: bytes) -> bytes:
         out = bytearray()
@@ -116,6 +118,8 @@ class Frames:
         code = buf[pos + start:pos + start + 3]
         if size > start and len(code) < 3:
             return None
+        if not self.client and size > start and code[:3] == OPEN_CODE:
+            self.opened = True
         if size == start or code[0] != 0x00 or code[1] not in (0x53, 0x80, 0xa3) \
                 or (code[1] == 0x53 and code[2] != ATTACH_CODE):
             return pos + size  # a heartbeat, or a performative other than attach

@@ -12,6 +12,8 @@ from .kinds import Kinds
 from .mqtt import MqttConnect
 from .preamble import Preamble, ProtocolError
 
+HANDSHAKE_SLACK = 10.0  # seconds, beyond the broker connect timeout, for its SASL and open
+
 PREAMBLES = {"amqp": Preamble, "mqtt": MqttConnect,
              "brokered-amqp": lambda: Preamble(split=True)}
 
@@ -92,6 +94,7 @@ class Pair:
             self.frames = (Frames(True, links, self._kind), Frames(False, links))
         self.waiting = False  # for the kinds of a vhost's names: the client's bytes wait too
         self.held = b""
+        self.broker_opened: asyncio.Event | None = None  # set once the broker's open passed
         self.peer = ""
         self.connecting: asyncio.Task | None = None
         self.deadline: asyncio.TimerHandle | None = None
@@ -175,6 +178,18 @@ class Pair:
             asyncio.get_running_loop().create_task(self._read_kinds())
 
     async def _read_kinds(self) -> None:
+        # Only for a login the broker took (its open came back): a client cannot make the
+        # relay list vhosts it names but has no password for.
+        if not self.frames[1].opened:
+            self.broker_opened = asyncio.Event()
+            try:
+                await asyncio.wait_for(self.broker_opened.wait(),
+                                       self.relay.connect_timeout + HANDSHAKE_SLACK)
+            except TimeoutError:
+                self.close(abort=True)
+                return
+        if self.closed:
+            return
         await self.relay.kinds.read(self.preamble.vhost)
         if self.closed:
             return
@@ -198,6 +213,8 @@ class Pair:
             except ProtocolError as exc:
                 self._refuse(exc)
                 return
+            if self.broker_opened is not None and self.frames[1].opened:
+                self.broker_opened.set()
         self.client.transport.write(data)
 
     def _refuse(self, exc: ProtocolError) -> None:

@@ -70,6 +70,19 @@ def rabbit_pid() -> int | None:
     return None
 
 
+def tls(kwargs: dict) -> dict:
+    """Connection options, a `ca` (file) made into an SSL domain that verifies the chain and
+    the host name (a domain cannot cross to the client processes itself)."""
+    if "ca" not in kwargs:
+        return kwargs
+    from proton import SSLDomain
+
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(kwargs["ca"])
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    return {**{k: v for k, v in kwargs.items() if k != "ca"}, "ssl_domain": domain}
+
+
 class Sender(MessagingHandler):
     def __init__(self, target, count, presettled):
         super().__init__(prefetch=0, auto_settle=True)
@@ -78,7 +91,7 @@ class Sender(MessagingHandler):
 
     def on_start(self, event):
         url, kwargs, address = self.target
-        conn = event.container.connect(url, **kwargs)
+        conn = event.container.connect(url, **tls(kwargs))
         event.container.create_sender(conn, address,
                                       options=AtMostOnce() if self.presettled else None)
 
@@ -108,7 +121,7 @@ class Receiver(MessagingHandler):
 
     def on_start(self, event):
         url, kwargs, address = self.target
-        self.conn = event.container.connect(url, **kwargs)
+        self.conn = event.container.connect(url, **tls(kwargs))
         event.container.create_receiver(self.conn, address)
         event.container.schedule(0.1, self)
 

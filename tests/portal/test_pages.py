@@ -121,3 +121,21 @@ def test_history_and_connect_pages(client, tenant, space, owner):
     assert "address_space.created" in history and "&lt;redacted&gt;" in history
     connect = client.get(f"/portal/t/{tenant.slug}/spaces/shop/connect/").content.decode()
     assert "app@" in connect and "BlockingConnection" in connect and "createProducer" in connect
+
+
+def test_a_space_with_its_own_endpoint_shows_its_host_and_ca_to_a_viewer(client, tenant,
+                                                                         viewer, settings,
+                                                                         tmp_path):
+    """spec.endpoints in the portal: the endpoint's host in place of the platform's, and the
+    space's own CA (what its TLS clients trust), to every member; an outsider gets 404."""
+    from tests.certs import bundle
+
+    tenant_bundle = bundle("mq.shop.example")
+    services.create_address_space(
+        ctx=CTX, tenant=tenant, name="own", type="brokered", plan="brokered-single-broker",
+        spec={"endpoints": [{"name": "messaging", "cert": tenant_bundle.spec(),
+                             "expose": {"routeHost": "mq.shop.example"}}]})
+    page = login(client, viewer).get(f"/portal/t/{tenant.slug}/spaces/own/")
+    assert page.status_code == 200
+    assert b"amqp mq.shop.example:" in page.content
+    assert tenant_bundle.ca.splitlines()[1].encode() in page.content

@@ -9,7 +9,18 @@ import struct
 import uuid
 
 import pytest
-from proton import Data, Described, Message, SSLDomain, Timeout, ulong
+from proton import (
+    UNDESCRIBED,
+    Array,
+    Data,
+    Described,
+    Message,
+    SSLDomain,
+    Timeout,
+    symbol,
+    ubyte,
+    ulong,
+)
 from proton.utils import BlockingConnection, LinkDetached
 
 from dataplane.vhost_relay.addresses import Frames, Needs
@@ -115,6 +126,24 @@ def test_an_attach_waits_for_the_kind_of_its_name_and_what_follows_waits_with_it
     assert frames.needs is None
     assert address_of(out[:len(out) - len(later)], True) == "/exchange/news/#"
     assert out.endswith(later)
+
+
+def test_the_broker_direction_tells_when_the_login_was_taken():
+    """The relay reads a vhost's topics only after the broker's open (its login succeeded):
+    a client cannot make it list vhosts it names but has no password for."""
+    def sasl_frame(code: int, fields: list) -> bytes:
+        data = Data()
+        data.put_object(Described(ulong(code), fields))
+        body = bytes(data.encode())
+        return struct.pack(">IBBH", 8 + len(body), 2, 1, 0) + body  # type 1: SASL
+
+    broker = Frames(False, {})
+    broker.feed(b"AMQP\x03\x01\x00\x00"
+                + sasl_frame(0x40, [Array(UNDESCRIBED, Data.SYMBOL, symbol("PLAIN"))])
+                + sasl_frame(0x44, [ubyte(0)]) + b"AMQP\x00\x01\x00\x00")
+    assert not broker.opened
+    broker.feed(frame(["rabbit", "host"], code=0x10, channel=0))
+    assert broker.opened
 
 
 def test_an_oversized_attach_and_a_bad_frame_header_are_refused():

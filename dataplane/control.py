@@ -46,6 +46,11 @@ class GatewayStore(Protocol):
     def router_of(self, vhost: str, default: tuple[str, int]) -> tuple[str, int]:
         """Where the space's router takes AMQP clients, `default` where one router serves all."""
 
+    def certificate(self, host: str) -> tuple[str, str] | None:
+        """(chain PEM, key PEM) of the space endpoint whose host name is `host`
+        (spec.endpoints), or None: the listener's own certificate. Called for a TLS client's
+        SNI name (dataplane/server_names.py)."""
+
     def restoring(self, vhost: str) -> bool:
         """Whether the space's router configuration is being restored (its router restarted
         without it): a login refused meanwhile is a transient failure."""

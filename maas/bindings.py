@@ -213,6 +213,16 @@ def _messaging_user(login: str, password: str) -> MessagingUser | None:
     return matching[0] if len(matching) == 1 else None
 
 
+# -- TLS listeners: a space endpoint's certificate by SNI name (dataplane/server_names.py) ------
+def space_certificate(host: str) -> tuple[str, str] | None:
+    """(chain, key) PEM of the space endpoint whose host is `host`, or None; for the
+    listeners that reach the database (the MQTT gateway, `manage.py run_vhost_relay`)."""
+    from workers import certificates
+
+    close_old_connections()
+    return certificates.for_host(host)
+
+
 # -- the MQTT gateway ----------------------------------------------------------------------------
 def _space(vhost: str) -> AddressSpace | None:
     slug, _, name = vhost.partition(".")
@@ -229,6 +239,9 @@ class GatewayStore:
         rows = Address.objects.filter(space__tenant__slug=slug, space__name=name,
                                       space__terminating=False, space__type="standard")
         return dict(rows.values_list("address", "type"))
+
+    def certificate(self, host: str) -> tuple[str, str] | None:
+        return space_certificate(host)
 
     def restoring(self, vhost: str) -> bool:
         from workers.agents.router import watch

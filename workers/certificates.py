@@ -85,6 +85,22 @@ def ca_cert(space) -> str | None:
     return _space_ca(space)[0]
 
 
+def for_host(host: str) -> tuple[str, str] | None:
+    """(chain, key) PEM of the endpoint whose host is `host`, or None (the MQTT gateway's
+    SNI lookup, maas/bindings.py)."""
+    from config_service.models import AddressSpace
+
+    space = AddressSpace.objects.filter(
+        terminating=False, spec__endpoints__contains=[{"expose": {"routeHost": host}}]).first()
+    if space is None:
+        return None
+    try:
+        endpoints = served(space)
+    except CertificateError:
+        return None
+    return next(((e.chain, e.key) for e in endpoints if e.host == host), None)
+
+
 def publish(space) -> None:
     root = Path(settings.MAAS_SPACE_TLS_DIR)
     now = served(space)

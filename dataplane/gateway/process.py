@@ -27,7 +27,6 @@ class Options:
     tls_port: int = 0  # MQTTS; started when the certificate and key exist
     tls_cert: str | None = None
     tls_key: str | None = None
-    space_tls_dir: str | None = None  # spaces' endpoint certificates, chosen by SNI
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # Prometheus /metrics; 0: none
     limits: Limits = Limits()  # per source address (dataplane/admission.py)
@@ -43,8 +42,9 @@ async def serve(options: Options, control: GatewayStore) -> int:
     if options.tls_port and os.path.exists(cert) and os.path.exists(key):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
-        if options.space_tls_dir:
-            ServerNames(options.space_tls_dir).install(context)
+        # Spaces' own certificates by SNI, looked up in the control plane's database, which
+        # the gateway reaches wherever it runs (the workers' files are on their machine).
+        ServerNames(lookup=control.certificate).install(context)
         await gateway.listen(options.host, options.tls_port, context)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

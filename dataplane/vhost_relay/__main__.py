@@ -10,7 +10,7 @@ import ssl
 import sys
 
 from ..admission import Admission, Limits
-from ..server_names import ServerNames
+from ..server_names import Lookup, ServerNames
 from . import __doc__ as description
 from .kinds import Kinds
 from .relay import Relay
@@ -75,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+def tls_context(args: argparse.Namespace, lookup: Lookup | None = None) -> ssl.SSLContext | None:
     """The TLS listener's context; None without one, or without its certificate files (on
     Kubernetes an optional Secret: plain only until it exists, as the MQTT gateway)."""
     if args.tls_listen is None:
@@ -86,7 +86,9 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(args.tls_cert, args.tls_key)
-    if args.space_tls_dir:
+    if lookup is not None:  # manage.py run_vhost_relay: the control plane's database
+        ServerNames(lookup=lookup).install(context)
+    elif args.space_tls_dir:
         ServerNames(args.space_tls_dir).install(context)
     return context
 
@@ -100,7 +102,7 @@ def api_password() -> str:
     return os.environ.get("RABBITMQ_API_PASSWORD", "guest")
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, lookup: Lookup | None = None) -> None:
     tenants = args.protocol != "amqp"  # faced by tenants' clients, not by routers
     env = os.environ.get
     relay = Relay(*args.broker, connect_timeout=args.connect_timeout, protocol=args.protocol,
@@ -110,7 +112,7 @@ async def serve(args: argparse.Namespace) -> None:
                   handshake_timeout=args.handshake_timeout if tenants else 0.0,
                   kinds=Kinds(args.api_url, env("RABBITMQ_API_USER", "guest"), api_password())
                   if args.protocol == "brokered-amqp" else None)
-    tls = tls_context(args)
+    tls = tls_context(args, lookup)
     await relay.start(*args.listen)
     if tls is not None:
         await relay.start(*args.tls_listen, tls=tls)
@@ -142,13 +144,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def main(argv=None) -> int:
+def main(argv=None, lookup: Lookup | None = None) -> int:
+    """`lookup`: where the TLS listener finds a space's certificate by SNI name, instead of
+    `--space-tls-dir` (dataplane/server_names.py)."""
     args = parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     try:
-        asyncio.run(serve(args))
+        asyncio.run(serve(args, lookup))
     except OSError as exc:  # the listen address is taken or not ours
         logger.error("vhost_relay.listen_failed", extra={"error": str(exc)})
         return 1

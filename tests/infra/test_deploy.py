@@ -280,16 +280,20 @@ def test_brokered_clients_reach_rabbitmq_only_through_the_relays(rendered):
     assert {p["name"] for p in rabbit["ports"]} == {"management"}
     tls = ["--tls-cert", "/etc/maas/broker-tls/tls.crt", "--tls-key",
            "/etc/maas/broker-tls/tls.key"]
-    assert relay["command"] == ["python", "-m", "dataplane.vhost_relay", "--protocol", "mqtt",
+    # manage.py: a space's own certificate is looked up in the database (docs/api.md)
+    assert relay["command"] == ["python", "manage.py", "run_vhost_relay", "--protocol", "mqtt",
                                 "--listen", "0.0.0.0:1883", "--broker", "127.0.0.1:1882",
                                 "--tls-listen", "0.0.0.0:8883", *tls]
-    assert amqp["command"] == ["python", "-m", "dataplane.vhost_relay", "--protocol",
+    assert amqp["command"] == ["python", "manage.py", "run_vhost_relay", "--protocol",
                                "brokered-amqp", "--listen", "0.0.0.0:5672",
                                "--broker", "127.0.0.1:5682",
                                "--api-url", "http://127.0.0.1:15672/api",
                                "--tls-listen", "0.0.0.0:5671", *tls]
     assert [p["name"] for p in relay["ports"]] == ["mqtt", "mqtts"]
     assert [p["name"] for p in amqp["ports"]] == ["amqp", "amqps"]
+    for container in (amqp, relay):  # the database's address and password, as the gateway
+        assert container["envFrom"] == [{"configMapRef": {"name": "maas-config"}}]
+        assert {m["name"] for m in container["volumeMounts"]} == {"secrets", "tls", "tmp"}
     tls_secret = next(v for v in pod["volumes"] if v["name"] == "tls")["secret"]
     assert tls_secret == {"secretName": "maas-broker-tls", "optional": True}
     service = by(docs, "Service", "maas-rabbitmq")["spec"]

@@ -19,17 +19,28 @@ def self_signed(where: Path) -> tuple[str, str]:
 
 
 class Front:
-    """`python -m dataplane.vhost_relay --protocol <protocol>`, plain and TLS."""
+    """`python -m dataplane.vhost_relay --protocol <protocol>`, plain and TLS; `managed`:
+    `manage.py run_vhost_relay` on the test database instead (spaces' certificates looked up
+    there, as on Kubernetes)."""
 
-    def __init__(self, protocol: str, broker_port: int, cert: str, key: str, *options: str):
+    def __init__(self, protocol: str, broker_port: int, cert: str, key: str, *options: str,
+                 managed: bool = False):
         self.port, self.tls_port = free_port(), free_port()
+        env = dict(os.environ, PYTHONPATH=str(ROOT), RABBITMQ_API_USER=API_USER,
+                   RABBITMQ_API_PASSWORD=API_PASSWORD)
+        head = [sys.executable, "-m", "dataplane.vhost_relay"]
+        if managed:
+            from django.conf import settings
+
+            db = settings.DATABASES["default"]
+            env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+            head = [sys.executable, "manage.py", "run_vhost_relay"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dataplane.vhost_relay", "--protocol", protocol,
+            [*head, "--protocol", protocol,
              "--listen", f"127.0.0.1:{self.port}", "--tls-listen", f"127.0.0.1:{self.tls_port}",
              "--tls-cert", cert, "--tls-key", key, "--broker", f"127.0.0.1:{broker_port}",
              "--api-url", API_URL, "--log-level", "WARNING", *options],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), RABBITMQ_API_USER=API_USER,
-                               RABBITMQ_API_PASSWORD=API_PASSWORD))
+            cwd=ROOT, env=env)
         wait_port(self.port, process=self.proc)
         wait_port(self.tls_port, process=self.proc)
 

@@ -138,12 +138,13 @@ def _verifies(port: int, host: str, ca: str) -> bool:
 
 
 def test_the_mqtt_gateway_serves_each_space_s_certificate(router, dirs, tenant, clients,
-                                                           tmp_path, monkeypatch):
+                                                           tmp_path):
+    """The gateway looks a host up in the control plane's database (it runs where the
+    workers' files are not, on Kubernetes)."""
     tag = uuid.uuid4().hex[:6]
     host = f"mqtt-{tag}.spaces.test"
     space = standard(tenant, f"m{tag}", {"name": "mqtt", "service": "mqtt",
                                          "expose": {"routeHost": host}})
-    monkeypatch.setenv("MAAS_SPACE_TLS_DIR", dirs)
     gateway = GatewayProcess(router.amqp_port, *platform_pair())
     gateway.start()
     try:
@@ -170,8 +171,11 @@ def _listening(port: int) -> bool:
         return False
 
 
+@pytest.mark.parametrize("source", ["files", "database"])
 def test_a_brokered_space_s_relay_serves_its_certificate(dirs, tenant, clients, tmp_path,
-                                                         redis_server):
+                                                         redis_server, source):
+    """From the workers' files (make run) or the database (`manage.py run_vhost_relay`, as
+    on Kubernetes)."""
     tag = uuid.uuid4().hex[:6]
     host = f"q-{tag}.spaces.test"
     space = services.create_address_space(
@@ -179,7 +183,8 @@ def test_a_brokered_space_s_relay_serves_its_certificate(dirs, tenant, clients, 
         plan="brokered-single-broker",
         spec={"endpoints": [{"name": "messaging", "expose": {"routeHost": host}}]})
     relay = Front("brokered-amqp", broker.AMQP_PORT, *platform_pair(),
-                  "--space-tls-dir", dirs)
+                  *(["--space-tls-dir", dirs] if source == "files" else []),
+                  managed=source == "database")
     try:
         runner.run(space.uid, "storage")
         ca = ca_of(clients, tenant, space, tmp_path)

@@ -28,8 +28,6 @@ class Command(BaseCommand):
                             help="MQTTS; started when the certificate and key exist")
         parser.add_argument("--tls-cert", default=settings.MAAS_ROUTER_TLS_CERT)
         parser.add_argument("--tls-key", default=settings.MAAS_ROUTER_TLS_KEY)
-        parser.add_argument("--space-tls-dir", default=settings.MAAS_SPACE_TLS_DIR,
-                            help="spaces' endpoint certificates, answered by SNI host")
         parser.add_argument("--router", type=_host_port,
                             default=(settings.MAAS_MQTT_GATEWAY_ROUTER_HOST,
                                      settings.MAAS_ROUTER_AMQP_PORT),
@@ -51,7 +49,6 @@ class Command(BaseCommand):
                         burst_per_source=settings.MAAS_CONNECT_BURST_PER_HOST)
         options = Options(host=o["host"], port=o["port"], router=o["router"],
                           tls_port=o["tls_port"], tls_cert=o["tls_cert"], tls_key=o["tls_key"],
-                          space_tls_dir=o["space_tls_dir"],
                           metrics_host=o["metrics_host"], metrics_port=o["metrics_port"],
                           limits=limits, handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT)
         sys.exit(asyncio.run(serve(options, GatewayStore())))

@@ -102,6 +102,19 @@ def for_host(host: str) -> tuple[str, str] | None:
 
 
 def publish(space) -> None:
+    """Writes the space's endpoints' files; nothing where no listener reads files
+    (MAAS_SPACE_TLS_DIR empty: Kubernetes, whose listeners look hosts up in the database). A
+    directory it cannot write is the space's error, not the agent's crash."""
+    if not settings.MAAS_SPACE_TLS_DIR:
+        return
+    try:
+        _publish(space)
+    except OSError as exc:
+        raise CertificateError(f"the endpoints' certificates cannot be written to "
+                               f"{settings.MAAS_SPACE_TLS_DIR}: {exc.strerror}") from exc
+
+
+def _publish(space) -> None:
     root = Path(settings.MAAS_SPACE_TLS_DIR)
     now = served(space)
     wanted = {s.host for s in now}
@@ -120,9 +133,9 @@ def publish(space) -> None:
 
 def withdraw(space) -> None:
     """Removes the space's published files and forgets its CA and server certificates."""
-    root = Path(settings.MAAS_SPACE_TLS_DIR)
+    root = Path(settings.MAAS_SPACE_TLS_DIR or ".")
     index = root / INDEX / str(space.uid)
-    if index.exists():
+    if settings.MAAS_SPACE_TLS_DIR and index.exists():
         for host in index.read_text().split():
             shutil.rmtree(root / host, ignore_errors=True)
         index.unlink(missing_ok=True)

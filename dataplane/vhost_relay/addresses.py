@@ -25,6 +25,7 @@ ATTACH = (ulong(ATTACH_CODE), symbol("amqp:attach:list"))
 SOURCE, TARGET = 5, 6  # the attach's fields (AMQP 1.0 section 2.7.3)
 NAME, ROLE = 0, 2  # role: False a sender, True a receiver
 MAX_ATTACH = 256 * 1024  # an attach is ~100-500 bytes; bound on what is buffered to rewrite it
+MAX_UNANSWERED = 4096  # rewritten attaches awaiting the broker's answer, per connection
 ESCAPED_SLASH = "%2F"  # RabbitMQ's AMQP 1.0 addresses decode it to `/` (one path segment)
 
 QUEUE, TOPIC = "queue", "topic"
@@ -154,6 +155,9 @@ class Frames:
                 return frame
             kind = self.kind(address) if receiver else None  # may raise Needs
             new = broker_address(address, receiver, kind)
+            if len(self.links) >= MAX_UNANSWERED and name not in self.links:
+                raise ProtocolError(f"more than {MAX_UNANSWERED} attaches the broker has not "
+                                    "answered")
             self.links[name] = (new, address)
         else:
             was = self.links.pop(name, None)

@@ -305,3 +305,4 @@ def test_brokered_clients_reach_rabbitmq_only_through_the_relays(rendered):
     assert (config["MAAS_MQTT_RELAY_PORT"], config["MAAS_MQTT_RELAY_TLS_PORT"],
             config["MAAS_BROKERED_AMQP_PORT"], config["MAAS_BROKERED_AMQPS_PORT"]) == (
         "1883", "8883", "5672", "5671")
+    assert config["MAAS_SPACE_TLS_DIR"] == ""  # no files: the listeners look hosts up

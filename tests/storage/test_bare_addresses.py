@@ -146,6 +146,16 @@ def test_the_broker_direction_tells_when_the_login_was_taken():
     assert broker.opened
 
 
+def test_a_connection_cannot_pile_up_attaches_the_broker_never_answers():
+    from dataplane.vhost_relay.addresses import MAX_UNANSWERED
+
+    frames = Frames(True, {}, kinds())
+    frames.feed(b"".join(attach(f"l{i}", False, "orders", False)
+                         for i in range(MAX_UNANSWERED)))
+    with pytest.raises(ProtocolError, match="not answered"):
+        frames.feed(attach("one-more", False, "orders", False))
+
+
 def test_an_oversized_attach_and_a_bad_frame_header_are_refused():
     with pytest.raises(ProtocolError):
         Frames(True, {}, kinds()).feed(struct.pack(">IBBH", 1 << 20, 2, 0, 0) + b"\x00S\x12")

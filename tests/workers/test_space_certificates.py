@@ -195,3 +195,25 @@ def test_a_brokered_space_s_relay_serves_its_certificate(dirs, tenant, clients, 
         relay.stop()
         services.delete_address_space(ctx=CTX, space=space)
         runner.run(space.uid, "storage")
+
+
+def test_where_no_file_is_read_none_is_written_and_an_unwritable_directory_is_the_space_s_error(
+        dirs, tenant, settings, tmp_path):
+    from config_service.models import AgentState
+
+    host = f"w-{uuid.uuid4().hex[:6]}.spaces.test"
+    settings.MAAS_SPACE_TLS_DIR = ""  # Kubernetes: the listeners look hosts up instead
+    space = standard(tenant, f"w{uuid.uuid4().hex[:5]}",
+                     {"name": "messaging", "expose": {"routeHost": host}})
+    try:
+        assert AgentState.objects.get(space_uid=space.uid, kind="router").space_error == ""
+        blocked = tmp_path / "blocked"
+        blocked.write_text("a file where a directory should be")
+        settings.MAAS_SPACE_TLS_DIR = str(blocked)
+        runner.run(space.uid, "router")
+        error = AgentState.objects.get(space_uid=space.uid, kind="router").space_error
+        assert "cannot be written" in error and str(blocked) in error
+    finally:
+        settings.MAAS_SPACE_TLS_DIR = dirs
+        services.delete_address_space(ctx=CTX, space=AddressSpace.objects.get(uid=space.uid))
+        sync(space)

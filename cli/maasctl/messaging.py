@@ -2,8 +2,9 @@
 at the endpoints the address space reports in `status.endpointStatuses`.
 
 A standard space is reached through its router: the address as it is, the AMQP open hostname
-set to the endpoint's `virtualHost`. A brokered space is RabbitMQ itself, with its own address
-syntax: a queue (or deadletter) is sent to through its own exchange `/exchange/<name>` (the one
+set to the endpoint's `virtualHost`. A brokered space is RabbitMQ (through the brokered-amqp
+relay, which takes these forms as they are), with its own address syntax, a `/` in a name
+written `%2F`: a queue (or deadletter) is sent to through its own exchange `/exchange/<name>` (the one
 target a user's send right is checked on) and received from `/amq/queue/<name>`, like a
 subscription; a topic is sent to `/exchange/<topic>` (the subject, if any, is the routing key)
 and received from `/exchange/<topic>/#` (every message) or `/exchange/<topic>/<key>` for
@@ -55,17 +56,23 @@ def address_type(client: Client, tenant: str, space: str, address: str) -> tuple
 
 
 def wire_address(space_type: str, kind: str, owner: str, address: str, receiving: bool) -> str:
-    """The AMQP address to attach to (see the module's docstring)."""
+    """The AMQP address to attach to (see the module's docstring). RabbitMQ's own forms, which
+    its port and the brokered-amqp relay both take; a `/` in a name is written `%2F`, the one
+    escape RabbitMQ decodes within a segment (`/exchange/a/b` is exchange `a`, key `b`)."""
     if space_type != "brokered":
         return address
     if kind == "topic":
         key = address[len(owner) + 1:] if address != owner else ""
         if receiving:
-            return f"/exchange/{owner}/{key or '#'}"
-        return f"/exchange/{owner}/{key}" if key else f"/exchange/{owner}"
-    if receiving or "/" in address:  # `/exchange/a/b` would be exchange `a`, key `b`
-        return f"/amq/queue/{address}"
-    return f"/exchange/{address}"
+            return f"/exchange/{_segment(owner)}/{key or '#'}"
+        return f"/exchange/{_segment(owner)}/{key}" if key else f"/exchange/{_segment(owner)}"
+    if receiving:
+        return f"/amq/queue/{_segment(address)}"
+    return f"/exchange/{_segment(address)}"
+
+
+def _segment(name: str) -> str:
+    return name.replace("/", "%2F")
 
 
 def _text(body) -> str:

@@ -24,7 +24,7 @@ from eventlog.models import ConfigEvent
 from tenants.models import AddressPlan, TenantQuota
 from tenants.roles import Action
 
-from .. import readings, services
+from .. import brokers, readings, services
 from ..api.resources import connection_url, endpoints
 from ..models import Address, MessagingUser
 from ..safe_load import load_yaml_all, read_bounded
@@ -356,10 +356,12 @@ def connect(request, tenant, space):
     address, kind = Address.objects.filter(space=s).order_by("name").values_list(
         "address", "type").first() or ("myqueue", "queue")
     mqtt = next((e for e in endpoints(s) if e["name"] == "mqtt"), None)
+    # Through the brokered-amqp relay a brokered space's addresses work by their names too.
+    bare = s.type == "brokered" and bool(brokers.pooled_broker(s.broker).tenant_amqp_port)
     return render(request, "portal/connect.html", p.context(
         space=s, endpoint=endpoint, port=port, user=chosen, address=address,
-        send_address=send_address(s.type, kind, address),
-        receive_address=receive_address(s.type, kind, address), mqtt=mqtt,
+        send_address=address if bare else send_address(s.type, kind, address),
+        receive_address=address if bare else receive_address(s.type, kind, address), mqtt=mqtt,
         mqtt_login=mqtt["username"].replace("<username>", chosen) if mqtt else "",
         mqtt_topic=_mqtt_topic(s, address),
         login=f"{chosen}@{s.vhost}", url=connection_url(s, chosen),

@@ -131,6 +131,29 @@ def test_a_brokered_space_from_one_multi_document_file_carries_amqp_and_mqtt(pla
     assert received_while_sending(cli, "mybrokered", "mytopic", protocol="mqtt",
                                   count=2) == "mytopic-ping\nmytopic-ping\n"
 
+    # A `/` in a queue's name, and a user whose rules name that queue alone (not `*`).
+    slashed = """
+apiVersion: enmasse.io/v1beta1
+kind: Address
+metadata: {name: mybrokered.orders-eu}
+spec: {address: orders/eu, type: queue, plan: brokered-queue}
+---
+apiVersion: user.enmasse.io/v1beta1
+kind: MessagingUser
+metadata: {name: mybrokered.user2}
+spec:
+  username: user2
+  authentication: {type: password, password: cGFzc3dvcmQ=}
+  authorization:
+  - {addresses: ["orders/eu"], operations: ["send", "recv"]}
+"""
+    ok(cli("apply", "-f", "-", input=slashed))
+    ok(cli("wait", "address", "mybrokered.orders-eu", "--for=phase=Active", "--timeout=60s"))
+    ok(cli("wait", "messaginguser", "mybrokered.user2", "--for=phase=Active", "--timeout=60s"))
+    second = ("-u", "user2", "-p", "password")
+    ok(cli("send", "orders/eu", "-s", "mybrokered", *second, "--body", "ordered"))
+    assert ok(cli("receive", "orders/eu", "-s", "mybrokered", *second)) == "ordered\n"
+
     # MQTT is refused outside the user's rules: the broker closes the connection.
     refused = cli("send", "elsewhere", "-s", "mybrokered", *USER, "--protocol", "mqtt")
     assert refused.returncode == 1, (refused.returncode, refused.stderr)

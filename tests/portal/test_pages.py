@@ -124,10 +124,11 @@ def test_history_and_connect_pages(client, tenant, space, owner):
 
 
 def test_a_space_with_its_own_endpoint_shows_its_host_and_ca_to_a_viewer(client, tenant,
-                                                                         viewer, settings,
-                                                                         tmp_path):
+                                                                         viewer, outsider,
+                                                                         settings):
     """spec.endpoints in the portal: the endpoint's host in place of the platform's, and the
-    space's own CA (what its TLS clients trust), to every member; an outsider gets 404."""
+    space's own CA (what its TLS clients trust), to every member; an outsider gets 404. With
+    the brokered-amqp relay, the Connect page uses the address's own name."""
     from tests.certs import bundle
 
     tenant_bundle = bundle("mq.shop.example")
@@ -139,3 +140,12 @@ def test_a_space_with_its_own_endpoint_shows_its_host_and_ca_to_a_viewer(client,
     assert page.status_code == 200
     assert b"amqp mq.shop.example:" in page.content
     assert tenant_bundle.ca.splitlines()[1].encode() in page.content
+    services.create_address(ctx=CTX, space=AddressSpace.objects.get(name="own"),
+                            address="orders", type="queue", plan="brokered-queue")
+    settings.MAAS_BROKERED_AMQP_PORT = 5678
+    connect = client.get(f"/portal/t/{tenant.slug}/spaces/own/connect/").content.decode()
+    assert 'amqp://mq.shop.example:5678"' in connect
+    assert 'create_sender("orders")' in connect and 'create_receiver("orders")' in connect
+    client.logout()
+    assert login(client, outsider).get(
+        f"/portal/t/{tenant.slug}/spaces/own/").status_code == 404

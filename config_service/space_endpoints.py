@@ -79,6 +79,30 @@ def _normalised(endpoint) -> bool:
             and isinstance(endpoint["expose"].get("routeHost"), str))
 
 
+EXPIRY_WARNING = datetime.timedelta(days=30)
+
+
+def expiry_messages(spec: dict) -> list[str]:
+    """Status messages of the tenant's bundles that expire within 30 days or have expired:
+    the workers renew a selfsigned certificate, a certBundle is the tenant's to replace."""
+    now, out = datetime.datetime.now(datetime.UTC), []
+    for endpoint in of(spec):
+        cert = endpoint["cert"]
+        if cert["provider"] != "certBundle":
+            continue
+        ends = min(c.not_valid_after_utc for c in x509.load_pem_x509_certificates(
+            base64.b64decode(cert["tlsCert"])))
+        if ends <= now:
+            out.append(f"Endpoint {endpoint['name']}: its certificate expired on "
+                       f"{ends:%Y-%m-%d %H:%M} UTC; clients refuse it until a new tlsCert "
+                       "and tlsKey are given")
+        elif ends - now <= EXPIRY_WARNING:
+            out.append(f"Endpoint {endpoint['name']}: its certificate expires on "
+                       f"{ends:%Y-%m-%d %H:%M} UTC (in {(ends - now).days} days); give a new "
+                       "tlsCert and tlsKey")
+    return out
+
+
 def hosts(endpoints) -> list[str]:
     return [e["expose"]["routeHost"] for e in endpoints or [] if _normalised(e)]
 

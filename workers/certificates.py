@@ -72,17 +72,22 @@ def served(space) -> list[Served]:
     return out
 
 
-def ca_cert(space) -> str | None:
-    """The PEM a client of `space` trusts, or None when the space has no endpoint of its own
-    (then the platform's). With several, the first endpoint's. Reads no key."""
-    endpoints = space_endpoints.of(space.spec)
-    if not endpoints:
-        return None
-    cert = endpoints[0]["cert"]
-    if cert["provider"] == "certBundle":
-        chain = base64.b64decode(cert["tlsCert"])
-        return _pem(x509.load_pem_x509_certificates(chain)[-1])
-    return _space_ca(space)[0]
+def ca_certs(space) -> tuple[list[str], bool]:
+    """(the PEMs a client of `space`'s own endpoints trusts, each once; whether they cover
+    both its protocols, messaging and mqtt: if not, the other is served with the platform's
+    certificate, whose CA the status adds). Reads no key."""
+    out, services = [], set()
+    for endpoint in space_endpoints.of(space.spec):
+        cert = endpoint["cert"]
+        if cert["provider"] == "certBundle":
+            chain = base64.b64decode(cert["tlsCert"])
+            pem = _pem(x509.load_pem_x509_certificates(chain)[-1])
+        else:
+            pem = _space_ca(space)[0]
+        services.add(endpoint["service"])
+        if pem not in out:
+            out.append(pem)
+    return out, set(space_endpoints.SERVICES) <= services
 
 
 def for_host(host: str) -> tuple[str, str] | None:

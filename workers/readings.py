@@ -26,16 +26,18 @@ class WorkersReadings:
         return AddressCounters(router=router, broker=_broker_rows(where.broker, space.vhost))
 
     def ca_cert(self, space) -> str:
-        own = certificates.ca_cert(space)  # its endpoints' own (spec.endpoints), if any
-        if own is not None:
-            return own
+        # Its endpoints' own CAs (spec.endpoints), and the platform's where a protocol has no
+        # endpoint of its own: one bundle a client of either protocol can trust.
+        own, covered = certificates.ca_certs(space)
+        if covered:
+            return "".join(own)
         # The platform's certificate: the router's, the gateway's and the brokered relays'.
         if space.type == "brokered":
             broker = endpoints.of(space).broker
             tls = broker.tenant_amqps_port or broker.mqtts_port
         else:
             tls = settings.MAAS_ROUTER_ENABLED
-        return ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if tls else ""
+        return "".join(own) + (ca_cert_pem(settings.MAAS_ROUTER_TLS_CERT) if tls else "")
 
     def connections(self, space, links: bool = False):
         return connections.connections(space, links)

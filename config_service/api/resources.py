@@ -96,6 +96,7 @@ def connection_urls(space, username: str) -> list[str]:
 
 def address_space(space, states: dict) -> dict:
     status = space_status(space, states)
+    ca = _ca_cert(space)
     return {
         "apiVersion": ENMASSE,
         "kind": "AddressSpace",
@@ -107,11 +108,10 @@ def address_space(space, states: dict) -> dict:
         "status": {
             "phase": status.phase,
             "isReady": status.is_ready,
-            "messages": status.messages,
+            "messages": status.messages + space_endpoints.expiry_messages(space.spec),
             "endpointStatuses": endpoints(space),
             "planStatus": space.plan_status,
-            **({"caCert": base64.b64encode(_ca_cert(space).encode()).decode()}
-               if _ca_cert(space) else {}),
+            **({"caCert": base64.b64encode(ca.encode()).decode()} if ca else {}),
         },
     }
 

@@ -92,6 +92,20 @@ def test_a_bad_bundle_is_refused_with_the_field_and_why(tenant, clients, cert, f
     assert not AddressSpace.objects.filter(name="shop").exists()
 
 
+def test_a_bundle_near_its_end_is_said_in_the_status(tenant, clients):
+    near = bundle("mq.acme.example", days=11)  # made a day ago: 10 days left
+    endpoint = {"name": "messaging", "cert": near.spec(),
+                "expose": {"routeHost": "mq.acme.example"}}
+    response = create(clients, tenant, "shop", [endpoint])
+    assert response.status_code == 201, response.content
+    messages = response.json()["status"]["messages"]
+    assert any("Endpoint messaging: its certificate expires on" in m and "(in 9 days)" in m
+               for m in messages), messages
+    fresh = create(clients, tenant, "fresh", [{**endpoint, "cert": bundle(
+        "mq2.acme.example").spec(), "expose": {"routeHost": "mq2.acme.example"}}])
+    assert not any("expires" in m for m in fresh.json()["status"]["messages"])
+
+
 def test_a_wildcard_bundle_covers_one_label(tenant, clients):
     wild = bundle("*.acme.example")
     ok = {"name": "messaging", "cert": wild.spec(), "expose": {"routeHost": "mq.acme.example"}}

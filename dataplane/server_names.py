@@ -28,6 +28,8 @@ RECHECK = 5.0  # seconds between looks at a name's files
 RECHECK_LOOKUP = 30.0  # seconds a lookup's answer (a certificate or none) is kept
 LOOKUPS_PER_SECOND = 20.0
 LOOKUP_TIMEOUT = 2.0  # seconds a handshake waits for a lookup; then the platform's certificate
+LOOKUP_BACKOFF = 5.0  # seconds without lookups after one failed (a database down or hung must
+# not hold the listener's event loop for LOOKUP_TIMEOUT at every new name)
 MAX_CACHED = 10_000  # names whose context is kept; beyond, the oldest are read again
 
 
@@ -60,6 +62,7 @@ class ServerNames:
         self.directory, self.lookup = directory, lookup
         self.cached: dict[str, tuple[float, float, ssl.SSLContext | None]] = {}
         self.tokens, self.refilled = LOOKUPS_PER_SECOND, time.monotonic()
+        self.resting_until = 0.0  # after a failed lookup
         # The lookup may block (a database read) and must not run on an event loop's thread
         # (Django refuses): it runs on this one, the handshake waiting for it.
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sni-lookup") \
@@ -113,7 +116,7 @@ class ServerNames:
         self.tokens = min(LOOKUPS_PER_SECOND,
                           self.tokens + (now - self.refilled) * LOOKUPS_PER_SECOND)
         self.refilled = now
-        if self.tokens < 1:
+        if self.tokens < 1 or now < self.resting_until:
             return cached[2] if cached is not None else None  # over the rate: no lookup
         self.tokens -= 1
         try:
@@ -122,6 +125,7 @@ class ServerNames:
         except Exception as exc:  # noqa: BLE001 - a failed lookup serves the platform's
             logger.warning("server_names.lookup_failed", extra={"host": name,
                                                                 "error": str(exc)})
+            self.resting_until = time.monotonic() + LOOKUP_BACKOFF
             return cached[2] if cached is not None else None
         if len(self.cached) >= MAX_CACHED:
             self.cached.pop(next(iter(self.cached)))

@@ -46,11 +46,21 @@ def test_a_lookup_is_bounded_whatever_names_a_client_sends():
     assert len(asked) == before
 
 
-def test_a_failing_lookup_serves_the_listener_s_own_certificate():
+def test_a_failing_lookup_serves_the_listener_s_own_certificate_and_rests():
+    asked = []
+
     def lookup(host):
+        asked.append(host)
         raise RuntimeError("database down")
 
-    assert ServerNames(lookup=lookup).context("mq.acme.example") is None
+    names = ServerNames(lookup=lookup)
+    assert names.context("mq.acme.example") is None
+    # A database down (or hung for LOOKUP_TIMEOUT) is not asked again at every new name.
+    assert [names.context(f"other-{i}.example") for i in range(5)] == [None] * 5
+    assert asked == ["mq.acme.example"]
+    names.resting_until = 0.0  # LOOKUP_BACKOFF later
+    names.context("again.example")
+    assert asked[-1] == "again.example"
 
 
 @pytest.mark.parametrize("host", ["mq.acme.example", "x.example"])

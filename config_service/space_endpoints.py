@@ -48,7 +48,9 @@ def validate(value, *, space: str, tenant: str, previous: list | None = None) ->
         raise Invalid("spec.endpoints must be a list of endpoints", "spec.endpoints")
     if len(value) > MAX_ENDPOINTS:
         raise Invalid(f"spec.endpoints has at most {MAX_ENDPOINTS} endpoints", "spec.endpoints")
-    kept = {e["name"]: e for e in previous or [] if isinstance(e, dict) and "name" in e}
+    # Only endpoints this module made: a space stored before may hold anything under the key.
+    kept = {e["name"]: e for e in of({"endpoints": previous if isinstance(previous, list)
+                                                    else []})}
     out, names, hosts = [], set(), set()
     for i, endpoint in enumerate(value):
         field = f"spec.endpoints[{i}]"

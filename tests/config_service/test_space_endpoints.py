@@ -152,3 +152,19 @@ def test_an_outsider_sees_no_endpoint_and_only_the_owner_changes_one(tenant, cli
     response = clients["owner"].patch(url(tenant, "shop"), patch, format="json")
     assert response.status_code == 200, response.content
     assert response.json()["spec"]["endpoints"][0]["expose"]["routeHost"] == "mine.example"
+
+
+def test_endpoints_stored_in_any_shape_before_are_replaced_cleanly(tenant, clients):
+    """A space from before MaaS took `endpoints` may hold anything under the key (EnMasse's as
+    given): a new spec replaces it with a 200, never a 500."""
+    from tests.config_service.legacy import legacy_space
+
+    legacy_space(tenant, "old")
+    AddressSpace.objects.filter(name="old").update(spec={"endpoints": [
+        {"name": "messaging", "cert": "not an object"}, {"name": ["not", "a", "name"]}, 7]})
+    new = [{"name": "messaging", "cert": bundle("mq.old.example").spec(),
+            "expose": {"routeHost": "mq.old.example"}}]
+    response = clients["owner"].patch(url(tenant, "old"), {"spec": {"endpoints": new}},
+                                      format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["spec"]["endpoints"][0]["cert"]["provider"] == "certBundle"

@@ -84,13 +84,14 @@ class Frames:
         pos = passed = 0  # buf[passed:pos] are whole frames to pass unchanged
         self.needs = None
         while pos < len(buf):
-            end = self._frame_end(buf, pos)
-            if end is None:
+            found = self._frame(buf, pos)
+            if found is None:
                 break
+            end, attach = found
             if end > len(buf):  # streamed: the rest of the frame passes as it comes
                 self.skip, pos = end - len(buf), len(buf)
                 break
-            if self._may_attach(buf, pos):
+            if attach:
                 try:
                     rewritten = self._attach(buf[pos:end])
                 except Needs as need:  # the attach and what follows wait for the answer
@@ -104,12 +105,13 @@ class Frames:
         self.buffer = buf[pos:]
         return bytes(out)
 
-    def _frame_end(self, buf: bytes, pos: int) -> int | None:
-        """Where the frame (or protocol header) at `pos` ends; None: not known yet. An end past
-        the buffer is a frame to stream; an attach is only ever returned whole."""
+    def _frame(self, buf: bytes, pos: int) -> tuple[int, bool] | None:
+        """(where the frame or protocol header at `pos` ends, whether it may be an attach);
+        None: not known yet. An end past the buffer is a frame to stream; a frame that may be
+        an attach is only ever returned whole."""
         head = buf[pos:pos + 8]
         if head[:4] == b"AMQP"[:len(head[:4])]:  # a protocol header (SASL's, then AMQP's)
-            return pos + 8 if len(head) == 8 else None
+            return (pos + 8, False) if len(head) == 8 else None
         if len(head) < HEADER.size:
             return None
         size, doff, _, _ = HEADER.unpack(head)
@@ -123,17 +125,10 @@ class Frames:
             self.opened = True
         if size == start or code[0] != 0x00 or code[1] not in (0x53, 0x80, 0xa3) \
                 or (code[1] == 0x53 and code[2] != ATTACH_CODE):
-            return pos + size  # a heartbeat, or a performative other than attach
+            return pos + size, False  # a heartbeat, or a performative other than attach
         if size > MAX_ATTACH:
             raise ProtocolError(f"a frame of {size} bytes that may be an attach")
-        return pos + size if len(buf) >= pos + size else None
-
-    @staticmethod
-    def _may_attach(buf: bytes, pos: int) -> bool:
-        start = pos + buf[pos + 4] * 4
-        code = buf[start:start + 3]
-        return len(code) == 3 and code[0] == 0x00 and (
-            code[1] in (0x80, 0xa3) or (code[1] == 0x53 and code[2] == ATTACH_CODE))
+        return (pos + size, True) if len(buf) >= pos + size else None
 
     def _attach(self, frame: bytes) -> bytes:
         start = frame[4] * 4

@@ -113,6 +113,13 @@ def test_other_frames_pass_untouched_whatever_the_chunks():
     assert b"/exchange/news/#" in whole
 
 
+def test_a_heartbeat_is_never_taken_for_an_attach_whatever_follows_it():
+    # A transfer of 0x00531200 bytes starts with the bytes of an attach's descriptor.
+    heartbeat = struct.pack(">IBBH", 8, 2, 0, 0)
+    big = struct.pack(">IBBH", 0x00531200, 2, 0, 1) + b"\x00\x53\x14" + b"x" * 100
+    assert Frames(True, {}, kinds()).feed(heartbeat + big) == heartbeat + big
+
+
 def test_an_attach_waits_for_the_kind_of_its_name_and_what_follows_waits_with_it():
     known = set()
     frames = Frames(True, {}, lambda name: "topic" if name in known else (_ for _ in ()).throw(

@@ -1,5 +1,6 @@
 """The AMQP addresses a client uses for an address of its space: the address itself behind a
 router (standard spaces), RabbitMQ's own syntax on a brokered space (docs/storage.md)."""
+from .validation import ESCAPED_SLASH
 
 
 def segment(name: str) -> str:
@@ -7,7 +8,7 @@ def segment(name: str) -> str:
     one escape RabbitMQ 3.10 decodes there (else it reads `/` as a separator: `/exchange/a/b`
     is the exchange `a` with the key `b`); validation.stored_address refuses names holding
     `%2F` themselves. The brokered-amqp relay writes bare names the same way."""
-    return name.replace("/", "%2F")
+    return name.replace("/", ESCAPED_SLASH)
 
 
 def amqp_queue(name: str) -> str:

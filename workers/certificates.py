@@ -53,7 +53,7 @@ class Served:
 
 def served(space) -> list[Served]:
     """What each endpoint with a certificate serves (none: the platform's certificate)."""
-    out = []
+    out, ca = [], None
     for endpoint in space_endpoints.of(space.spec):
         host, cert = endpoint["expose"]["routeHost"], endpoint["cert"]
         if cert["provider"] == "certBundle":
@@ -66,7 +66,8 @@ def served(space) -> list[Served]:
             out.append(Served(endpoint["name"], host, chain, key,
                               last.public_bytes(serialization.Encoding.PEM).decode()))
         else:
-            ca_cert, ca_key = _space_ca(space)
+            ca = ca or _space_ca(space)  # read once for all the space's endpoints
+            ca_cert, ca_key = ca
             chain, key = _server(space, endpoint["name"], host, ca_cert, ca_key)
             out.append(Served(endpoint["name"], host, chain + ca_cert, key, ca_cert))
     return out
@@ -76,14 +77,14 @@ def ca_certs(space) -> tuple[list[str], bool]:
     """(the PEMs a client of `space`'s own endpoints trusts, each once; whether they cover
     both its protocols, messaging and mqtt: if not, the other is served with the platform's
     certificate, whose CA the status adds). Reads no key."""
-    out, services = [], set()
+    out, services, own = [], set(), None
     for endpoint in space_endpoints.of(space.spec):
         cert = endpoint["cert"]
         if cert["provider"] == "certBundle":
             chain = base64.b64decode(cert["tlsCert"])
             pem = _pem(x509.load_pem_x509_certificates(chain)[-1])
         else:
-            pem = _space_ca(space)[0]
+            pem = own = own or _space_ca(space)[0]
         services.add(endpoint["service"])
         if pem not in out:
             out.append(pem)

@@ -12,8 +12,9 @@ from .. import brokers, plan_specs, readings, space_endpoints
 from ..status import address_status, agents_needed, space_status
 
 
-def endpoints(space) -> list[dict]:
-    """Where clients connect (EnMasse status.endpointStatuses)."""
+def endpoints(space, ca: str | None = None) -> list[dict]:
+    """Where clients connect (EnMasse status.endpointStatuses); `ca`: the space's CA
+    certificate if the caller has read it already."""
     if space.type == "brokered":
         # Its broker of the pool, through the relays that take the space from the login (and,
         # for AMQP, serve the bare address names); without them, RabbitMQ's own AMQP port.
@@ -24,13 +25,13 @@ def endpoints(space) -> list[dict]:
         mqtt = [{"name": "mqtt", "port": broker.mqtt_port}]
         if broker.mqtts_port:
             mqtt.append({"name": "mqtts", "port": broker.mqtts_port})
-        return _named([
+        return _with_hosts([
             {"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": amqp,
              "virtualHost": f"vhost:{space.vhost}", "username": f"<username>@{space.vhost}"},
             {"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": mqtt,
              "username": f"{space.vhost}:<username>@{space.vhost}"},
         ], space)
-    tls = bool(_ca_cert(space))
+    tls = bool(_ca_cert(space) if ca is None else ca)
     ports = [{"name": "amqp", "port": settings.MAAS_ROUTER_AMQP_PORT}]
     if tls:
         ports.append({"name": "amqps", "port": settings.MAAS_ROUTER_AMQPS_PORT})
@@ -46,10 +47,10 @@ def endpoints(space) -> list[dict]:
             mqtt.append({"name": "mqtts", "port": settings.MAAS_MQTT_GATEWAY_TLS_PORT})
         out.append({"name": "mqtt", "serviceHost": settings.MAAS_PUBLIC_HOST,
                     "servicePorts": mqtt, "username": f"<username>@{space.vhost}"})
-    return _named(out, space)
+    return _with_hosts(out, space)
 
 
-def _named(statuses: list[dict], space) -> list[dict]:
+def _with_hosts(statuses: list[dict], space) -> list[dict]:
     """Each protocol's status with the host name of the space's endpoint for it
     (spec.endpoints): `externalHost`, what clients connect to and check the certificate
     against (the listeners pick the space's certificate by it, SNI), and `cert`, its
@@ -109,7 +110,7 @@ def address_space(space, states: dict) -> dict:
             "phase": status.phase,
             "isReady": status.is_ready,
             "messages": status.messages + space_endpoints.expiry_messages(space.spec),
-            "endpointStatuses": endpoints(space),
+            "endpointStatuses": endpoints(space, ca),
             "planStatus": space.plan_status,
             **({"caCert": base64.b64encode(ca.encode()).decode()} if ca else {}),
         },

@@ -82,9 +82,9 @@ def space(request, tenant, space):
 
     space_plans = [(n, n) for n in AddressSpacePlan.objects.filter(
         address_space_type=s.type).values_list("name", flat=True)]
+    ca = readings.get().ca_cert(s)
     return render(request, "portal/space.html", p.context(
-        space=s, status=space_status(s, states), endpoints=endpoints(s),
-        ca_cert=readings.get().ca_cert(s),
+        space=s, status=space_status(s, states), endpoints=endpoints(s, ca), ca_cert=ca,
         form=forms.AddressForm(space=s), bulk_form=forms.BulkForm(),
         space_plan_form=forms.PlanForm(choices=space_plans, initial={"plan": s.plan},
                                        auto_id="space_%s"),

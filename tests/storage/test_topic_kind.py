@@ -1,8 +1,9 @@
 """The broker's topic exchange type is asked once an hour for every worker, and a broker too
 busy to answer when the hour is up leaves the last answer in use (real RabbitMQ, real Redis).
 
-RabbitMQ's `/api/overview`, where the answer comes from, took 26 s at 500 busy vhosts; with
-an answer that expired from the cache after the hour, every worker without one of its own
+RabbitMQ's `/api/overview`, where the answer came from, took 26 s at 500 busy vhosts (it is
+read from `/api/nodes` now, which a busy broker can still fail to answer); with an answer that
+expired from the cache after the hour, every worker without one of its own
 failed its applies until the broker answered again (enough to stall a 100,000-address fill).
 """
 import time
@@ -35,7 +36,7 @@ def test_the_last_answer_stands_when_the_broker_does_not_answer_after_the_hour(
     proxy, api = broker
     monkeypatch.setattr(controller, "TOPIC_KIND_TTL", 1)  # "the hour": one second here
     assert controller.topic_kind(api) == "x-maas-topic"  # services.sh enables the plugin
-    assert proxy.seen == ["GET /overview?columns=exchange_types"]
+    assert proxy.seen == ["GET /nodes?columns=name%2Cexchange_types"]
 
     assert controller.topic_kind(api) == "x-maas-topic"  # within the hour: not asked again
     assert len(proxy.seen) == 1
@@ -45,7 +46,7 @@ def test_the_last_answer_stands_when_the_broker_does_not_answer_after_the_hour(
     proxy.fail_methods = {"GET"}  # the broker is busy
     assert controller.topic_kind(api) == "x-maas-topic"
     # a failed read is asked three times more (workers/clients/rabbitmq_api.py)
-    assert proxy.failed == ["GET /overview?columns=exchange_types"] * 4
+    assert proxy.failed == ["GET /nodes?columns=name%2Cexchange_types"] * 4
 
     proxy.fail_methods = set()  # it answers again: asked, and kept for another hour
     assert controller.topic_kind(api) == "x-maas-topic"

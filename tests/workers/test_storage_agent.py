@@ -157,7 +157,7 @@ def test_a_change_reads_only_its_space_and_a_resync_also_looks_for_stale_users(
     queue(space, "invoices")
     runner.run(space.uid, "storage")  # a change
     assert "/users/without-permissions" not in paths
-    assert all(space.vhost in path or path.startswith("/users/") or path == "/overview"
+    assert all(space.vhost in path or path.startswith("/users/") or path == "/nodes"
                for path in paths), paths
 
     runner.run(space.uid, "storage")  # no new event: a resync

@@ -130,9 +130,12 @@ class RabbitMQApi:
         return self.request("GET", path, params=params or None) or []
 
     def exchange_types(self) -> set[str]:
-        """The exchange types the broker knows (plugins' included)."""
-        overview = self.request("GET", "/overview", params={"columns": "exchange_types"}) or {}
-        return {t["name"] for t in overview.get("exchange_types", [])}
+        """The exchange types every node of the broker knows (plugins' included). Read from
+        `/nodes`, not `/overview`: the overview works out the whole broker's totals first (40 s
+        at 330 vhosts of 100 queues, measured, where `/nodes` took 0.07 s)."""
+        nodes = self.request("GET", "/nodes", params={"columns": "name,exchange_types"}) or []
+        known = [{t["name"] for t in node.get("exchange_types") or []} for node in nodes]
+        return set.intersection(*known) if known else set()
 
     # vhosts
     def get_vhost(self, vhost: str) -> dict | None:

@@ -267,7 +267,7 @@ class BrokerReconciler:
                 _differs(actual.topic_permissions.get(u), p)
                 for u, p in topic_permissions.items()):
             return None
-        self._converge_objects(v, desired, actual, result)
+        self._converge_objects(v, desired, actual, result, each=True)
         if result.ok and not result.transient:
             self._verify(state, desired, self._observe_named(v, desired), result)
         log.info("storage.rabbitmq.added", extra={
@@ -464,9 +464,11 @@ class BrokerReconciler:
         self._delete_stale(v, desired, actual, result)
         self._converge_limits(state, actual, result)
 
-    def _converge_objects(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
+    def _converge_objects(self, v, desired: DesiredObjects, actual: _Actual, result,
+                          each: bool = False) -> None:
         """Exchanges, policies, queues and bindings: the creates held back and made at the
-        end (`_create`), in one import when there are several."""
+        end (`_create`), in one import when there are several; with `each`, one call each
+        (`_create_each`)."""
         self._batch = batch = CreateBatch()
         try:
             self._converge_exchanges(v, desired, actual, result)
@@ -475,7 +477,10 @@ class BrokerReconciler:
             self._converge_bindings(v, desired, actual, result)
         finally:
             self._batch = None
-        self._create(v, batch, result)
+        if each:
+            self._create_each(batch, result)
+        else:
+            self._create(v, batch, result)
 
     def _converge_exchanges(self, v, desired: DesiredObjects, actual: _Actual, result) -> None:
         for name, spec in desired.exchanges.items():
@@ -683,6 +688,23 @@ class BrokerReconciler:
                 return
         for item in batch.items:
             self._do(result, "created", item.label, item.address, *item.call)
+
+    def _create_each(self, batch: CreateBatch, result: ApplyResult) -> None:
+        """Makes the creates held back one call each, at the same time: the exchanges, queues
+        and policies, then the bindings between them. The short path's way (`add`): a
+        definitions import costs the broker more the more it holds, each call by name does
+        not (at 380 vhosts of 100 queues an import of one new queue's three objects took 100
+        ms, of five queues' 136 ms, where one new queue took 79 ms from start to verified;
+        docs/scale.md, "A new queue on a broker of many vhosts")."""
+        for item in batch.items:  # `_do` counted them as created while converging
+            result.created.remove(item.label)
+        def binding(item) -> bool:
+            return item.call[0].__name__ == "create_binding"
+
+        for wave in ([i for i in batch.items if not binding(i)],
+                     [i for i in batch.items if binding(i)]):
+            _concurrently({n: partial(self._do, result, "created", item.label, item.address,
+                                      *item.call) for n, item in enumerate(wave)})
 
     def _converge_limits(self, state: VhostState, actual: _Actual, result) -> None:
         current = actual.limits.get("max-connections")

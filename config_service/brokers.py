@@ -6,14 +6,20 @@ brokered spaces. A space records its broker at creation (`address_space.created`
 `AddressSpace.broker`) and keeps it: its vhost, users and messages live there. The workers reach
 it through workers.endpoints.
 """
+import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 from django.db.models import Count
 
+from core.errors import Unavailable
+
 from .models import AddressSpace
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,12 +77,29 @@ def pooled_broker(name: str) -> BrokerEndpoint:
         f"{settings.MAAS_RABBITMQ_NODES} does not run")
 
 
+# Serialises placements (a transaction-level advisory lock), so that two creations at once
+# never both take a broker's last place.
+_PLACEMENT_LOCK = 0x6D616173  # "maas"
+
+
 def choose_broker() -> str:
-    """The broker a new space goes to: the pool's with the fewest spaces (ties: the first).
-    Two creations at once may pick the same one; the next ones even it out."""
+    """The broker a new space goes to: the pool's with the fewest spaces (ties: the first)
+    among those holding fewer than MAAS_BROKER_MAX_SPACES; raises Unavailable when every one
+    holds that many. Spaces being deleted count until they are gone (their vhosts are still
+    there). Called within the creation's transaction, which keeps the lock until it ends."""
     pool = [b.name for b in broker_pool()]
-    if len(pool) == 1:
+    bound = settings.MAAS_BROKER_MAX_SPACES
+    if len(pool) == 1 and not bound:
         return pool[0]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PLACEMENT_LOCK])
     counts = dict(AddressSpace.objects.filter(broker__in=pool).values_list("broker")
                   .annotate(n=Count("id")).order_by())
-    return min(pool, key=lambda name: counts.get(name, 0))
+    room = [name for name in pool if not bound or counts.get(name, 0) < bound]
+    if not room:
+        logger.warning("placement.full", extra={"brokers": len(pool), "bound": bound})
+        raise Unavailable(
+            f"No broker of this installation has room for another address space (each of its "
+            f"{len(pool)} holds {bound}); nothing was created. Try again later, or ask the "
+            f"operator to add a broker (MAAS_RABBITMQ_NODES) or raise MAAS_BROKER_MAX_SPACES.")
+    return min(room, key=lambda name: counts.get(name, 0))

@@ -335,6 +335,12 @@ MAAS_BROKERED_AMQPS_PORT = env_int("MAAS_BROKERED_AMQPS_PORT", 5679)  # 0: no AM
 MAAS_RABBITMQ_NODES = env_int("MAAS_RABBITMQ_NODES", 1)
 if not 1 <= MAAS_RABBITMQ_NODES <= 9:
     raise RuntimeError("MAAS_RABBITMQ_NODES must be between 1 and 9")
+# At most this many spaces (each a vhost) per broker of the pool; a new space finding every
+# broker full is refused with a 503 (0: no bound). What one RabbitMQ 3.10 node serves well:
+# docs/scale.md, "What one broker node serves".
+MAAS_BROKER_MAX_SPACES = env_int("MAAS_BROKER_MAX_SPACES", 500)
+if MAAS_BROKER_MAX_SPACES < 0:
+    raise RuntimeError("MAAS_BROKER_MAX_SPACES must be 0 (no bound) or more")
 # EnMasse's per-address memory cap: broker credit x this many bytes (globalMaxSize).
 MAAS_BROKER_GLOBAL_MAX_SIZE = env_int("MAAS_BROKER_GLOBAL_MAX_SIZE", 1 << 30)
 # Brokered spaces' messaging users on RabbitMQ (user limits: over all their connections), and

@@ -7,7 +7,9 @@ broker) through the service functions, then reconciles each space with the stora
 and the router agent, one after the other, as a worker does. Meanwhile a second connection
 reads pg_stat_activity every few milliseconds and keeps the longest time any other session of
 the database had a transaction open (`now() - xact_start`), and the longest one left idle in a
-transaction. Prints those with the median and longest reconcile.
+transaction. Prints those with the median and longest reconcile. The spaces are deleted and
+torn down after; then the database too if the run created it (`--keep` leaves it and whatever
+of the spaces' vhosts and users is left).
 
     .venv/bin/python tests/bench/bench_agent_transactions.py --spaces 20 --queues 5
 """
@@ -22,7 +24,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess  # noqa: E402
 
 
@@ -56,9 +58,11 @@ def main() -> None:
     parser.add_argument("--spaces", type=int, default=20)
     parser.add_argument("--queues", type=int, default=5)
     parser.add_argument("--database", default="maas_bench_agents")
+    parser.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = parser.parse_args()
 
-    os.environ["DATABASE_URL"] = ensure_database(args.database)
+    leftovers = Leftovers()
+    os.environ["DATABASE_URL"] = leftovers.ensure_database(args.database)
     router = RouterProcess()
     router.start()
     os.environ.update(MAAS_ROUTER_MANAGEMENT_URL=f"amqp://127.0.0.1:{router.mgmt_port}",
@@ -72,6 +76,7 @@ def main() -> None:
         run(args)
     finally:
         router.stop()
+        leftovers.clean_up(keep=args.keep)
 
 
 def run(args) -> None:

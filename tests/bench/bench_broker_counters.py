@@ -14,7 +14,9 @@ message to each vhost's `all` so that every queue and exchange has message stati
 - with --alternatives, also the whole-broker listings in pages of 500 (`?page=N&page_size=500`):
   RabbitMQ adds statistics only to the page, but lists and sorts every object for each page.
 
-Each line gives the slowest single call too.
+Each line gives the slowest single call too. At the end the vhosts this run made are deleted
+(`--keep` leaves them, for the next run to reuse); those an earlier run left are reused and not
+deleted (`--cleanup` deletes them).
 
     .venv/bin/python tests/bench/bench_broker_counters.py                  # 40 x (375 + 375)
     .venv/bin/python tests/bench/bench_broker_counters.py --vhosts 40 --queues 750 --exchanges 750
@@ -49,6 +51,8 @@ def parse_args():
     p.add_argument("--alternatives", action="store_true",
                    help="measure whole-broker paged listings too")
     p.add_argument("--cleanup", action="store_true", help="delete the bench vhosts and stop")
+    p.add_argument("--keep", action="store_true",
+                   help="leave the vhosts this run made, for the next run to reuse")
     return p.parse_args()
 
 
@@ -170,6 +174,7 @@ def timed(label: str, fn, repeat: int) -> None:
 def main():
     args = parse_args()
     api = RabbitMQApi(API_URL, API_USER, API_PASSWORD, timeout=OLD_TIMEOUT)
+    found = set(bench_vhosts(api))  # an earlier run's (--keep): reused, and left
     try:
         if args.cleanup:
             cleanup(api)
@@ -187,6 +192,13 @@ def main():
               args.repeat)
         timed("new: read_broker, 1 vhost", lambda: new_read(api, {names[0]}), args.repeat)
     finally:
+        made = [] if args.cleanup else [n for n in bench_vhosts(api) if n not in found]
+        if made and not args.keep:
+            for name in made:
+                api.delete_vhost(name)
+            print(f"removed: {len(made)} vhosts this run made")
+        elif made:
+            print(f"kept (--keep): {len(made)} vhosts this run made")
         api.close()
 
 

@@ -2,16 +2,17 @@
 list answers within 300 ms), on the embedded router and on qdrouterd where QDROUTERD names a
 build, in one run. Printed as a table, never asserted.
 
-Starts what it needs: a database of its own (`--database`, created and migrated if missing),
-Celery queues of its own (deleted afterwards), the auth service (in this process, reading that
-database), then per router kind the router on free ports (qdrouterd with the vhost relay, as
-tests/workers/conftest.py does). A tenant gets a standard space on a plan whose routerPolicy
-admits the connections from one host and one user (the operator's defaults allow 1,000 a space
-and 100 a user), an anycast address `orders` and a messaging user `app`, reconciled by the real
-agents. A client process opens `--connections` AMQP connections as that user from 127.0.0.1
-(proton transports over plain sockets in one epoll loop), each with one receiver on `orders`
-(credit 1), at `--rate` a second (the embedded router admits 100 new connections a second per
-source host, dataplane/admission.py).
+Starts what it needs: a database of its own (`--database`, created and migrated if missing;
+dropped at the end if the run created it, with the vhosts and users of any space left, unless
+`--keep`), Celery queues of its own (deleted afterwards), the auth service (in this process,
+reading that database), then per router kind the router on free ports (qdrouterd with the vhost
+relay, as tests/workers/conftest.py does). A tenant gets a standard space on a plan whose
+routerPolicy admits the connections from one host and one user (the operator's defaults allow
+1,000 a space and 100 a user), an anycast address `orders` and a messaging user `app`, reconciled
+by the real agents. A client process opens `--connections` AMQP connections as that user from
+127.0.0.1 (proton transports over plain sockets in one epoll loop), each with one receiver on
+`orders` (credit 1), at `--rate` a second (the embedded router admits 100 new connections a second
+per source host, dataplane/admission.py).
 
 Then, `--repeat` times each after one warm-up call:
 
@@ -59,9 +60,10 @@ sys.path.insert(0, ROOT)
 from proton import Connection, Endpoint, Transport, TransportException  # noqa: E402
 
 from tests.bench.common import (  # noqa: E402
+    KEEP_HELP,
+    Leftovers,
     cpu_seconds,
     delete_queues,
-    ensure_database,
 )
 
 PASSWORD = "bench-connections-pw"
@@ -420,6 +422,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="print a cProfile of the full page after each measurement")
     parser.add_argument("--database", default="maas_bench_connections")
+    parser.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = parser.parse_args()
 
     # The router, a child of this process, keeps a socket per connection (and qdrouterd more).
@@ -429,7 +432,8 @@ def main() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (
             wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
     queue = f"maas-bench-connections-{uuid.uuid4().hex[:6]}"
-    os.environ.update(DATABASE_URL=ensure_database(args.database),
+    leftovers = Leftovers()
+    os.environ.update(DATABASE_URL=leftovers.ensure_database(args.database),
                       DJANGO_SETTINGS_MODULE="maas.settings", MAAS_LOG_LEVEL="WARNING",
                       MAAS_CELERY_QUEUE=queue)
     import django
@@ -467,6 +471,7 @@ def main() -> None:
     finally:
         auth.stop()
         delete_queues(queue)
+        leftovers.clean_up(keep=args.keep)
     print(f"\n{args.repeat} times each, in ms: wall p50 and p95; per call, CPU of this process "
           f"(own), of the router, and Python's GC pauses here (gc). 'space': the space's "
           f"connections, each with one receiver; 'router': every client connection on the "

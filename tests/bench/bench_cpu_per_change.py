@@ -5,9 +5,11 @@ never asserted.
     .venv/bin/python tests/bench/bench_cpu_per_change.py --start --kind queue --creates 300
 
 With --start it runs the platform (`manage.py runplatform`, as `make run` does) on a database
-and Celery queues of its own (bench_scale's Platform); without, it measures the platform that
-DATABASE_URL, --url and --platform-pid point at (a filled one: the cost of a change is meant to
-be flat in the fleet's size). It makes a tenant with --spaces spaces of the kind's type, then:
+and Celery queues of its own (bench_scale's Platform), and at the end deletes the vhosts and
+users of its spaces and the database if it created it (`--keep` leaves them); without, it
+measures the platform that DATABASE_URL, --url and --platform-pid point at (a filled one: the
+cost of a change is meant to be flat in the fleet's size) and deletes nothing. It makes a tenant
+with --spaces spaces of the kind's type, then:
 
 - at rest: each process's CPU over --idle seconds, as a share of one core;
 - --creates creates through the API at --rate a second spread over the spaces, until the last
@@ -41,7 +43,7 @@ from tests.bench.bench_scale import (  # noqa: E402
     to_active,
     wait_all_active,
 )
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -148,6 +150,8 @@ def main():
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--database", default="maas_bench_cpu")
     parser.add_argument("--start", action="store_true")
+    parser.add_argument("--keep", action="store_true",
+                        help="with --start: " + KEEP_HELP)
     parser.add_argument("--platform-pid", type=int,
                         help="without --start: the runplatform process measured")
     parser.add_argument("--log")
@@ -155,8 +159,9 @@ def main():
                         help="N processes besides, each busy DUTY (0-1) of a core, e.g. 3x0.45")
     args = parser.parse_args()
 
+    leftovers = Leftovers()  # what --start makes here; without it, nothing is recorded
     if args.start:
-        os.environ["DATABASE_URL"] = ensure_database(args.database)
+        os.environ["DATABASE_URL"] = leftovers.ensure_database(args.database)
         os.environ.setdefault("MAAS_CELERY_QUEUE", f"maas-bench-{uuid.uuid4().hex[:6]}")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "maas.settings")
     os.environ["MAAS_LOG_LEVEL"] = "WARNING"
@@ -216,6 +221,8 @@ def main():
         for pid in load_pids:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
+        if args.start:  # without, it measured someone else's platform: nothing is deleted
+            leftovers.clean_up(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ restarted, as Kubernetes would (`runplatform` would stop the platform), and name
 does; `--sample K` sends and checks the messages through K of the standard spaces, spread over
 them all (at 800 spaces a round of messages through each takes minutes).
 
-At the end the spaces are deleted and the script waits until the agents removed them; `--keep`
-skips that. `--log FILE` keeps the platform's output.
+At the end the spaces are deleted and the script waits until the agents removed them; once the
+platform is stopped, whatever is left goes too (tests/bench/common.py `Leftovers`): the vhosts
+and users of the database's spaces, the RabbitMQ nodes --brokers started (not those running
+before) and the database if the run created it. `--keep` skips all that, for a later look.
+`--log FILE` keeps the platform's output.
 """
 import argparse
 import base64
@@ -53,7 +56,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import ensure_database, keep_vacuumed  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers, keep_vacuumed  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, free_port  # noqa: E402
 
 PREFIX = "faults"
@@ -313,7 +316,8 @@ def parse_args():
                         help="spread the spaces over this many local RabbitMQ nodes "
                              "(MAAS_RABBITMQ_NODES; deploy/local/rabbitmq-nodes.sh)")
     parser.add_argument("--concurrency", type=int, default=4, help="agents' worker processes")
-    parser.add_argument("--keep", action="store_true", help="do not delete the spaces")
+    parser.add_argument("--keep", action="store_true",
+                        help="do not delete the spaces; " + KEEP_HELP)
     parser.add_argument("--log", help="write the platform's output here")
     return parser.parse_args()
 
@@ -469,13 +473,13 @@ def remove(spaces, platform: Platform, timeout: float) -> None:
 def main():
     args = parse_args()
     queue = f"maas-bench-faults-{uuid.uuid4().hex[:6]}"
+    leftovers = Leftovers()
     if args.brokers:  # the platform, fill_addresses and this process place alike
         os.environ["MAAS_RABBITMQ_NODES"] = str(args.brokers)
-        subprocess.run(["bash", os.path.join(ROOT, "deploy", "local", "rabbitmq-nodes.sh"),
-                        "start", str(args.brokers)], check=True)
+        leftovers.start_nodes(args.brokers)
     redis_port = free_port()
     os.environ.update({
-        "DATABASE_URL": ensure_database(args.database), "MAAS_CELERY_QUEUE": queue,
+        "DATABASE_URL": leftovers.ensure_database(args.database), "MAAS_CELERY_QUEUE": queue,
         "DJANGO_SETTINGS_MODULE": "maas.settings", "MAAS_LOG_LEVEL": "WARNING",
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "MAAS_ROUTER_ADMIN_USER": "admin", "MAAS_ROUTER_ADMIN_PASSWORD": ADMIN_PASSWORD,
@@ -521,6 +525,7 @@ def main():
         router.stop()
         auth.stop()
         redis.stop()
+        leftovers.clean_up(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,9 @@ the peak RSS before and after the corpus.
 
     .venv/bin/python tests/bench/bench_hostile_input.py --repeat 20
 
-`--database-url` names the database (created if missing; default `maas_bench_input` on the
-local PostgreSQL); the web process gets a Celery queue of its own, deleted at the end; `--log
-FILE` keeps the web process's output.
+`--database-url` names the database (created if missing, and then dropped at the end unless
+`--keep`; default `maas_bench_input` on the local PostgreSQL); the web process gets a Celery
+queue of its own, deleted at the end; `--log FILE` keeps the web process's output.
 """
 import argparse
 import os
@@ -31,7 +31,7 @@ import requests
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import delete_queues  # noqa: E402
+from tests.bench.common import delete_queues, drop_database  # noqa: E402
 from tests.security.corpus import deep_json, deep_yaml, yaml_alias_bomb  # noqa: E402
 
 
@@ -41,13 +41,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ensure_database(url: str) -> None:
+def ensure_database(url: str) -> bool:
+    """Whether it created the database of `url`."""
     parsed = urlparse(url)
     admin = parsed._replace(path="/postgres").geturl()
     with psycopg.connect(admin, autocommit=True) as conn:
         name = parsed.path.lstrip("/")
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
+            return True
+    return False
 
 
 def manage(env, *args) -> str:
@@ -103,12 +106,14 @@ def main():
     parser.add_argument("--database-url",
                         default="postgres://postgres@127.0.0.1:5432/maas_bench_input")
     parser.add_argument("--log", help="write the web process's output here")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the database, if the run created it, for a later look")
     args = parser.parse_args()
 
     # A Celery queue of its own: the one space this creates must not wake anyone's workers.
     queue = f"maas-bench-input-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "DATABASE_URL": args.database_url, "MAAS_CELERY_QUEUE": queue}
-    ensure_database(args.database_url)
+    created = ensure_database(args.database_url)
     manage(env, "migrate", "--noinput")
     slug = f"bench-input-{uuid.uuid4().hex[:5]}"
     manage(env, "createtenant", slug, "--owner", slug)
@@ -160,6 +165,13 @@ def main():
         web.terminate()
         web.wait(timeout=30)
         delete_queues(queue)
+        # Its one space has no vhost: no worker reads the queue its reconcile is sent to.
+        name = urlparse(args.database_url).path.lstrip("/")
+        if created and not args.keep:
+            drop_database(args.database_url)
+            print(f"removed: database {name} dropped")
+        elif created:
+            print(f"kept (--keep): database {name}")
 
 
 if __name__ == "__main__":

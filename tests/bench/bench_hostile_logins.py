@@ -10,8 +10,9 @@ at most; the router's and the auth service's RSS.
 
 Real processes throughout: the router (`--router embedded`, or `qdrouterd` where QDROUTERD
 names a build), the auth service (`manage.py run_authservice`) on a database of the bench's
-own (created and migrated if missing), the victim's space and user made through the service
-functions; the vhost policy the router agent would give the space is set over management.
+own (created and migrated if missing; dropped at the end if the run created it, unless
+`--keep`), the victim's space and user made through the service functions; the vhost policy
+the router agent would give the space is set over management.
 
     .venv/bin/python tests/bench/bench_hostile_logins.py --idle 1000 --flood 600 --seconds 30
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
 
 ATTACKER, VICTIM = "127.0.0.2", "127.0.0.3"
 
@@ -169,8 +170,10 @@ def main() -> None:
     parser.add_argument("--auth-tls", action="store_true",
                         help="the router reaches the auth service over TLS and checks its "
                              "certificate, as make run does (default: plain)")
+    parser.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = parser.parse_args()
-    url = ensure_database(args.database)
+    leftovers = Leftovers()
+    url = leftovers.ensure_database(args.database)
     os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="maas.settings",
                       MAAS_LOG_LEVEL="WARNING")
     import django
@@ -290,6 +293,7 @@ def main() -> None:
         router.stop()
         auth.terminate()
         auth.wait(10)
+        leftovers.clean_up(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -4,16 +4,17 @@ longer than a sampling interval). Printed as a table, not asserted; `make test` 
 cases (tests/workers/test_usage_exact.py, tests/router).
 
 Starts what it needs on free ports: a database of its own (`--database`, created and migrated if
-missing), a redis-server, the auth service, and the router (`--router embedded`, journalling its
-counters in a temporary state dir, or `--router qdrouterd`, the build `QDROUTERD` names, with
-the vhost relay). One tenant gets a standard space (anycast, multicast with two receivers, and
-a queue) and a brokered space (a queue, on the local RabbitMQ). For `--minutes`, one sender per
-address sends `--rate` acknowledged messages a second and its receivers take them; a sampler
-thread appends a sample round every `--interval` seconds; a watch thread runs the router watch
-every 2 s (it restores the router after its restart). At a third of the run the router is
-SIGKILLed and started again on the same ports; at two thirds it is SIGSTOPped for 1.5
-intervals. At the end the load stops, the last rounds are sampled once RabbitMQ's statistics
-settled, the usage job (Spark) runs for the day(s), and per address:
+missing; dropped at the end if the run created it, with the vhost and users of any space the run
+did not delete, unless `--keep`), a redis-server, the auth service, and the router (`--router
+embedded`, journalling its counters in a temporary state dir, or `--router qdrouterd`, the build
+`QDROUTERD` names, with the vhost relay). One tenant gets a standard space (anycast, multicast
+with two receivers, and a queue) and a brokered space (a queue, on the local RabbitMQ). For
+`--minutes`, one sender per address sends `--rate` acknowledged messages a second and its
+receivers take them; a sampler thread appends a sample round every `--interval` seconds; a watch
+thread runs the router watch every 2 s (it restores the router after its restart). At a third
+of the run the router is SIGKILLed and started again on the same ports; at two thirds it is
+SIGSTOPped for 1.5 intervals. At the end the load stops, the last rounds are sampled once
+RabbitMQ's statistics settled, the usage job (Spark) runs for the day(s), and per address:
 
   sent     messages the router or broker accepted (outcome received by the sender)
   doubt    sends whose outcome never came back (the connection dropped): counted or not
@@ -45,7 +46,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, free_port  # noqa: E402
 
 PASSWORD = "bench-password"
@@ -64,6 +65,7 @@ def parse_args():
     p.add_argument("--rate", type=float, default=20.0, help="messages a second per address")
     p.add_argument("--interval", type=float, default=10.0, help="sampling interval, seconds")
     p.add_argument("--database", default="maas_bench_metering")
+    p.add_argument("--keep", action="store_true", help=KEEP_HELP)
     return p.parse_args()
 
 
@@ -174,9 +176,18 @@ def every(seconds: float, stop: threading.Event, work) -> threading.Thread:
 
 def main():
     args = parse_args()
+    leftovers = Leftovers()
+    try:
+        run(args, leftovers)
+    finally:  # the spaces' vhosts and users if the run did not delete them, the database
+        leftovers.clean_up(keep=args.keep)
+
+
+def run(args, leftovers: Leftovers) -> None:
     redis_port = free_port()
     os.environ.update({
-        "DATABASE_URL": ensure_database(args.database), "DJANGO_SETTINGS_MODULE": "maas.settings",
+        "DATABASE_URL": leftovers.ensure_database(args.database),
+        "DJANGO_SETTINGS_MODULE": "maas.settings",
         "MAAS_LOG_LEVEL": "WARNING", "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "MAAS_CELERY_QUEUE": f"maas-bench-metering-{uuid.uuid4().hex[:6]}",
         "MAAS_ROUTER_ADMIN_USER": "admin", "MAAS_ROUTER_ADMIN_PASSWORD": ADMIN_PASSWORD,

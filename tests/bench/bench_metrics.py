@@ -1,7 +1,8 @@
 """Server time and queries of one /metrics scrape at fleet scale (printed, not asserted).
 
 Fills a database of its own (`--database`, created and migrated if missing, refilled when its
-size differs) with SPACES address spaces (half standard, half brokered, 1% terminating) of
+size differs; dropped at the end if the run created it, unless `--keep`: one that was there is
+reused and kept) with SPACES address spaces (half standard, half brokered, 1% terminating) of
 ADDRESSES addresses each (5% unscheduled), their agents' states (2% invalidated, --errors of
 the addresses named in an address error), an event per address, each applied by two agent
 kinds (an hour ago, but the last 1% within the minute: a scrape reads the last minute's rows,
@@ -24,7 +25,7 @@ from datetime import timedelta
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
 
 
 def main() -> None:
@@ -34,14 +35,19 @@ def main() -> None:
     parser.add_argument("--errors", type=float, default=0.001, help="share of addresses")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--database", default="maas_bench_metrics")
+    parser.add_argument("--keep", action="store_true", help=KEEP_HELP)
     args = parser.parse_args()
-    os.environ.update(DATABASE_URL=ensure_database(args.database),
+    leftovers = Leftovers(spaces=False)  # its spaces are rows alone, nothing on a broker
+    os.environ.update(DATABASE_URL=leftovers.ensure_database(args.database),
                       DJANGO_SETTINGS_MODULE="maas.settings", MAAS_LOG_LEVEL="WARNING")
     import django
 
     django.setup()
-    fill(args)
-    run(args)
+    try:
+        fill(args)
+        run(args)
+    finally:
+        leftovers.clean_up(keep=args.keep)
 
 
 def fill(args) -> None:

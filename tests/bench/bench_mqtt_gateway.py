@@ -2,13 +2,14 @@
 asserted).
 
 Sets up what `make run` would: a database of its own (`--database`, created and migrated if
-missing), the auth service (in this process, reading that database), an embedded router on free
-ports and the gateway process (`manage.py run_mqtt_gateway`); a standard space with a
-multicast address `events`, a topic `sensors` and an anycast address `rpc`, and a messaging
-user, through the service functions, reconciled by the real agents (RabbitMQ holds the topic).
-One paho-mqtt publisher process and one subscriber process per run, MESSAGES of 100 bytes,
-publisher in-flight window 100; rate = messages received / time from the first publish to the
-last message received. Cases, each at QoS 0 and QoS 1:
+missing; dropped at the end if the run created it, unless `--keep`), the auth service (in this
+process, reading that database), an embedded router on free ports and the gateway process
+(`manage.py run_mqtt_gateway`); a standard space with a multicast address `events`, a topic
+`sensors` and an anycast address `rpc`, and a messaging user, through the service functions,
+reconciled by the real agents (RabbitMQ holds the topic). One paho-mqtt publisher process and
+one subscriber process per run, MESSAGES of 100 bytes, publisher in-flight window 100; rate =
+messages received / time from the first publish to the last message received. Cases, each at
+QoS 0 and QoS 1:
 
 - mosquitto: paho -> Mosquitto (1883) -> paho, the reference of the same run;
 - amqtt (with `--amqtt-port`): the same through an amqtt broker started beforehand (the
@@ -37,7 +38,7 @@ sys.path.insert(0, ROOT)
 
 import paho.mqtt.client as paho  # noqa: E402
 
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
 from tests.router.conftest import (  # noqa: E402
     ADMIN_PASSWORD,
     RouterProcess,
@@ -189,10 +190,12 @@ def main():
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--database", default="maas_bench_mqtt_gateway")
+    parser.add_argument("--keep", action="store_true", help=KEEP_HELP)
     parser.add_argument("--amqtt-port", type=int, default=0,
                         help="also measure an amqtt broker already listening there (anonymous)")
     args = parser.parse_args()
-    url = ensure_database(args.database)
+    leftovers = Leftovers()
+    url = leftovers.ensure_database(args.database)
     router = RouterProcess(auth_port=0)  # its auth port is set below, before it starts
     os.environ.update({
         "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "maas.settings",
@@ -247,6 +250,7 @@ def main():
         teardown_space(space)
         router.stop()
         auth.stop()
+        leftovers.clean_up(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ together: a whole-platform restart) and reports, from the moment the new router 
     .venv/bin/python tests/bench/bench_router_restart.py --spaces 1000 --addresses 100  # 100k
 
 At the end the spaces are deleted and the script waits until the agents removed them (their
-RabbitMQ vhosts too); `--keep` skips that. `--log FILE` keeps the platform's output.
+RabbitMQ vhosts too); once the platform is stopped, the vhosts and users of any space left and
+the database, if the run created it, go too (tests/bench/common.py `Leftovers`). `--keep`
+skips all that, for a later look. `--log FILE` keeps the platform's output.
 """
 import argparse
 import base64
@@ -47,7 +49,7 @@ sys.path.insert(0, ROOT)
 
 from django.utils import timezone  # noqa: E402
 
-from tests.bench.common import ensure_database  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess  # noqa: E402
 
 PASSWORD = "bench-password"
@@ -213,7 +215,8 @@ def main():
     parser.add_argument("--rate", type=float, default=20.0, help="probe creates a second")
     parser.add_argument("--database", default="maas_bench_router_restart")
     parser.add_argument("--concurrency", type=int, default=4, help="change worker processes")
-    parser.add_argument("--keep", action="store_true", help="do not delete the spaces")
+    parser.add_argument("--keep", action="store_true",
+                        help="do not delete the spaces; " + KEEP_HELP)
     parser.add_argument("--log", help="write the platform's output here")
     args = parser.parse_args()
     # SIGTERM (a timeout, a kill) unwinds like an error: the spaces, their vhosts and the
@@ -221,8 +224,9 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     queue = f"maas-bench-{uuid.uuid4().hex[:6]}"
+    leftovers = Leftovers()
     os.environ.update({
-        "DATABASE_URL": ensure_database(args.database), "MAAS_CELERY_QUEUE": queue,
+        "DATABASE_URL": leftovers.ensure_database(args.database), "MAAS_CELERY_QUEUE": queue,
         "DJANGO_SETTINGS_MODULE": "maas.settings",
         # the platform's processes log at INFO into --log; without one, only warnings
         "MAAS_LOG_LEVEL": "INFO" if args.log else "WARNING",
@@ -400,6 +404,7 @@ def main():
         client = dispatch._redis()
         for name in (queue, f"{queue}-resync", f"{queue}-usage", f"{queue}-watch"):
             client.delete(name)
+        leftovers.clean_up(keep=args.keep)
 
 
 if __name__ == "__main__":

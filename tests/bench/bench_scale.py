@@ -7,7 +7,12 @@ issue's table with the machine's load average. Printed, never asserted.
 
 With --start it runs the platform (`manage.py runplatform`, as `make run` does) on a database
 of its own (`--database`, created and migrated if missing) and Celery queues of its own, and
-stops it at the end; without, it measures the platform that DATABASE_URL and --url point at.
+stops it at the end (`MAAS_BIND=127.0.0.1:PORT` moves its web for `--url`); then it deletes
+what the run left (tests/bench/common.py `Leftovers`): the RabbitMQ vhosts the run made for the
+database's spaces and MaaS's users of them, the extra RabbitMQ nodes it started for --brokers
+(not those running before), and the database if it created it; `--keep` leaves them for a later
+look. Without --start it measures the platform that DATABASE_URL and --url point at and deletes
+nothing.
 Fills with `manage.py fill_addresses` (the service functions: per tenant STANDARD standard
 spaces of 100 addresses and BROKERED brokered spaces of 100 queues), waits until every address
 is Active (then waits --settle seconds, for figures at rest rather than in the fill's tail),
@@ -43,10 +48,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from tests.bench.common import (  # noqa: E402
+    KEEP_HELP,
+    Leftovers,
     cpu_by_label,
     cpu_spent,
     delete_queues,
-    ensure_database,
     keep_vacuumed,
     pids_of,
     schedstat,
@@ -354,6 +360,7 @@ def main():
     parser.add_argument("--brokers", type=int, default=0,
                         help="with --start: spread the spaces over this many local RabbitMQ "
                              "nodes (MAAS_RABBITMQ_NODES; deploy/local/rabbitmq-nodes.sh)")
+    parser.add_argument("--keep", action="store_true", help="with --start: " + KEEP_HELP)
     parser.add_argument("--log")
     parser.add_argument("--no-resync", action="store_true")
     parser.add_argument("--stall", type=float, default=300,
@@ -368,14 +375,14 @@ def main():
                              "the fill's tail (its queued drift checks, the brokers' statistics)")
     args = parser.parse_args()
 
+    leftovers = Leftovers()  # what --start makes here; without it, nothing is recorded
     if args.start:
-        os.environ["DATABASE_URL"] = ensure_database(args.database)
+        os.environ["DATABASE_URL"] = leftovers.ensure_database(args.database)
         # The platform's Celery queues, also for the changes this process makes
         os.environ.setdefault("MAAS_CELERY_QUEUE", f"maas-bench-{uuid.uuid4().hex[:6]}")
         if args.brokers:  # the platform, fill_addresses and this process place alike
             os.environ["MAAS_RABBITMQ_NODES"] = str(args.brokers)
-            subprocess.run(["bash", os.path.join(ROOT, "deploy", "local", "rabbitmq-nodes.sh"),
-                            "start", str(args.brokers)], check=True)
+            leftovers.start_nodes(args.brokers)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "maas.settings")
     os.environ["MAAS_LOG_LEVEL"] = "WARNING"  # this process's own lines; the platform keeps its
     import django
@@ -467,6 +474,8 @@ def main():
             print(f"  {mib:6d}  {cmd}")
     finally:
         platform.stop()
+        if args.start:  # without, it measured someone else's platform: nothing is deleted
+            leftovers.clean_up(keep=args.keep)
 
 
 def settle(seconds: float) -> None:

@@ -2,8 +2,14 @@
 issue's table with the machine's load average. Printed, never asserted.
 
     .venv/bin/python tests/bench/bench_scale.py --tenants 10 --start            # ~10k addresses
-    .venv/bin/python tests/bench/bench_scale.py --tenants 100 --start --jobs 2  # ~100k
-    .venv/bin/python tests/bench/bench_scale.py --tenants 100 --start --jobs 2 --brokers 4
+    .venv/bin/python tests/bench/bench_scale.py --tenants 100 --start --jobs 2 --brokers 4  # ~100k
+    # issue 66: 1,000 brokered spaces of 100 queues over four nodes; 1,000 idle vhosts on one
+    .venv/bin/python tests/bench/bench_scale.py --tenants 100 --standard 0 --brokered 10 \
+        --start --jobs 2 --brokers 4
+    .venv/bin/python tests/bench/bench_scale.py --idle-vhosts 1000 --start
+
+A broker takes at most MAAS_BROKER_MAX_SPACES spaces (500): 1,000 spaces need two brokers or
+more (--brokers), or that bound raised.
 
 With --start it runs the platform (`manage.py runplatform`, as `make run` does) on a database
 of its own (`--database`, created and migrated if missing) and Celery queues of its own, and
@@ -20,8 +26,11 @@ then measures:
 
 - API create latency (REST, one at a time) and create -> Active (recorded by the platform:
   AppliedEvent.applied_at of the last agent minus the create call) for creates arriving at
-  --rate per second spread over probe spaces, and how many agents' spaces the platform's own
-  drift checks (its resync, spread over the drift period) compared whole meanwhile;
+  --rate per second spread over probe spaces, in three rounds of --probes each: anycast
+  addresses over five standard spaces, queues over five brokered spaces (each round naming the
+  broker its spaces are on and the vhosts it holds), then both kinds interleaved; and how many
+  agents' spaces the platform's own drift checks (its resync, spread over the drift period)
+  compared whole meanwhile;
 - the cost of reconciling a one-address change: wall and CPU seconds of the router agent and
   the storage controller run in this process, SQL queries, and router entities or broker rows
   read, median of --repeat;
@@ -31,6 +40,8 @@ then measures:
 - the RSS of every long-running process.
 
 The issue's figures compare these at 1k, 10k and 100k addresses: run it once per size.
+--idle-vhosts N makes N other tenants' idle vhosts (--idle-queues each) on the first broker
+before anything else (tests/bench/idle_vhosts.py) and deletes them at the end unless --keep.
 """
 import argparse
 import math
@@ -47,6 +58,7 @@ import requests
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.bench import idle_vhosts  # noqa: E402
 from tests.bench.common import (  # noqa: E402
     KEEP_HELP,
     Leftovers,
@@ -57,6 +69,7 @@ from tests.bench.common import (  # noqa: E402
     pids_of,
     schedstat,
 )
+from workers.clients.rabbitmq_api import RabbitMQApi  # noqa: E402
 
 LOG_LEVEL = os.environ.get("MAAS_LOG_LEVEL", "INFO")
 
@@ -273,6 +286,49 @@ def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
         time.sleep(1)
 
 
+def probe_round(session, base_url, spaces, args, total) -> None:
+    """One round of creates at --rate over `spaces`, and its figures."""
+    from django.utils import timezone
+
+    began, cpu_before = timezone.now(), cpu_by_label()
+    latencies, called, web = probe_creates(session, base_url, spaces, args.probes, args.rate)
+    spent = cpu_spent(cpu_before)
+    checked = drift_checks_since(began)
+    active, missing = to_active(called)
+    print(f"  API create latency ({total} present): p50 {pct(latencies, 50):.1f} ms  p99 "
+          f"{pct(latencies, 99):.1f} ms")
+    print(f"  create -> Active: p50 {pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms"
+          f"  (not Active in 60 s: {missing}; {load()})")
+    if len(latencies) >= 2 * WINDOW:
+        print(f"  API p99 of each {WINDOW} creates in turn: {windows_p99(latencies)}")
+    print(f"  meanwhile the platform's own drift checks compared {checked} agents' spaces "
+          f"whole (its full resync, spread over MAAS_DRIFT_CHECK_PERIOD)")
+    print(f"  slowest: {slowest(latencies, args.rate, web)}")
+    print(f"  the web per create: on a core p50 {pct([w[0] for w in web], 50):.1f} ms, "
+          f"waiting for a core p50 {pct([w[1] for w in web], 50):.1f} / p99 "
+          f"{pct([w[1] for w in web], 99):.1f} ms")
+    print(f"  CPU meanwhile: {spent}", flush=True)
+
+
+def where_probed(probes, slug: str, space_type: str) -> str:
+    """The brokers the probe spaces of `space_type` are placed on, each with the vhosts it
+    holds (a vhost listing: read once, before the figures are printed)."""
+    from config_service.models import AddressSpace
+    from workers import endpoints
+
+    spaces = AddressSpace.objects.filter(tenant__slug=slug, type=space_type,
+                                         name__in=[n for n, t in probes if t == space_type])
+    held = {}
+    for space in spaces:
+        broker = endpoints.of(space).broker
+        if broker.api_url not in held:
+            api = RabbitMQApi(broker.api_url, broker.api_user, broker.api_password, timeout=60)
+            held[broker.api_url] = (broker.name or "shared", len(api.request(
+                "GET", "/vhosts", params={"columns": "name", "disable_stats": "true"}) or []))
+            api.close()
+    return ", ".join(f"{name} of {n} vhosts" for name, n in held.values())
+
+
 def drift_checks_since(began) -> int:
     """How many agent states were compared whole (a full diff: a drift check or a repair)
     since `began`: what of the platform's spread resync ran during a measurement."""
@@ -373,6 +429,13 @@ def main():
                         help="seconds to wait after the fill converged before the probes, so "
                              "they measure the platform at rest with the fleet present, not "
                              "the fill's tail (its queued drift checks, the brokers' statistics)")
+    parser.add_argument("--idle-vhosts", type=int, default=0,
+                        help="other tenants' idle vhosts made straight on the pool's first "
+                             "broker before the platform starts (tests/bench/idle_vhosts.py; "
+                             "deleted at the end unless --keep): with one broker, the "
+                             "brokered probes run beside them")
+    parser.add_argument("--idle-queues", type=int, default=100,
+                        help="queues of each idle vhost (each with its exchange and binding)")
     args = parser.parse_args()
 
     leftovers = Leftovers()  # what --start makes here; without it, nothing is recorded
@@ -388,9 +451,18 @@ def main():
     import django
     django.setup()
     from django.test import Client
-    from django.utils import timezone
 
     from config_service.models import Address, AddressSpace
+
+    idle_api = None
+    if args.idle_vhosts:
+        from config_service.brokers import shared_broker
+        broker = shared_broker()
+        idle_api = RabbitMQApi(broker.api_url, broker.api_user, broker.api_password, timeout=600)
+        took = idle_vhosts.ensure(idle_api, args.idle_vhosts, args.idle_queues,
+                                  log=lambda m: print(m, flush=True))
+        print(f"idle vhosts: {args.idle_vhosts} of {args.idle_queues} queues on "
+              f"{broker.api_url} ({took:.0f} s to make those missing; {load()})", flush=True)
 
     platform = Platform(args)
     if args.start:
@@ -428,25 +500,16 @@ def main():
         wait_all_active(600)
         settle(args.settle)
 
-        probes_began, cpu_before = timezone.now(), cpu_by_label()
-        latencies, called, web = probe_creates(session, base_url, probes, args.probes,
-                                               args.rate)
-        spent = cpu_spent(cpu_before)
-        checked = drift_checks_since(probes_began)
-        active, missing = to_active(called)
-        print(f"API create latency ({total} present, {args.rate:.0f}/s over {len(probes)} "
-              f"spaces): p50 {pct(latencies, 50):.1f} ms  p99 {pct(latencies, 99):.1f} ms")
-        print(f"create -> Active: p50 {pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms"
-              f"  (not Active in 60 s: {missing}; {load()})")
-        if len(latencies) >= 2 * WINDOW:
-            print(f"  API p99 of each {WINDOW} creates in turn: {windows_p99(latencies)}")
-        print(f"  meanwhile the platform's own drift checks compared {checked} agents' spaces "
-              f"whole (its full resync, spread over MAAS_DRIFT_CHECK_PERIOD)")
-        print(f"  slowest: {slowest(latencies, args.rate, web)}")
-        print(f"  the web per create: on a core p50 {pct([w[0] for w in web], 50):.1f} ms, "
-              f"waiting for a core p50 {pct([w[1] for w in web], 50):.1f} / p99 "
-              f"{pct([w[1] for w in web], 99):.1f} ms")
-        print(f"  CPU meanwhile: {spent}")
+        # The issue's probes: anycast addresses and queues at --rate, each kind alone, then
+        # (issue 16's) the two kinds interleaved.
+        rounds = [(f"anycast addresses in standard spaces, {where_probed(probes, slug, 'standard')}",
+                   [p for p in probes if p[1] == "standard"]),
+                  (f"queues in brokered spaces, {where_probed(probes, slug, 'brokered')}",
+                   [p for p in probes if p[1] == "brokered"]),
+                  ("both kinds interleaved", probes)]
+        for what, spaces in rounds:
+            print(f"{args.probes} creates at {args.rate:.0f}/s over {len(spaces)} spaces: {what}")
+            probe_round(session, base_url, spaces, args, total)
 
         for kind, (wall, cpu, queries, rows) in one_change_cost(args.repeat).items():
             print(f"reconcile ({kind}): wall {wall * 1000:.1f} ms  CPU "
@@ -476,6 +539,8 @@ def main():
         platform.stop()
         if args.start:  # without, it measured someone else's platform: nothing is deleted
             leftovers.clean_up(keep=args.keep)
+        if idle_api is not None and not args.keep:
+            print(f"removed: {idle_vhosts.remove(idle_api)} idle vhosts")
 
 
 def settle(seconds: float) -> None:

@@ -698,11 +698,8 @@ class BrokerReconciler:
         docs/scale.md, "A new queue on a broker of many vhosts")."""
         for item in batch.items:  # `_do` counted them as created while converging
             result.created.remove(item.label)
-        def binding(item) -> bool:
-            return item.call[0].__name__ == "create_binding"
-
-        for wave in ([i for i in batch.items if not binding(i)],
-                     [i for i in batch.items if binding(i)]):
+        for wave in ([i for i in batch.items if not _is_binding(i)],
+                     [i for i in batch.items if _is_binding(i)]):
             _concurrently({n: partial(self._do, result, "created", item.label, item.address,
                                       *item.call) for n, item in enumerate(wave)})
 
@@ -808,6 +805,11 @@ class BrokerReconciler:
             result.vhost_errors.append(message)
         else:
             result.errors.setdefault(address, message)
+
+
+def _is_binding(item) -> bool:
+    """Whether a held-back create is a binding (made once both its ends are)."""
+    return item.call[0].__name__ == "create_binding"
 
 
 def _now_ms() -> int:

@@ -221,18 +221,23 @@ class Leftovers:
 
         from workers import endpoints
         from workers.agents.storage import rabbitmq
-        from workers.agents.storage.agent import management_api
         from workers.agents.storage.rabbitmq_objects import INCARNATION_TAG_PREFIX
+        from workers.clients.rabbitmq_api import RabbitMQApi
 
         failures: list[str] = []
         try:
             spaces = self._spaces()
         except Exception as exc:  # noqa: BLE001 - told, and the rest is still deleted
             return f"vhosts NOT torn down: {exc}"
-        targets = []
+        targets, apis = [], {}
         for space in spaces:
             try:
-                targets.append((space.vhost, management_api(endpoints.of(space).broker)))
+                broker = endpoints.of(space).broker
+                # Not the agents' client (10 s): at a few hundred vhosts RabbitMQ deletes one
+                # in turn with the others, and a delete took longer than that (seen at 520).
+                api = apis.get(broker.api_url) or apis.setdefault(broker.api_url, RabbitMQApi(
+                    broker.api_url, broker.api_user, broker.api_password, timeout=300))
+                targets.append((space.vhost, api))
             except Exception as exc:  # noqa: BLE001 - e.g. a broker MAAS_RABBITMQ_NODES lacks
                 failures.append(f"{space.vhost}: {exc}")
 

@@ -12,6 +12,7 @@ an hour. bench_scale.py's --idle-vhosts makes them with `ensure` and deletes the
 """
 import argparse
 import os
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,9 +54,12 @@ def ensure(api: RabbitMQApi, vhosts: int, queues: int, log=print) -> float:
     missing = [i for i in range(vhosts) if _name(i) not in have]
     if missing:
         log(f"making {len(missing)} idle vhosts of {queues} queues ({len(have)} there)")
+    puts: list[float] = []  # each vhost PUT's seconds: RabbitMQ's vhost start
     for done, i in enumerate(missing, 1):
         name = _name(i)
+        started = time.monotonic()
         api.request("PUT", f"/vhosts/{name}", {"description": "bench: idle"})
+        puts.append(time.monotonic() - started)
         while True:  # the PUT answers once the vhost is recorded; an import waits for its start
             try:
                 if queues:
@@ -66,7 +70,8 @@ def ensure(api: RabbitMQApi, vhosts: int, queues: int, log=print) -> float:
                     raise
                 time.sleep(1)
         if done % 100 == 0:
-            log(f"  {done} of {len(missing)} made, {time.monotonic() - began:.0f} s")
+            log(f"  {done} of {len(missing)} made, {time.monotonic() - began:.0f} s; a vhost "
+                f"PUT {statistics.median(puts[-100:]):.2f} s (median of the last 100)")
     return time.monotonic() - began
 
 

@@ -37,8 +37,8 @@ NEW_QUEUE_TYPES = ("queue", "deadletter")  # those the short path makes (`new_qu
 # The short path reads each new queue's three objects by name, twice, and makes them one call
 # each: for more new queues than this (a list of addresses), the full apply's listings and
 # import are fewer calls. Each call by name costs the broker the same however many vhosts it
-# holds; a listing or an import costs more the more it holds (docs/scale.md, "A new queue on a
-# broker of many vhosts"), hence many more than the 4 that paid on a broker of a few vhosts.
+# holds; a listing or an import costs more the more it holds (docs/scale.md, "Brokered spaces
+# at fleet scale"), hence many more than the 4 that paid on a broker of a few vhosts.
 NEW_QUEUES_BY_NAME = 32
 
 

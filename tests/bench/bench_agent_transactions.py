@@ -19,12 +19,11 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import KEEP_HELP, Leftovers  # noqa: E402
+from tests.bench.common import KEEP_HELP, Leftovers, unlimited_tenant  # noqa: E402
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess  # noqa: E402
 
 
@@ -80,21 +79,12 @@ def main() -> None:
 
 
 def run(args) -> None:
-    from django.contrib.auth import get_user_model
-
     from config_service import services
     from core.context import Context
-    from tenants import default_plans
-    from tenants.models import AddressPlan, AddressSpacePlan, TenantQuota
-    from tenants.services import create_tenant
     from workers.agents import runner
 
     ctx = Context(actor="bench")
-    default_plans.install(AddressPlan, AddressSpacePlan)
-    owner, _ = get_user_model().objects.get_or_create(username="bench-owner")
-    tenant = create_tenant(ctx=ctx, slug=f"bench-{uuid.uuid4().hex[:6]}", owner=owner)
-    TenantQuota.objects.filter(tenant=tenant).update(max_address_spaces=None, max_addresses=None,
-                                                     max_credits=None)
+    tenant = unlimited_tenant(ctx)
     spaces = []
     for i in range(args.spaces):
         space = services.create_address_space(ctx=ctx, tenant=tenant, name=f"s{i}",

@@ -29,7 +29,12 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.bench.common import KEEP_HELP, Leftovers, delete_queues  # noqa: E402
+from tests.bench.common import (  # noqa: E402
+    KEEP_HELP,
+    Leftovers,
+    delete_queues,
+    unlimited_tenant,
+)
 
 
 def median_ms(values) -> str:
@@ -62,23 +67,14 @@ def main() -> None:
 
 
 def run(args) -> None:
-    from django.contrib.auth import get_user_model
-
     from config_service import services
     from core.context import Context
-    from tenants import default_plans
-    from tenants.models import AddressPlan, AddressSpacePlan, TenantQuota
-    from tenants.services import create_tenant
     from workers import endpoints
     from workers.agents import runner
     from workers.agents.storage import agent as controller
 
     ctx = Context(actor="bench")
-    default_plans.install(AddressPlan, AddressSpacePlan)
-    owner, _ = get_user_model().objects.get_or_create(username="bench-owner")
-    tenant = create_tenant(ctx=ctx, slug=f"bench-{uuid.uuid4().hex[:6]}", owner=owner)
-    TenantQuota.objects.filter(tenant=tenant).update(max_address_spaces=None, max_addresses=None,
-                                                     max_credits=None)
+    tenant = unlimited_tenant(ctx)
     space = services.create_address_space(ctx=ctx, tenant=tenant, name="b", type="brokered",
                                           plan="brokered-single-broker")
     services.create_addresses(ctx=ctx, space=space, items=[

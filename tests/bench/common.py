@@ -337,3 +337,22 @@ def keep_vacuumed(database_url: str, every: float = 60.0) -> bool:
 
     threading.Thread(target=run, daemon=True, name="vacuum").start()
     return True
+
+
+def unlimited_tenant(ctx):
+    """A new tenant without quota limits, owned by `bench-owner`, with the default plans
+    installed (Django set up): for benches that create spaces through the service functions."""
+    import uuid
+
+    from django.contrib.auth import get_user_model
+
+    from tenants import default_plans
+    from tenants.models import AddressPlan, AddressSpacePlan, TenantQuota
+    from tenants.services import create_tenant
+
+    default_plans.install(AddressPlan, AddressSpacePlan)
+    owner, _ = get_user_model().objects.get_or_create(username="bench-owner")
+    tenant = create_tenant(ctx=ctx, slug=f"bench-{uuid.uuid4().hex[:6]}", owner=owner)
+    TenantQuota.objects.filter(tenant=tenant).update(max_address_spaces=None, max_addresses=None,
+                                                     max_credits=None)
+    return tenant

@@ -242,19 +242,18 @@ def _broker_connections(api: RabbitMQApi, broker, vhost: str) -> list[Connection
     vh = _q(vhost)
     try:
         # by name: RabbitMQ 3.10 tracks an AMQP 1.0 client's vhost connection per session
-        tracked = list({row["name"]: row for row in api.request(
-            "GET", "/connections", params={"columns": "name,vhost,user",
-                                           "disable_stats": "true"}) or []
+        tracked = list({row["name"]: row for row in api.listing(
+            "/connections", params={"columns": "name,vhost,user", "disable_stats": "true"})
             if row.get("vhost") == vhost}.values())
         if not tracked:
             return []
-        stats = {row["name"]: row for row in api.request(
-            "GET", f"/vhosts/{vh}/connections", missing_ok=True,
-            params={"columns": ",".join(BROKER_COLUMNS)}) or []}
-        channels = api.request("GET", f"/vhosts/{vh}/channels", missing_ok=True,
-                               params={"columns": ",".join(CHANNEL_COLUMNS)}) or []
-        consumers = api.request("GET", f"/consumers/{vh}", missing_ok=True,
-                                params={"columns": ",".join(CONSUMER_COLUMNS)}) or []
+        stats = {row["name"]: row for row in api.listing(
+            f"/vhosts/{vh}/connections", missing_ok=True,
+            params={"columns": ",".join(BROKER_COLUMNS)})}
+        channels = api.listing(f"/vhosts/{vh}/channels", missing_ok=True,
+                               params={"columns": ",".join(CHANNEL_COLUMNS)})
+        consumers = api.listing(f"/consumers/{vh}", missing_ok=True,
+                                params={"columns": ",".join(CONSUMER_COLUMNS)})
     except BrokerError as exc:
         raise Unavailable(f"The space's broker did not answer; try again ({exc})") from exc
     counts: dict[str, dict] = {}

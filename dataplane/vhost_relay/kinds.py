@@ -70,4 +70,6 @@ class Kinds:
             if exc.code == 404:  # no such vhost: nothing of it is a topic
                 return frozenset()
             raise
-        return frozenset(row["name"] for row in rows if row.get("type") in TOPIC_TYPES)
+        # an exchange deleted while listed answers as an empty row ([]): it is no topic
+        return frozenset(row["name"] for row in rows
+                         if isinstance(row, dict) and row.get("type") in TOPIC_TYPES)

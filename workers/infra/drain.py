@@ -83,8 +83,7 @@ class RabbitMQDrainer:
         try:
             if api.request("GET", f"/vhosts/{vhost}", missing_ok=True) is None:
                 return 0, False  # the storage agent never created the vhost there
-            queues = api.request("GET", f"/queues/{vhost}",
-                                 params={"columns": "name,messages"}) or []
+            queues = api.listing(f"/queues/{vhost}", params={"columns": "name,messages"})
             left = sum(int(q.get("messages") or 0) for q in queues)
             if not targets:
                 return 0, False  # no stored address is left in the space: nothing to keep

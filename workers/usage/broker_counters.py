@@ -85,6 +85,7 @@ from urllib.parse import quote
 from core.threads import process_pool
 from workers.agents.storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX
 from workers.clients.rabbitmq_api import BrokerError, RabbitMQApi
+from workers.clients.rabbitmq_api import rows as listed
 
 logger = logging.getLogger(__name__)
 
@@ -249,8 +250,7 @@ def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
     fails, a call is refused (4xx), or a node restarted during the reading."""
     memory = memory or _default_memory
     if vhosts is None:
-        vhosts = [r["name"] for r in api.request(
-            "GET", "/vhosts", params={"columns": "name", "disable_stats": "true"}) or []]
+        vhosts = api.vhost_names()
     vhosts, started = sorted(set(vhosts)), time.monotonic()
     calls = {("connections", ""): (_connections, api)}
     calls.update({("vhost", vhost): (_per_vhost, _vhost_row, api, vhost) for vhost in vhosts})
@@ -394,14 +394,13 @@ idle = IdleVhosts()
 
 
 def _nodes(api: RabbitMQApi) -> list[dict]:
-    return api.request("GET", "/nodes", params={"columns": NODE_COLUMNS}) or []
+    return api.listing("/nodes", params={"columns": NODE_COLUMNS})
 
 
 def _connections(api: RabbitMQApi) -> list[dict]:
     # RabbitMQ's connection tracking (no statistics): listing the connections with statistics
     # costs the whole broker's, and /vhosts/<vhost>/connections lists them all and filters.
-    return api.request("GET", "/connections",
-                       params={"columns": "vhost", "disable_stats": "true"}) or []
+    return api.listing("/connections", params={"columns": "vhost", "disable_stats": "true"})
 
 
 def _vhost_row(api: RabbitMQApi, vhost: str) -> list[dict] | None:
@@ -444,7 +443,7 @@ def _pass(api: RabbitMQApi, path: str, columns: str,
             raise
         if answer is None:
             return None, False
-        rows += answer["items"]
+        rows += listed(answer["items"])
         totals.add(answer["total_count"])
         pages = answer["page_count"]
         page += 1

@@ -6,7 +6,9 @@ re-sends what was not acknowledged, so a lost message only delays a change.
 
 Tasks are coalesced: at most one reconcile task per space waits in a queue. A Redis key, set
 with SET NX next to the queue, marks it pending; the task deletes the key as it starts, before
-it reads the space, so a change that lands while it runs queues exactly one follow-up.
+it reads the space, so a change that lands while it runs queues exactly one follow-up. And at
+most one runs: a task that finds another running its space leaves a note and ends, and the
+running task, once done, queues one follow-up for all the notes (`leave_note`, `take_notes`).
 """
 import functools
 import logging
@@ -94,6 +96,35 @@ def queue_follow_up(space_uid, kind: str) -> bool:
     except Exception:  # noqa: BLE001 - Redis down: the resync tick retries it
         logger.warning("fanout.follow_up_failed", extra={"space": str(space_uid)}, exc_info=True)
         return False
+
+
+# A task that found its space's turn taken (workers.agents.runner.space_turn) notes here what it
+# came for, a change or a drift check; the task that has the turn takes the notes when it is
+# done and queues one follow-up. A note outlives a lost worker no longer than a pending key.
+NOTE_KEY = "maas:reconcile-again:{uid}"
+CHECK, CHANGE = "check", "change"
+
+
+def leave_note(space_uid, *, check: bool) -> None:
+    """The task that runs the space now is to run it once more after (a drift check if
+    `check`). With Redis down the note is lost and the outbox relay re-sends the change."""
+    key = NOTE_KEY.format(uid=space_uid)
+    try:
+        _redis().pipeline().sadd(key, CHECK if check else CHANGE).expire(
+            key, CHANGE_PENDING_SECONDS).execute()
+    except redis.RedisError:
+        logger.warning("fanout.note_failed", extra={"space": str(space_uid)}, exc_info=True)
+
+
+def take_notes(space_uid) -> set[str]:
+    """The notes left for the space since they were last taken (CHECK, CHANGE), removed."""
+    key = NOTE_KEY.format(uid=space_uid)
+    try:
+        notes, _ = _redis().pipeline().smembers(key).delete(key).execute()
+    except redis.RedisError:  # the relay re-sends what is left unapplied
+        logger.warning("fanout.note_failed", extra={"space": str(space_uid)}, exc_info=True)
+        return set()
+    return {note.decode() for note in notes}
 
 
 def claim(space_uid, *, resync: bool = False) -> None:

@@ -76,14 +76,45 @@ def retry_countdown(retries: int, soon: bool) -> float:
 
 
 def _reconcile_space(space_uid: str, resync: bool, only_behind: bool) -> None:
+    """The space's agents, unless another task runs the space now: then a note for that task
+    (dispatch.leave_note), which queues one follow-up when it is done, and this task ends at
+    once rather than hold a worker slot waiting (runner.space_turn)."""
     dispatch.claim(space_uid, resync=resync)  # before reading the space: see dispatch
+    check = resync and not only_behind  # a drift check: every agent compares the whole space
+    covered = {dispatch.CHANGE, dispatch.CHECK} if check else {dispatch.CHANGE}
+    for attempt in (1, 2):
+        with runner.space_turn(space_uid) as mine:
+            if mine:
+                # Notes left before this run reads the space: it does what they came for,
+                # but a change run is no drift check, which is kept for after.
+                after = dispatch.take_notes(space_uid) - covered
+                try:
+                    _run_space(space_uid, check, only_behind)
+                except BaseException:
+                    for note in after:  # for whoever runs the space next (this task's retry)
+                        dispatch.leave_note(space_uid, check=note == dispatch.CHECK)
+                    raise
+                break
+        if attempt == 1:
+            # Noted before trying once more: the task with the turn takes the notes after it
+            # has let go of it, so either it sees this note or this task gets the turn.
+            dispatch.leave_note(space_uid, check=check)
+    else:
+        return
+    after |= dispatch.take_notes(space_uid)  # left while this ran: one follow-up for them
+    if dispatch.CHECK in after:
+        dispatch.queue_reconcile(space_uid, resync=True)
+    if dispatch.CHANGE in after:
+        dispatch.queue_reconcile(space_uid)
+
+
+def _run_space(space_uid: str, check: bool, only_behind: bool) -> None:
     # The router agent's pending events decide whether the agents may run at once: read with
     # the space, for the types whose spaces have more than one agent here.
     space = runner.space_to_run(space_uid, "router", tuple(
         t for t in SPACE_TYPES if len(agent_kinds(t)) > 1))
     kinds = agent_kinds(space.type) if space else list(runner.installed_agents())
     events = space.events if space else None
-    check = resync and not only_behind  # a drift check: every agent compares the whole space
     if check or not _router_only(events):
         # In order: the broker's queues exist before the router's autoLinks attach to them,
         # and in a teardown the last agent done removes the space.

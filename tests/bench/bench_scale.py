@@ -41,7 +41,10 @@ then measures:
 
 The issue's figures compare these at 1k, 10k and 100k addresses: run it once per size.
 --idle-vhosts N makes N other tenants' idle vhosts (--idle-queues each) on the first broker
-before anything else (tests/bench/idle_vhosts.py) and deletes them at the end unless --keep.
+before anything else (tests/bench/idle_vhosts.py) and deletes them at the end unless --keep or
+--keep-idle. The first broker is RabbitMQ of the settings (RABBITMQ_API_URL, RABBITMQ_AMQP_PORT,
+RABBITMQ_MQTT_PORT): pointed at a pool node (`deploy/local/rabbitmq-nodes.sh`, node k on
+15680+k, 5680+k and 1890+k) the idle vhosts stay off the default node the test suite shares.
 """
 import argparse
 import math
@@ -436,6 +439,9 @@ def main():
                              "brokered probes run beside them")
     parser.add_argument("--idle-queues", type=int, default=100,
                         help="queues of each idle vhost (each with its exchange and binding)")
+    parser.add_argument("--keep-idle", action="store_true",
+                        help="leave the idle vhosts for the next run (1,000 take half an hour "
+                             "or more to make) and delete the rest as usual")
     args = parser.parse_args()
 
     leftovers = Leftovers()  # what --start makes here; without it, nothing is recorded
@@ -539,7 +545,7 @@ def main():
         platform.stop()
         if args.start:  # without, it measured someone else's platform: nothing is deleted
             leftovers.clean_up(keep=args.keep)
-        if idle_api is not None and not args.keep:
+        if idle_api is not None and not (args.keep or args.keep_idle):
             print(f"removed: {idle_vhosts.remove(idle_api)} idle vhosts")
 
 

@@ -220,13 +220,14 @@ def test_the_task_reads_the_space_and_the_router_agents_events_in_one_statement(
     assert runner.space_to_run(uuid.uuid4(), "router", ("standard",)) is None
 
 
-def test_an_anycast_create_costs_the_task_twelve_statements(space):
-    """The space with the router agent's events (1), the storage controller recorded (3: the
-    lock, the record, the unlock), the router agent's run (8: see test_incremental_reconcile)."""
+def test_an_anycast_create_costs_the_task_fourteen_statements(space):
+    """The space's turn (2: the try-lock and its release, no row read), the space with the
+    router agent's events (1), the storage controller recorded (3: the lock, the record, the
+    unlock), the router agent's run (8: see test_incremental_reconcile)."""
     add(space, "counted", "anycast", "standard-small-anycast")
     with CaptureQueriesContext(connection) as queries:
         tasks.reconcile_space(str(space.uid))
-    assert len(queries.captured_queries) == 12, "\n".join(
+    assert len(queries.captured_queries) == 14, "\n".join(
         q["sql"][:120] for q in queries.captured_queries)
     assert phases(space) == {"counted": "Active"}
 

@@ -1,5 +1,6 @@
-"""Fan-out coalescing: many changes to one space wait as one reconcile task, and a change that
-lands while a reconcile runs gets a follow-up, so every accepted change is applied once."""
+"""Fan-out coalescing: many changes to one space wait as one reconcile task, one task runs a
+space at a time, and a change that lands while a reconcile runs gets a follow-up, so every
+accepted change is applied once."""
 import threading
 
 import pytest
@@ -82,6 +83,56 @@ def test_a_change_made_while_a_reconcile_runs_gets_a_follow_up_and_is_applied(
     monkeypatch.undo()
     assert not storage_caught_up(space)  # that reconcile could not account for the change
     assert len(celery_queue.waiting(QUEUE, space.uid)) == 1  # the follow-up
+    worker.start()
+    wait_for(lambda: storage_caught_up(space), 60, what="the follow-up to apply the change")
+    assert {"first", "second"} <= rabbit.queue_names(space.vhost)
+    assert each_event_applied_once(space)
+
+
+def test_a_task_that_finds_its_space_running_frees_its_slot_and_the_runner_follows_up(
+        space, worker, monkeypatch):
+    """Behind one slow space every slot of the agents' worker (4) waited on that space's lock
+    and other spaces' changes waited for a slot. A task that finds its space running leaves a
+    note and ends at once; the running task then queues one follow-up for the changes and
+    one drift check for the drift checks noted."""
+    queue(space, "first")
+    celery_queue.take_all(QUEUE)  # this test runs the tasks itself, below
+    entered, release = threading.Event(), threading.Event()
+    reconcile = StorageController.reconcile
+
+    def slow_reconcile(self, target):
+        entered.set()
+        release.wait(60)
+        return reconcile(self, target)
+
+    def task(**kwargs):
+        reconcile_space(str(space.uid), **kwargs)
+        connection.close()
+
+    monkeypatch.setattr(StorageController, "reconcile", slow_reconcile)
+    running = threading.Thread(target=task)
+    running.start()
+    try:
+        assert entered.wait(30)
+        queue(space, "second")
+        celery_queue.take_all(QUEUE)  # its task runs here, beside the slow one, three times
+        others = [threading.Thread(target=task, kwargs=kwargs)
+                  for kwargs in ({}, {"resync": True, "only_behind": True}, {"resync": True})]
+        for t in others:
+            t.start()
+        for t in others:
+            t.join(15)
+        assert not any(t.is_alive() for t in others)  # none waited for the slow one
+        assert not celery_queue.waiting(QUEUE, space.uid)  # notes, no task yet
+    finally:
+        release.set()
+        running.join(60)
+    monkeypatch.undo()
+    assert not storage_caught_up(space)  # the slow run read the space before "second"
+    assert len(celery_queue.waiting(QUEUE, space.uid)) == 1  # one follow-up for two notes
+    [(_, _, kwargs)] = celery_queue.waiting(settings.MAAS_RESYNC_QUEUE, space.uid)
+    assert kwargs == {"resync": True, "only_behind": False}  # the drift check, kept
+    celery_queue.take_all(settings.MAAS_RESYNC_QUEUE)
     worker.start()
     wait_for(lambda: storage_caught_up(space), 60, what="the follow-up to apply the change")
     assert {"first", "second"} <= rabbit.queue_names(space.vhost)

@@ -329,13 +329,37 @@ class _Run:
 _run: ContextVar[_Run] = ContextVar("agent_run")
 
 
+def _lock_key(name: str) -> int:
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@contextmanager
+def space_turn(space_uid):
+    """Whether this reconcile task has the space's turn (True) or another task runs it now
+    (False), without waiting: a session-level advisory try-lock of the space, held for the
+    block, released when it ends or the process's connection drops. A task that would have
+    waited instead held a worker slot meanwhile: behind one slow space (a drift check of a
+    vhost on a busy broker) every slot of the agents' worker waited on that space's lock and
+    the other spaces' changes waited for a slot (workers/tasks.py, `_reconcile_space`)."""
+    key = _lock_key(f"{space_uid}:turn")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        mine = cursor.fetchone()[0]
+    try:
+        yield mine
+    finally:
+        if mine:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
 @contextmanager
 def serialised(space_uid, kind: str):
     """One reconcile per (space, agent kind) at a time, in every process: a session-level
     advisory lock, released when this block ends or the process's connection drops (a killed
     worker holds nothing)."""
-    digest = hashlib.blake2b(f"{space_uid}:{kind}".encode(), digest_size=8).digest()
-    key = int.from_bytes(digest, "big", signed=True)
+    key = _lock_key(f"{space_uid}:{kind}")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [key])
     try:

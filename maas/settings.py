@@ -352,6 +352,10 @@ MAAS_BROKER_MQTT_QUEUE_MAX_BYTES = env_int("MAAS_BROKER_MQTT_QUEUE_MAX_BYTES", 1
 MAAS_ROUTER_ENABLED = env_bool("MAAS_ROUTER_ENABLED", True)
 # `runplatform` starts the embedded router; turn off when a qdrouterd is configured instead.
 MAAS_RUN_EMBEDDED_ROUTER = env_bool("MAAS_RUN_EMBEDDED_ROUTER", True)
+# The embedded router's usage counters and configuration journal, read back at each start
+# (runtime state, never in git). A platform on a database of its own (a bench) gives it a
+# directory of its own: a journal restores the spaces of the database it was written for.
+MAAS_ROUTER_STATE_DIR = env("MAAS_ROUTER_STATE_DIR", str(BASE_DIR / "var" / "router-state"))
 MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqp://127.0.0.1:5675")
 MAAS_ROUTER_ADMIN_USER = env("MAAS_ROUTER_ADMIN_USER", "admin")
 # Router management: random per installation unless set; internal to the control plane.

@@ -1,6 +1,7 @@
 """`manage.py runplatform` starts the vhost relay in front of RabbitMQ's AMQP only when qdrouterd
 runs instead of the embedded router (`QDROUTERD` names an executable), and one in front of each
-broker's MQTT always, and one for the AMQP clients of brokered spaces (both with TLS)."""
+broker's MQTT always, and one for the AMQP clients of brokered spaces (both with TLS); and the
+embedded router's state directory is the settings'."""
 import pytest
 
 from maas.management.commands.runplatform import processes
@@ -78,3 +79,14 @@ def test_every_broker_gets_a_brokered_amqp_relay_and_both_relays_serve_tls(setti
     settings.MAAS_BROKERED_AMQP_PORT = settings.MAAS_MQTT_RELAY_TLS_PORT = 0  # turned off
     procs = processes("127.0.0.1:8000")
     assert "amqp-relay" not in procs and "--tls-listen" not in procs["mqtt-relay"]
+
+
+def test_the_embedded_router_keeps_its_journal_where_the_settings_say(settings, monkeypatch,
+                                                                       tmp_path):
+    """MAAS_ROUTER_STATE_DIR (var/router-state by default): a platform on a database of its
+    own gives its router a journal of its own, or the router restores another database's
+    spaces (a bench run on the same names kept failing on their old credentials)."""
+    monkeypatch.delenv("QDROUTERD", raising=False)
+    settings.MAAS_ROUTER_STATE_DIR = str(tmp_path / "state")
+    argv = processes("127.0.0.1:8000")["router"]
+    assert argv[argv.index("--state-dir") + 1] == str(tmp_path / "state")

@@ -49,9 +49,11 @@ RABBITMQ_MQTT_PORT): pointed at a pool node (`deploy/local/rabbitmq-nodes.sh`, n
 import argparse
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -129,10 +131,14 @@ def rss_table(root_pid: int | None) -> list[tuple[str, int]]:
 
 class Platform:
     def __init__(self, args):
-        self.args, self.proc, self.queue = args, None, None
+        self.args, self.proc, self.queue, self.state_dir = args, None, None, None
 
     def start(self):
-        env = dict(os.environ, MAAS_LOG_LEVEL=LOG_LEVEL)
+        # The embedded router's journal of its own: var/router-state restores the spaces of
+        # whichever database wrote it last (a run before, on the same names: their old
+        # credentials kept its broker connectors failing).
+        self.state_dir = tempfile.mkdtemp(prefix="maas-bench-router-state-")
+        env = dict(os.environ, MAAS_LOG_LEVEL=LOG_LEVEL, MAAS_ROUTER_STATE_DIR=self.state_dir)
         self.queue = env["MAAS_CELERY_QUEUE"]
         out = open(self.args.log, "w") if self.args.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen([sys.executable, "manage.py", "runplatform"], cwd=ROOT,
@@ -152,6 +158,8 @@ class Platform:
             self.proc.wait(timeout=60)
         if self.queue:
             delete_queues(self.queue)
+        if self.state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 def counts():
@@ -186,6 +194,24 @@ def wait_all_active(timeout: float, stall: float = 300.0) -> float:
             print(f"  {last - began:.0f} s: {active} of {total} Active ({load()})", flush=True)
         time.sleep(5)
     print(f"  not all Active after {timeout:.0f} s: {counts()}")
+    return float("nan")
+
+
+def spaces_active(slug: str, timeout: float = 600.0) -> float:
+    """Seconds until every space of the tenant is Active (its agents applied it: on a broker,
+    its vhost made and started), from now; nan after `timeout`. A new vhost starts after those
+    before it, one at a time: at 1,000 vhosts on a node, seconds each. The probes measure
+    changes to spaces that exist, so they wait for this first."""
+    from config_service.models import AddressSpace
+    from config_service.status import agent_states, space_status
+
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        spaces = list(AddressSpace.objects.filter(tenant__slug=slug))
+        states = agent_states([s.uid for s in spaces])
+        if all(space_status(s, states.get(s.uid, {})).is_ready for s in spaces):
+            return time.monotonic() - began
+        time.sleep(0.5)
     return float("nan")
 
 
@@ -501,6 +527,8 @@ def main():
             plan = "standard-unlimited" if space_type == "standard" else "brokered-single-broker"
             session.post(base_url + "/", json={"metadata": {"name": name}, "spec": {
                 "type": space_type, "plan": plan}}).raise_for_status()
+        print(f"probe spaces: Active {spaces_active(slug):.1f} s after their creates "
+              f"({load()})", flush=True)
         if args.big:
             manage("shell", "-c", _BIG_SPACE.format(slug=slug, n=args.big))
         wait_all_active(600)

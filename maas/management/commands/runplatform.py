@@ -178,8 +178,8 @@ def embedded_router_command(mgmt) -> list[str]:
         "--auth-service", f"{settings.MAAS_AUTH_SERVICE_HOST}:{settings.MAAS_AUTH_SERVICE_PORT}",
         "--metrics-host", settings.MAAS_ROUTER_METRICS_HOST,
         "--metrics-port", str(settings.MAAS_ROUTER_METRICS_PORT),
-        # Its usage counters' journal, read back at each start (runtime state: var/, not git).
-        "--state-dir", str(settings.BASE_DIR / "var" / "router-state"),
+        # Its usage counters and configuration journal, read back at each start.
+        "--state-dir", settings.MAAS_ROUTER_STATE_DIR,
         *(["--auth-service-ca", ca] if ca else []),
     ]
 

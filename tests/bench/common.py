@@ -4,8 +4,10 @@ leave on this machine (`Leftovers`: their database, its spaces' RabbitMQ vhosts 
 extra RabbitMQ nodes they started), deleted when they end; a process's CPU time, and every
 process's, summed by what it is; the time a process's threads ran and waited for a core."""
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -152,11 +154,18 @@ class Leftovers:
         self.spaces = spaces
         self.brokers = 0  # --brokers N
         self.started: list[int] = []  # k of the nodes maas<k> the bench started
+        self.router_state: str | None = None  # the embedded router's journal directory
 
     def ensure_database(self, name: str) -> str:
-        """`ensure_database`, noting the database (and whether it is new) for `clean_up`."""
+        """`ensure_database`, noting the database (and whether it is new) for `clean_up`; and
+        an embedded router journal of its own for the platform the bench starts
+        (`MAAS_ROUTER_STATE_DIR`, inherited): var/router-state holds the spaces of whichever
+        database wrote it last, and a run on the same space names restored the previous run's
+        broker connectors with their old credentials (they failed for good)."""
         self.url, created = _ensure_database(name)
         self.created = name if created else None
+        self.router_state = tempfile.mkdtemp(prefix=f"{name}-router-state-")
+        os.environ["MAAS_ROUTER_STATE_DIR"] = self.router_state
         return self.url
 
     def start_nodes(self, brokers: int) -> None:
@@ -199,6 +208,8 @@ class Leftovers:
                         f"together)")
         if self.created:
             done.append(self._drop_database())
+        if self.router_state:
+            shutil.rmtree(self.router_state, ignore_errors=True)
         print(f"removed: {'; '.join(done) or 'nothing of its own'}", flush=True)
 
     def _spaces(self) -> list:

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from tests.bench.common import load  # noqa: E402
 from tests.storage.clients import API_PASSWORD, API_URL, API_USER  # noqa: E402
 from workers.agents.storage.rabbitmq import RabbitMQApi  # noqa: E402
 from workers.agents.storage.rabbitmq_objects import INCARNATION_ARG, INCARNATION_TAG_PREFIX  # noqa: E402
@@ -54,10 +55,6 @@ def parse_args():
     p.add_argument("--keep", action="store_true",
                    help="leave the vhosts this run made, for the next run to reuse")
     return p.parse_args()
-
-
-def load() -> str:
-    return "load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def bench_vhosts(api) -> list[str]:

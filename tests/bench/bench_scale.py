@@ -72,6 +72,7 @@ from tests.bench.common import (  # noqa: E402
     cpu_spent,
     delete_queues,
     keep_vacuumed,
+    load,
     pids_of,
     schedstat,
 )
@@ -85,10 +86,6 @@ def pct(values, q):
         return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * q / 100))] * 1000
-
-
-def load() -> str:
-    return "load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def manage(*args) -> str:

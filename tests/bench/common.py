@@ -79,6 +79,11 @@ def _label(pid: str, cmd: list[str]) -> str:
     return os.path.basename(cmd[0]) if cmd else "?"
 
 
+def load() -> str:
+    """The machine's load average, for a figure's line."""
+    return "load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def cpu_by_label() -> dict[str, float]:
     """CPU seconds so far of every process on the machine, summed by `_label`: two of these
     taken around a measurement say what else had the cores meanwhile."""

@@ -91,7 +91,11 @@ def _reconcile_space(space_uid: str, resync: bool, only_behind: bool) -> None:
                 try:
                     _run_space(space_uid, check, only_behind)
                 except BaseException:
-                    for note in after:  # for whoever runs the space next (this task's retry)
+                    # Kept, with those left meanwhile, for whoever runs the space next: this
+                    # task's retry, or a change or relayed re-send that finds the turn free
+                    # before it. Queued now, each failing run with notes would start one
+                    # more retry chain of the same space.
+                    for note in after:
                         dispatch.leave_note(space_uid, check=note == dispatch.CHECK)
                     raise
                 break

@@ -338,10 +338,10 @@ def _lock_key(name: str) -> int:
 def space_turn(space_uid):
     """Whether this reconcile task has the space's turn (True) or another task runs it now
     (False), without waiting: a session-level advisory try-lock of the space, held for the
-    block, released when it ends or the process's connection drops. A task that would have
-    waited instead held a worker slot meanwhile: behind one slow space (a drift check of a
-    vhost on a busy broker) every slot of the agents' worker waited on that space's lock and
-    the other spaces' changes waited for a slot (workers/tasks.py, `_reconcile_space`)."""
+    block, released when it ends or the process's connection drops. A task that waited for
+    the space's agent locks instead held a worker slot meanwhile, so a burst of changes to one
+    slow space could take every slot of the agents' worker while the other spaces' changes
+    waited for one (workers/tasks.py, `_reconcile_space`)."""
     key = _lock_key(f"{space_uid}:turn")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])

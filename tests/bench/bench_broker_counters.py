@@ -58,8 +58,7 @@ def parse_args():
 
 
 def bench_vhosts(api) -> list[str]:
-    rows = api.request("GET", "/vhosts", params={"columns": "name"}) or []
-    return sorted(r["name"] for r in rows if r["name"].startswith(PREFIX))
+    return sorted(name for name in api.vhost_names() if name.startswith(PREFIX))
 
 
 def definitions(queues: int, exchanges: int, stamp: int) -> dict:

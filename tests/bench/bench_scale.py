@@ -345,8 +345,7 @@ def where_probed(probes, slug: str, space_type: str) -> str:
         broker = endpoints.of(space).broker
         if broker.api_url not in held:
             api = RabbitMQApi(broker.api_url, broker.api_user, broker.api_password, timeout=60)
-            held[broker.api_url] = (broker.name or "shared", len(api.request(
-                "GET", "/vhosts", params={"columns": "name", "disable_stats": "true"}) or []))
+            held[broker.api_url] = (broker.name or "shared", len(api.vhost_names()))
             api.close()
     return ", ".join(f"{name} of {n} vhosts" for name, n in held.values())
 

@@ -42,8 +42,7 @@ def _definitions(queues: int) -> dict:
 
 
 def existing(api: RabbitMQApi) -> set[str]:
-    rows = api.request("GET", "/vhosts", params={"columns": "name", "disable_stats": "true"})
-    return {r["name"] for r in rows or [] if r["name"].startswith(PREFIX)}
+    return {name for name in api.vhost_names() if name.startswith(PREFIX)}
 
 
 def ensure(api: RabbitMQApi, vhosts: int, queues: int, log=print) -> float:

@@ -154,14 +154,17 @@ def test_the_calls_are_one_per_page_of_the_vhosts_asked_for_and_none_of_others(
     paths = [path for path, _ in api.calls]
     assert not [p for p in paths if other in p]
     assert sorted(paths) == sorted(
-        ["/nodes", "/nodes", "/connections", f"/vhosts/{vhost}"]
+        ["/nodes", "/nodes", "/connections", "/consumers", f"/vhosts/{vhost}"]
         + [f"/queues/{vhost}"] * ceil(len(queues) / PAGE)
         + [f"/exchanges/{vhost}"] * ceil((len(exchanges) + 1) / PAGE))  # + the default ""
     listings = [params for path, params in api.calls if path.startswith(("/queues", "/exch"))]
     assert all(params["page_size"] == PAGE for params in listings)
-    # The one call for the whole broker lists the tracked connections, without statistics.
+    # The calls for the whole broker list the tracked connections, without statistics, and
+    # the consumers' queues (a row per consumer, whatever the number of queues).
     assert [params for path, params in api.calls if path == "/connections"] == [
         {"columns": "vhost", "disable_stats": "true"}]
+    assert [params for path, params in api.calls if path == "/consumers"] == [
+        {"columns": "queue.name,queue.vhost"}]
 
 
 def test_a_vhost_that_is_not_on_the_broker_is_left_out(api, vhost):
@@ -290,7 +293,7 @@ def test_an_idle_vhost_is_listed_again_only_once_something_moved(api, vhost, pub
     again = read_broker(api, memory, {vhost}).vhosts[vhost]
     assert listings() == listed  # given again: no listing
     assert sorted(p for p, _ in api.calls[calls:]) == [
-        "/connections", "/nodes", "/nodes", "/vhosts/" + vhost]
+        "/connections", "/consumers", "/nodes", "/nodes", "/vhosts/" + vhost]
     assert (again.queues, again.exchanges) == (first.queues, first.exchanges)
 
     # From here a listing made right after the change may lag it: only settled ones count.
@@ -327,4 +330,4 @@ def test_idle_vhosts_listed_together_fall_due_again_spread_over_the_period():
 
     per_period = RELIST_EVERY / minute  # rounds in a period
     assert sum(due_by_round) == pytest.approx(len(vhosts) * 20 / per_period, rel=0.1)
-    assert max(due_by_round) < 2 * len(vhosts) / per_period  # about a tenth each round, not all
+    assert max(due_by_round) < 2 * len(vhosts) / per_period  # a period's share each round, not all

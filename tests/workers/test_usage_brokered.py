@@ -1,10 +1,16 @@
 """A brokered space metered end to end: real AMQP 1.0 clients against the real RabbitMQ, the
 sampler (workers.usage.broker_counters), the usage job (Spark). Messages in and out are exact
 against docs/usage.md once RabbitMQ's statistics settled; a source that cannot be read gives
-gaps. An outsider tenant's traffic never shows in the tenant's usage."""
+gaps. An outsider tenant's traffic never shows in the tenant's usage. An idle vhost's queues are
+listed again as soon as something its counters cannot tell changes: a queue the storage
+controller made with no message moving (its mark, workers.agents.storage.changed_vhosts) or a
+consumer attached on a connection already open (the broker's consumers, in the vhost's
+signature), long before the hourly relisting (broker_counters.RELIST_EVERY)."""
 import datetime
 import time
 import uuid
+from collections import Counter
+from urllib.parse import unquote
 
 import pytest
 from proton import Message, Timeout
@@ -12,13 +18,18 @@ from proton import Message, Timeout
 from config_service import services
 from spark.samples import write_samples
 from tenants.models import AddressUsageDaily, Tenant
-from tests.conftest import CTX, b64
+from tests.conftest import CTX, b64, wait_for
+from tests.workers.rabbit import api as broker_get
 from tests.workers.rabbit import connect
+from workers import endpoints
 from workers.agents import runner
-from workers.usage import sampler
+from workers.agents.storage import changed_vhosts
+from workers.clients import rabbitmq_api
+from workers.usage import broker_counters, sampler
 from workers.usage.job import run_day
 
 PASSWORD = "app-password"
+STATS_TIMEOUT = 120.0  # RabbitMQ copies its statistics every 30 s here, then 30 s to settle
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
@@ -118,3 +129,81 @@ def test_an_unreachable_broker_gives_gaps_not_zeros(spaces, store, settings):
     finally:
         settings.RABBITMQ_API_URL = reachable  # for the teardown
     assert rows and all(r["messages_in"] is None and r["stored_bytes"] is None for r in rows)
+
+
+@pytest.fixture
+def listings(monkeypatch) -> Counter:
+    """{vhost: listings of its queues} over every client the sampler makes (the real client:
+    each call still goes to RabbitMQ), with a sampler of its own whose clock never relists."""
+    monkeypatch.setattr(broker_counters, "idle", broker_counters.IdleVhosts())
+    monkeypatch.setattr(broker_counters, "RELIST_EVERY", 1e9)
+    monkeypatch.setattr(broker_counters, "MARK_SKEW", 0.0)  # one host, one clock
+    seen: Counter = Counter()
+    request = rabbitmq_api.RabbitMQApi.request
+
+    def counting(self, method, path, *args, **kwargs):
+        if method == "GET" and path.startswith("/queues/"):
+            seen[unquote(path.removeprefix("/queues/"))] += 1
+        return request(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(rabbitmq_api.RabbitMQApi, "request", counting)
+    return seen
+
+
+def rows(space) -> dict:
+    """This round's samples of `space`: {address ("" for the space row): sample}."""
+    return {r["address"]: r for r in sampler.collect() if r["space"] == space.name}
+
+
+def test_a_new_queue_and_a_new_consumer_are_read_before_the_hourly_relisting(
+        spaces, listings, monkeypatch):
+    mine, outsider = spaces
+    conn = connect(mine.vhost, f"app@{mine.vhost}", PASSWORD)  # open before the first listing
+    try:
+        # A message sent and taken on the connection: the vhost's counters then all exist (a
+        # counter that first shows would move the signature by itself). A new vhost's row
+        # gains its message counts with the broker's first statistics copy: the rounds
+        # compared start after both.
+        conn.create_sender("/amq/queue/orders").send(Message(body="first"))
+        taker = conn.create_receiver("/amq/queue/orders", credit=1)
+        taker.receive(10)
+        taker.accept()
+        try:  # the blocking connection sends the accept only while it works
+            conn.wait(lambda: False, timeout=1)
+        except Timeout:
+            pass
+        wait_for(lambda: (broker_get(f"/vhosts/{mine.vhost}").json().get("message_stats")
+                          or {}).get("ack") == 1, 90, interval=1, what="the ack in the stats")
+        wait_for(lambda: all("messages" in broker_get(f"/vhosts/{s.vhost}").json()
+                             for s in spaces), 60, what="the vhosts' first statistics")
+        monkeypatch.setattr(broker_counters, "SETTLE_SECONDS", 0.0)  # nothing moving yet
+        rows(mine)
+        first = dict(listings)
+        assert first[mine.vhost] >= 1 and first[outsider.vhost] >= 1
+        assert "invoices" not in rows(mine)
+        assert listings == first  # idle: its listing given again
+
+        started = time.time()
+        services.create_address(ctx=CTX, space=mine, address="invoices", type="queue",
+                                plan="brokered-queue")
+        runner.run(mine.uid, "storage")  # the short path: three calls, no message moves
+        broker = endpoints.of(mine).broker.api_url.rstrip("/")  # the API client's base URL
+        marked = changed_vhosts.marks(broker, [mine.vhost, outsider.vhost])
+        assert marked[mine.vhost] >= started > marked[outsider.vhost]  # made with its space
+        now = rows(mine)
+        assert now["invoices"]["messages_in"] == 0 and now["orders"]["messages_in"] == 1
+        assert listings[mine.vhost] == first[mine.vhost] + 1
+        assert listings[outsider.vhost] == first[outsider.vhost]
+
+        # A consumer on the open connection moves no counter: the broker's consumers tell.
+        # Statistics copied apart must agree before a listing is kept (SETTLE_SECONDS).
+        monkeypatch.setattr(broker_counters, "SETTLE_SECONDS", 30.0)
+        conn.create_receiver("/amq/queue/invoices", credit=1)
+        before = listings[mine.vhost]
+        wait_for(lambda: rows(mine)[""]["receivers"] == 2, STATS_TIMEOUT, interval=1,
+                 what="the consumer in the space's samples")
+        assert listings[mine.vhost] > before
+        assert listings[outsider.vhost] == first[outsider.vhost]
+    finally:
+        conn.close()
+

@@ -3,8 +3,8 @@
 Only the vhosts asked for, in calls that are each bounded: per vhost `GET /vhosts/<vhost>` and,
 unless the vhost stayed idle since its last listing (IdleVhosts), its queues and exchanges
 (`/queues/<vhost>`, `/exchanges/<vhost>`), PAGE_SIZE objects a page;
-for the whole broker only `/nodes` (before and after, to tell a restart during the reading) and
-the tracked connections (no statistics); READERS calls at once. RabbitMQ 3.10 adds statistics
+for the whole broker only `/nodes` (before and after, to tell a restart during the reading), the
+tracked connections (no statistics) and the consumers; READERS calls at once. RabbitMQ 3.10 adds statistics
 only to the page asked for (it sorts and pages on the names first:
 rabbit_mgmt_util:augment_resources) but lists every object of the path for each page, so a
 whole-broker listing adds every object's statistics in one call (at 800 vhosts and 15,000
@@ -13,8 +13,11 @@ lists it all again for each page (measured in docs/storage.md "Brokered metering
 
 API for the sampler::
 
-    reading = read_broker(api, memory, vhosts)  # BrokerReading of those vhosts (default: all);
-                                                #   raises BrokerError if unreadable
+    reading = read_broker(api, memory, vhosts, changed=marks)
+                                            # BrokerReading of those vhosts (default: all);
+                                            #   `marks` {vhost: when its objects last changed,
+                                            #   Unix s} (changed_vhosts); raises BrokerError
+                                            #   if unreadable
     v = reading.vhosts.get(space.vhost)     # VhostCounters, or None (vhost not on the broker,
                                             #   or a call of its failed twice)
     v.queues["orders"]                      # ObjectCounters of a queue (queue, subscription
@@ -98,13 +101,18 @@ VHOST_COLUMNS = ("name,tags,recv_oct,send_oct,messages,messages_unacknowledged,"
                  "message_stats.get_no_ack,message_stats.deliver_get")
 # What tells that a vhost's queues and exchanges changed since they were last listed: any
 # message published, taken or delivered, any message stored or gone (expiry included), any
-# connection come or gone. Octets are not in it: heartbeats move them.
+# connection or consumer come or gone, and (read apart: `changed`) any object the storage
+# controller made, changed or deleted. Octets are not in it: heartbeats move them.
 IDLE_SIGNATURE = ("messages", "messages_unacknowledged")
 IDLE_STATS = ("publish", "ack", "deliver_no_ack", "get_no_ack", "deliver_get")
 # An idle vhost's objects are listed again once in every such period (seconds), at a point of
-# its own in it: what no signature field tells, a consumer attached on a connection that was
-# already there, or an object made or deleted with no message moving, shows by then.
-RELIST_EVERY = 600.0
+# its own in it: what neither the signature nor a mark tells (an object made or deleted by
+# hand on the broker, a mark lost with Redis) shows by then. 600 s before the marks and the
+# consumers: the relistings were then most of the sampler's load on a fleet (docs/scale.md).
+RELIST_EVERY = 3600.0  # below changed_vhosts.KEPT_SECONDS
+# A mark this much older than a listing still has it listed again: the storage controller's
+# clock and the sampler's are different hosts' on Kubernetes.
+MARK_SKEW = 5.0
 # Statistics show 0-10 s late (below), the vhost's and its objects' apart: a listing made this
 # long after the vhost's signature last changed has caught up with it.
 SETTLE_SECONDS = 30.0
@@ -242,17 +250,19 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
-                vhosts: Iterable[str] | None = None, *,
-                page_size: int = PAGE_SIZE) -> BrokerReading:
+                vhosts: Iterable[str] | None = None, *, page_size: int = PAGE_SIZE,
+                changed: dict[str, float] | None = None) -> BrokerReading:
     """One reading of `vhosts` (default: every vhost of the broker; one not on it is left
     out), per vhost and a page of at most `page_size` objects at a time. A vhost a call of
     which fails transiently twice is left out too; raises BrokerError if a broker-wide call
-    fails, a call is refused (4xx), or a node restarted during the reading."""
+    fails, a call is refused (4xx), or a node restarted during the reading. `changed` gives
+    the vhosts whose objects changed and when (Unix s): an idle one is listed again if that
+    was since its last listing."""
     memory = memory or _default_memory
     if vhosts is None:
         vhosts = api.vhost_names()
-    vhosts, started = sorted(set(vhosts)), time.monotonic()
-    calls = {("connections", ""): (_connections, api)}
+    vhosts, started = sorted(set(vhosts)), time.time()
+    calls = {("connections", ""): (_connections, api), ("consumers", ""): (_consumers, api)}
     calls.update({("vhost", vhost): (_per_vhost, _vhost_row, api, vhost) for vhost in vhosts})
     futures = {key: _executor().submit(*call) for key, call in calls.items()}
     try:
@@ -261,7 +271,7 @@ def read_broker(api: RabbitMQApi, memory: EpochMemory | None = None,
         read_ms = (before + time.time() * 1000) / 2
         answers = {key: f.result() for key, f in futures.items()}
         signatures = _signatures(answers)
-        reused = idle.reusable(api.base_url, signatures, started)
+        reused = idle.reusable(api.base_url, signatures, started, changed or {})
         for vhost in vhosts:
             if vhost in reused or answers[("vhost", vhost)] in (None, UNREADABLE):
                 continue
@@ -315,12 +325,17 @@ def _per_vhost(call, api: RabbitMQApi, vhost: str, *args):
 def _signatures(answers: dict) -> dict[str, tuple]:
     """{vhost: what would change were its objects to change} from the vhost rows read."""
     connections = Counter(row.get("vhost") for row in answers[("connections", "")])
+    consumers: dict[str, Counter] = {}
+    for row in answers[("consumers", "")]:
+        queue = row.get("queue") or {}
+        consumers.setdefault(queue.get("vhost"), Counter())[queue.get("name")] += 1
     sigs = {}
     for (kind, vhost), rows in answers.items():
         if kind == "vhost" and rows is not None and rows is not UNREADABLE:
             row, stats = rows[0], _stats(rows[0])
             sigs[vhost] = (tuple(row.get(k) for k in IDLE_SIGNATURE)
-                           + tuple(stats.get(k) for k in IDLE_STATS) + (connections[vhost],))
+                           + tuple(stats.get(k) for k in IDLE_STATS) + (connections[vhost],)
+                           + (tuple(sorted(consumers.get(vhost, Counter()).items())),))
     return sigs
 
 
@@ -334,23 +349,26 @@ class IdleVhosts:
     A listing is given again only once it is *settled*: made SETTLE_SECONDS or more after its
     signature was first seen. A vhost's counters and its objects' are emitted apart (each every
     stats interval), so a listing made just after a change may lag it. An idle vhost is listed
-    again once every RELIST_EVERY seconds anyway, at its own point of the period
-    (`relist_due`). Per process; a node restart changes every signature (its counters start
-    again)."""
+    again as soon as it is marked changed after its listing (`changed`: the storage controller
+    made, changed or deleted its objects), and once every RELIST_EVERY seconds anyway, at its
+    own point of the period (`relist_due`). Per process; a node restart changes every
+    signature (its counters start again). Times are Unix seconds."""
 
     def __init__(self) -> None:
         self.first_seen: dict[tuple[str, str], tuple] = {}  # key -> (signature, since)
-        # key -> (signature, listed at, queue rows, exchange rows, settled); times monotonic
+        # key -> (signature, listed at, queue rows, exchange rows, settled); times Unix s
         self.listed: dict[tuple[str, str], tuple] = {}
 
-    def reusable(self, broker: str, signatures: dict[str, tuple],
-                 now: float) -> dict[str, tuple]:
+    def reusable(self, broker: str, signatures: dict[str, tuple], now: float,
+                 changed: dict[str, float] | None = None) -> dict[str, tuple]:
         """{vhost: (queue rows, exchange rows)} of the vhosts whose listing can be given
         again."""
-        out = {}
+        out, changed = {}, changed or {}
         for vhost, sig in signatures.items():
             kept = self.listed.get((broker, vhost))
-            if kept and kept[0] == sig and kept[4] and not relist_due(broker, vhost, kept[1], now):
+            if (kept and kept[0] == sig and kept[4]
+                    and changed.get(vhost, -math.inf) < kept[1] - MARK_SKEW
+                    and not relist_due(broker, vhost, kept[1], now)):
                 out[vhost] = (kept[2], kept[3])
         return out
 
@@ -401,6 +419,13 @@ def _connections(api: RabbitMQApi) -> list[dict]:
     # RabbitMQ's connection tracking (no statistics): listing the connections with statistics
     # costs the whole broker's, and /vhosts/<vhost>/connections lists them all and filters.
     return api.listing("/connections", params={"columns": "vhost", "disable_stats": "true"})
+
+
+def _consumers(api: RabbitMQApi) -> list[dict]:
+    # The whole broker's consumers by queue: as many rows as clients consume, whatever the
+    # number of queues; a consumer attached on a connection that was already there moves no
+    # other part of the signature.
+    return api.listing("/consumers", params={"columns": "queue.name,queue.vhost"})
 
 
 def _vhost_row(api: RabbitMQApi, vhost: str) -> list[dict] | None:

@@ -21,7 +21,7 @@ from config_service.models import Address, AddressSpace, RouterIncarnation
 from workers import endpoints
 from workers.agents.router import desired as rc
 from workers.agents.router import watch as router_watch
-from workers.agents.storage import rabbitmq
+from workers.agents.storage import changed_vhosts, rabbitmq
 from workers.clients.qdr import (
     Management,
     ManagementError,
@@ -160,7 +160,8 @@ def collect(now: datetime | None = None) -> list[dict]:
         api = rabbitmq.RabbitMQApi(broker.api_url, broker.api_user, broker.api_password,
                                    timeout=timeout)
         try:
-            brokers[broker] = broker_counters.read_broker(api, _epochs(), wanted)
+            brokers[broker] = broker_counters.read_broker(
+                api, _epochs(), wanted, changed=changed_vhosts.marks(api.base_url, wanted))
         except rabbitmq.BrokerError:
             logger.warning("usage.broker_unreachable", extra={"broker": broker.api_url},
                            exc_info=True)

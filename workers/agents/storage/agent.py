@@ -27,7 +27,7 @@ from workers.agents.runner import (
     only_creates,
     pending_events,
 )
-from workers.agents.storage import rabbitmq
+from workers.agents.storage import changed_vhosts, rabbitmq
 from workers.agents.storage.desired import BrokerQueue, BrokerTopic, BrokerUser, VhostState
 from workers.naming import broker_username
 
@@ -223,14 +223,18 @@ class StorageController(Agent):
         thorough = (events == [] or drift_check()
                     or bool(state is not None and state.invalidated))
         addresses = stored_addresses(space)
+        api, changed = _api(space), True
         try:
-            api = _api(space)
             result = rabbitmq.BrokerReconciler(api, topic_kind(api)).apply(
                 desired_state(space, addresses), thorough=thorough)
+            changed = result.changed
         except rabbitmq.BrokerError as exc:
             if exc.transient:
                 raise TransientError(str(exc)) from exc
             return Report(space_error=f"Broker refused the configuration: {exc}", checked=False)
+        finally:
+            if changed:  # or halfway: the usage sampler lists the vhost's objects again
+                changed_vhosts.mark(api.base_url, space.vhost)
         if result.transient:
             raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
         wire_to_name = {a.broker_object_name: a.name for a in addresses}
@@ -277,11 +281,14 @@ class StorageController(Agent):
             queues=all_queues, topics=all_topics))
         vhost = VhostState(vhost=space.vhost, queues=queues,
                            queue_exchanges=space.type != "standard")
+        api = _api(space)
         try:
-            result = rabbitmq.BrokerReconciler(_api(space)).add(
+            result = rabbitmq.BrokerReconciler(api).add(
                 vhost, wanted.permissions, wanted.topic_permissions)
         except rabbitmq.BrokerError:
             return None  # a read failed: the full apply tells a busy broker from a refusal
+        finally:
+            changed_vhosts.mark(api.base_url, space.vhost)  # new queues, made or halfway
         if result is None or not result.ok or result.transient or any(
                 not result.is_active(a.broker_object_name) for a in new):
             return None

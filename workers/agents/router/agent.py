@@ -19,6 +19,7 @@ from config_service.status import ROUTER_ONLY_TYPES
 from workers import certificates, credentials, endpoints
 from workers.agents import statements
 from workers.agents.router import desired as rc
+from workers.agents.router import tables
 from workers.agents.runner import (
     Agent,
     Report,
@@ -90,6 +91,8 @@ def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
         rows = mgmt.query(etype, sorted(wanted[etype]), name_prefix=prefix)
         actual.update(((etype, row["name"]), row) for row in rows)
         read = mgmt.rows_read - read_before
+        if read > len(rows):
+            tables.note_shared(mgmt.url)  # its next full diffs start from its whole tables
         if read >= QUERY_PAGE and read > len(rows):
             # A router that does not filter (qdrouterd), read in pages while other spaces
             # changed its table: one of ours may have moved across a page boundary unseen.
@@ -135,6 +138,8 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     def attempt(calls) -> list:
         """[(key, operation, attributes)] sent at once (Management.many): each answer, or
         None for a refusal, which is recorded in `refused` (else the first one raises)."""
+        if calls:
+            tables.touch(mgmt.url, prefix)
         answers = mgmt.many((operation, body, {"type": key[0], "name": key[1]})
                             for key, operation, body in calls)
         out = []
@@ -270,14 +275,11 @@ class RouterAgent(Agent):
             if report is not None:
                 return report
             addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
-            actual = self._apply(mgmt, desired, prefix, refused)
+            actual = self._apply(mgmt, desired, prefix, refused, space)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
-                # Only the autoLinks' status can still change: re-read that alone.
-                for row in mgmt.query(rc.AUTO_LINK, ["name", "operStatus"], name_prefix=prefix):
-                    if (rc.AUTO_LINK, row["name"]) in actual:
-                        actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row["operStatus"]
+                self._reread_status(mgmt, actual, prefix)
         except ManagementError as exc:  # a QUERY or the schema: nothing could be compared
             return Report(space_error=f"Router refused the configuration: {exc}", checked=False)
         except RouterUnreachable as exc:
@@ -287,12 +289,17 @@ class RouterAgent(Agent):
             self._release(mgmt, broken)
         return self._verify(desired, by_address, actual, refused)
 
-    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
-        if self.snapshot is None:
+    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict,
+               space: AddressSpace) -> dict:
+        if self.snapshot is not None:  # a restore's, of the router it restores
+            actual = dict(self.snapshot.get(prefix, {}))
+        else:  # a shared qdrouterd's whole tables, or None: this space's own QUERY
+            actual = tables.owned(mgmt, prefix, agent_state(space.uid, self.kind))
+        if actual is None:
             return apply(mgmt, desired, prefix, refused=refused)
         try:
-            return apply(mgmt, desired, prefix, dict(self.snapshot.get(prefix, {})))
-        except ManagementError:  # changed since the snapshot (a reconcile ran): read it anew
+            return apply(mgmt, desired, prefix, actual)
+        except ManagementError:  # changed since the tables were read: read it anew
             return apply(mgmt, desired, prefix, refused=refused)
 
     def _incremental(self, space: AddressSpace, where, mgmt: Management) -> Report | None:
@@ -326,6 +333,20 @@ class RouterAgent(Agent):
         if refused:
             return None  # a name taken (the router holds more than the agent knew): full diff
         return self._verify(desired, by_address, actual, checked=False)
+
+    def _reread_status(self, mgmt: Management, actual: dict, prefix: str) -> None:
+        """Only the autoLinks' status can still change: re-reads that alone, of the space's
+        autoLinks (its QUERY), or on a shared qdrouterd, whose QUERY answers every space's, of
+        the inactive ones by name."""
+        if not tables.is_shared(mgmt.url):
+            rows = mgmt.query(rc.AUTO_LINK, ["name", "operStatus"], name_prefix=prefix)
+        else:
+            rows = [r for r in mgmt.many(("READ", None, {"type": rc.AUTO_LINK, "name": key[1]})
+                                         for key in sorted(self._inactive(actual)))
+                    if isinstance(r, dict)]
+        for row in rows:
+            if (rc.AUTO_LINK, row.get("name")) in actual:
+                actual[(rc.AUTO_LINK, row["name"])]["operStatus"] = row.get("operStatus")
 
     @staticmethod
     def _inactive(actual: dict) -> set:

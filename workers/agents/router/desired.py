@@ -31,6 +31,22 @@ USAGE_HOLD_CONTAINER = "maas-usage-hold"
 # from the database (dataplane/authservice); the vhost policy names them `user@vhost`.
 ENTITY_TYPES = (VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
+# Every attribute `desired_entities` writes, and the autoLinks' status: what a diff compares,
+# all a whole read of a shared router keeps (tables.py). A key missing here would read as a
+# difference and have its entity made again (tests/workers/test_router_tables.py).
+ATTRIBUTES = {
+    VHOST: frozenset({"hostname", "groups", "aliases", "maxConnections",
+                      "maxConnectionsPerUser", "maxConnectionsPerHost"}),
+    CONNECTOR: frozenset({"host", "port", "role", "saslUsername", "virtualHost"}),
+    ADDRESS: frozenset({"prefix", "distribution", "waypoint"}),
+    AUTO_LINK: frozenset({"address", "direction", "phase", "containerId", "connection",
+                          "externalAddress", "operStatus"}),
+    LINK_ROUTE: frozenset({"prefix", "pattern", "direction", "connection", "delExternalPrefix",
+                           "addExternalPrefix"}),
+}
+# The router watch's marker (`router.config.address`): not `maas:<vhost>:...`, so no space's
+# agent ever takes it for its own.
+WATCH_MARKER = "maas-watch"
 FANOUT_PREFIX = TOPIC_FANOUT_PREFIX  # the storage controller's fanout exchange of each topic
 
 

@@ -50,8 +50,7 @@ logger = logging.getLogger(__name__)
 
 KIND = "router"
 RESTORING = "Router restarted; configuration being restored"
-# Not `maas:<vhost>:...`, so no space's router agent ever takes it for its own.
-MARKER = "maas-watch"
+MARKER = rc.WATCH_MARKER
 MARKER_PREFIX = "$maas-watch/"
 # uptimeSeconds counts whole seconds and the reading takes a round trip, so the start time
 # (now - uptime) of one run of the router wobbles by about a second between readings.

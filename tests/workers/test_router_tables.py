@@ -1,0 +1,106 @@
+"""Full diffs on a router shared by spaces (workers/agents/router/tables.py): qdrouterd answers a
+space's QUERY with every space's rows, so its full diffs start from one whole read kept for a
+drift tick, used for a space whose last run ended before the read; the embedded router filters
+by name and each space reads its own rows. A diff from the kept tables still repairs what was
+gone before the read. Both routers (qdrouterd where `QDROUTERD` names a build)."""
+import uuid
+
+import pytest
+
+from config_service import services
+from config_service.models import AddressSpace
+from tests.conftest import CTX
+from tests.workers.conftest import sync
+from tests.workers.test_standard_space_e2e import add, phases, user
+from workers.agents.router import desired as rc
+from workers.agents.router import tables
+from workers.agents.router.agent import RouterAgent, features
+from workers.agents.runner import run
+
+BOTH_ROUTERS = True
+
+
+def make_space(tenant):
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name=f"t{uuid.uuid4().hex[:5]}",
+                                      type="standard", plan="standard-medium")
+    for i in range(3):
+        add(s, f"a{i}", "anycast", "standard-small-anycast")
+    add(s, "orders", "queue", "standard-small-queue")
+    sync(s)
+    return s
+
+
+@pytest.fixture
+def spaces(tenant, monkeypatch):
+    monkeypatch.setattr(tables, "CLOCK_SKEW", 0.0)  # one host, one clock
+    made = [make_space(tenant), make_space(tenant)]
+    tables.forget()
+    yield made
+    tables.forget()
+    for s in made:
+        if AddressSpace.objects.filter(uid=s.uid, terminating=False).exists():
+            services.delete_address_space(ctx=CTX, space=s)
+            sync(s)
+
+
+def full_diff_reads(mgmt, space) -> int:
+    """Entities read by a full diff of the space (nothing pending: what a drift check runs)."""
+    features(mgmt, space.vhost)  # qdrouterd's listeners: read once per connection
+    before = mgmt.rows_read
+    run(space.uid, "router", RouterAgent(management=mgmt))
+    return mgmt.rows_read - before
+
+
+def test_full_diffs_on_a_shared_router_read_its_tables_once(mgmt, router, spaces):
+    a, b = spaces
+    own = len(mgmt.query(rc.ADDRESS, ["name"], name_prefix=rc.owner_prefix(a.vhost)))
+    first = full_diff_reads(mgmt, a)
+    gone = f"{rc.owner_prefix(a.vhost)}address:a0"
+    mgmt.delete(rc.ADDRESS, gone)  # drift, before the next read
+    second = full_diff_reads(mgmt, b)
+    third = full_diff_reads(mgmt, a)
+
+    if router.kind == "qdrouterd":
+        assert tables.is_shared(mgmt.url)  # a's QUERY answered b's rows too
+        assert first > 2 * own and second > 2 * own  # the whole router, each time
+        assert third <= 1  # the kept tables, and the watch marker READ by name (if any)
+    else:
+        assert not tables.is_shared(mgmt.url)
+        assert first == third + 1 >= own  # its own rows each time (one address fewer)
+    assert mgmt.read(rc.ADDRESS, gone) is not None  # repaired from the tables all the same
+    assert set(phases(a).values()) == {"Active"}
+
+    # A change of a's since the read: its next full diff reads anew.
+    user(a, "late")
+    sync(a)
+    assert full_diff_reads(mgmt, a) > (2 * own if router.kind == "qdrouterd" else own)
+
+
+def test_the_kept_attributes_are_every_one_a_diff_compares(tenant):
+    """tables.py keeps only rc.ATTRIBUTES of each row: one that desired_entities writes and
+    it did not keep would read as a difference and have its entity made again."""
+    s = services.create_address_space(ctx=CTX, tenant=tenant, name=f"k{uuid.uuid4().hex[:5]}",
+                                      type="standard", plan="standard-medium")
+    for name, kind, plan in (("any", "anycast", "standard-small-anycast"),
+                             ("multi", "multicast", "standard-small-multicast"),
+                             ("q", "queue", "standard-small-queue"),
+                             ("news", "topic", "standard-small-topic")):
+        add(s, name, kind, plan)
+    services.create_address(ctx=CTX, space=s, address="news-sub", type="subscription",
+                            plan="standard-small-subscription", topic="news")
+    user(s, "app")
+    addresses = list(s.addresses.filter(scheduled=True)) or list(s.addresses.all())
+    login = rc.BrokerLogin("127.0.0.1", 5672, "router@x", "secret")
+    written: dict = {}
+    for feats in (rc.EMBEDDED, rc.RouterFeatures(connector_virtual_host=False,
+                                                 keeps_counters=False,
+                                                 exact_message_targets=False,
+                                                 serves_one_space=True)):
+        desired, _ = rc.desired_entities(s, addresses, list(s.users.all()), login,
+                                         throttled=False, plan_policy={"maxConnections": 5},
+                                         features=feats)
+        for (etype, _), attributes in desired.items():
+            written.setdefault(etype, set()).update(attributes)
+    assert set(written) == set(rc.ENTITY_TYPES)
+    for etype, names in written.items():
+        assert names - rc.WRITE_ONLY <= rc.ATTRIBUTES[etype], etype

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from workers.agents.router import desired as rc
-from workers.clients.qdr import Management
+from workers.clients.qdr import Management, ManagementError
 
 SHARED_SECONDS = 60.0  # a drift check tick's worth: one whole read serves the tick's checks
 CLOCK_SKEW = 2.0  # seconds between the workers' clocks that `applied_at` tolerates
@@ -69,13 +69,17 @@ def owned(mgmt: Management, prefix: str, state) -> dict | None:
     with _lock:
         kept = _tables.get(mgmt.url)
         touched = _touched.get((mgmt.url, prefix), 0.0)
-    marker = _marker(mgmt)
-    if (kept is None or time.time() - kept.began > SHARED_SECONDS or kept.marker != marker
-            or max(applied + CLOCK_SKEW, touched) >= kept.began):
-        kept = Tables(time.time(), marker, _read(mgmt))
-        with _lock:
-            _tables[mgmt.url] = kept
-    return dict(kept.owners.get(prefix, {}))
+    try:
+        marker = _marker(mgmt)
+        if (kept is None or time.time() - kept.began > SHARED_SECONDS or kept.marker != marker
+                or max(applied + CLOCK_SKEW, touched) >= kept.began):
+            kept = Tables(time.time(), marker, _read(mgmt))
+            with _lock:
+                _tables[mgmt.url] = kept
+    except ManagementError:
+        return None  # a read refused: the space's own QUERY tells what is wrong
+    # Copies: the agent writes the autoLinks' fresh status into the rows it was given.
+    return {key: dict(row) for key, row in kept.owners.get(prefix, {}).items()}
 
 
 def forget() -> None:

@@ -69,8 +69,10 @@ node restarts, and an object's start again when it is deleted and recreated. The
 is the node's (`EpochMemory`); a queue, exchange or vhost that the storage controller created
 carries its creation time (`INCARNATION_ARG`, `INCARNATION_TAG_PREFIX`), appended to its epoch.
 
-One module of 500-odd lines: the calls, their paging and the epoch bookkeeping make one reading
-consistent (nodes read before and after, a vhost skipped whole when one of its calls fails).
+One module of 570-odd lines, one job (a consistent reading of one broker): the calls, their
+paging, the idle vhosts' kept listings and the epoch bookkeeping all serve it (nodes read before
+and after, a vhost skipped whole when one of its calls fails, a kept listing given only where
+the same reading shows nothing moved); split, each part would need the others' state.
 """
 from __future__ import annotations
 

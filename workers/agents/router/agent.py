@@ -106,19 +106,6 @@ def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
     return actual
 
 
-def owned_by_space(mgmt: Management) -> dict[str, dict]:
-    """{owner prefix: {(type, name): row}} of every space's entities on the router, from one
-    QUERY per entity type: a snapshot for restoring many spaces at once."""
-    snapshot: dict = {}
-    for etype in entity_types(mgmt):
-        for row in mgmt.query(etype, name_prefix="maas:"):
-            name = str(row.get("name", ""))
-            if name.count(":") >= 2:
-                owner = name[:name.index(":", len("maas:")) + 1]
-                snapshot.setdefault(owner, {})[(etype, name)] = row
-    return snapshot
-
-
 def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = None,
           refused: dict | None = None) -> dict:
     """Brings the router to `desired`; returns the owned entities afterwards, as the router
@@ -192,7 +179,7 @@ class RouterAgent(Agent):
 
     def __init__(self, management: Management | None = None, snapshot: dict | None = None):
         # A connection to reuse (the router watch restores many spaces over one); by default
-        # each reconcile opens and closes its own. `snapshot` (owned_by_space), if given, is
+        # each reconcile opens and closes its own. `snapshot` (tables.owned_by_space), if given, is
         # what the router held of every space when the restore began.
         self.management, self.snapshot = management, snapshot
 

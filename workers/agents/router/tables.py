@@ -73,7 +73,7 @@ def owned(mgmt: Management, prefix: str, state) -> dict | None:
         marker = _marker(mgmt)
         if (kept is None or time.time() - kept.began > SHARED_SECONDS or kept.marker != marker
                 or max(applied + CLOCK_SKEW, touched) >= kept.began):
-            kept = Tables(time.time(), marker, _read(mgmt))
+            kept = Tables(time.time(), marker, owned_by_space(mgmt))
             with _lock:
                 _tables[mgmt.url] = kept
     except ManagementError:
@@ -95,9 +95,11 @@ def _marker(mgmt: Management) -> str | None:
     return None if row is None else str(row.get("prefix"))
 
 
-def _read(mgmt: Management) -> dict:
-    """Every space's entities, each with only the attributes a diff compares (a whole router
-    of 100,000 addresses is about 250,000 rows)."""
+def owned_by_space(mgmt: Management) -> dict[str, dict]:
+    """{owner prefix: {(type, name): row}} of every space's entities on the router, from one
+    QUERY per entity type, each row with only the attributes a diff compares (a whole router of
+    100,000 addresses is about 250,000 rows): the kept tables, and the router watch's snapshot
+    for restoring many spaces at once."""
     owners: dict = {}
     schema = mgmt.schema()
     for etype in rc.ENTITY_TYPES:

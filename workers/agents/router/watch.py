@@ -43,7 +43,8 @@ from config_service.models import AddressSpace, AgentState, RouterIncarnation
 from workers import dispatch
 from workers.agents import runner
 from workers.agents.router import desired as rc
-from workers.agents.router.agent import RouterAgent, management_client, owned_by_space
+from workers.agents.router.agent import RouterAgent, management_client
+from workers.agents.router.tables import owned_by_space
 from workers.clients.qdr import Management, ManagementError, RouterUnreachable
 
 logger = logging.getLogger(__name__)

@@ -95,7 +95,7 @@ class Management:
         self._ids = itertools.count(1)
         self.timeout = timeout
         self._schema: dict[str, frozenset] | None = None
-        self.rows_read = 0  # entities this connection has read by QUERY (tests, benchmarks)
+        self.rows_read = 0  # entities read by QUERY or READ (tests, benchmarks)
 
     def request(self, operation: str, body=None, **properties):
         """One request's reply body; ManagementError if the router refused it."""
@@ -224,14 +224,22 @@ class Management:
 
     def read(self, entity_type: str, name: str) -> dict | None:
         """The entity's attributes, or None if the router has no entity of that name."""
-        try:
-            row = self.request("READ", None, type=entity_type, name=name)
-            self.rows_read += 1
-            return row
-        except ManagementError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.read_many([(entity_type, name)])[0]
+
+    def read_many(self, keys) -> list[dict | None]:
+        """The attributes of each (entity type, name), READ at once (`many`), or None for one
+        the router has no entity of; raises the first other refusal."""
+        rows = []
+        for answer in self.many(("READ", None, {"type": etype, "name": name})
+                                for etype, name in keys):
+            if isinstance(answer, ManagementError):
+                if answer.status != 404:
+                    raise answer
+                answer = None
+            else:
+                self.rows_read += 1
+            rows.append(answer)
+        return rows
 
     def create(self, entity_type: str, name: str, attributes: dict) -> dict:
         return self.request("CREATE", attributes, type=entity_type, name=name)

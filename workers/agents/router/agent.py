@@ -19,7 +19,7 @@ from config_service.status import ROUTER_ONLY_TYPES
 from workers import certificates, credentials, endpoints
 from workers.agents import statements
 from workers.agents.router import desired as rc
-from workers.agents.router import tables
+from workers.agents.router import tables, touched
 from workers.agents.runner import (
     Agent,
     Report,
@@ -125,10 +125,18 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     def attempt(calls) -> list:
         """[(key, operation, attributes)] sent at once (Management.many): each answer, or
         None for a refusal, which is recorded in `refused` (else the first one raises)."""
-        if calls:
-            tables.touch(mgmt.url, prefix)
-        answers = mgmt.many((operation, body, {"type": key[0], "name": key[1]})
-                            for key, operation, body in calls)
+        if not calls:
+            return []
+        # Recorded before they are sent and again once answered (the later time counts): tables
+        # read meanwhile, here or in another process, learn which rows to read anew, however
+        # long the requests took to land (tables.py). Unknown (Redis down): nothing is sent.
+        keys = [key for key, _, _ in calls]
+        touched.record(mgmt.url, prefix, keys)
+        try:
+            answers = mgmt.many((operation, body, {"type": key[0], "name": key[1]})
+                                for key, operation, body in calls)
+        finally:
+            touched.record(mgmt.url, prefix, keys)
         out = []
         for (key, operation, _), answer in zip(calls, answers, strict=True):
             if isinstance(answer, ManagementError):
@@ -177,10 +185,11 @@ def _confirmed(desired: dict, answer) -> dict:
 class RouterAgent(Agent):
     kind = "router"
 
-    def __init__(self, management: Management | None = None, snapshot: dict | None = None):
+    def __init__(self, management: Management | None = None,
+                 snapshot: tables.Tables | None = None):
         # A connection to reuse (the router watch restores many spaces over one); by default
-        # each reconcile opens and closes its own. `snapshot` (tables.owned_by_space), if given, is
-        # what the router held of every space when the restore began.
+        # each reconcile opens and closes its own. `snapshot` (tables.read), if given, is what
+        # the router held of every space when the restore began.
         self.management, self.snapshot = management, snapshot
 
     def _connect(self, where: endpoints.SpaceEndpoints) -> Management:
@@ -279,7 +288,10 @@ class RouterAgent(Agent):
     def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict,
                space: AddressSpace) -> dict:
         if self.snapshot is not None:  # a restore's, of the router it restores
-            actual = dict(self.snapshot.get(prefix, {}))
+            try:
+                actual = tables.current(mgmt, self.snapshot, prefix)
+            except (ManagementError, touched.Unknown):
+                actual = None
         else:  # a shared qdrouterd's whole tables, or None: this space's own QUERY
             actual = tables.owned(mgmt, prefix, agent_state(space.uid, self.kind))
         if actual is None:

@@ -43,8 +43,8 @@ from config_service.models import AddressSpace, AgentState, RouterIncarnation
 from workers import dispatch
 from workers.agents import runner
 from workers.agents.router import desired as rc
+from workers.agents.router import tables, touched
 from workers.agents.router.agent import RouterAgent, management_client
-from workers.agents.router.tables import owned_by_space
 from workers.clients.qdr import Management, ManagementError, RouterUnreachable
 
 logger = logging.getLogger(__name__)
@@ -255,7 +255,10 @@ def _restore_from(work: Work) -> int:
                     mgmt = management_client()
                     # One read of the router for the whole restore, not two per space: each
                     # space's reconcile would otherwise QUERY every space's entities.
-                    snapshot = owned_by_space(mgmt)
+                    try:
+                        snapshot = tables.read(mgmt)
+                    except touched.Unknown:  # unvouched: each space reads its own
+                        snapshot = None
                 runner.run(space_uid, KIND, RouterAgent(management=mgmt, snapshot=snapshot))
                 restored += 1
             except (runner.TransientError, RouterUnreachable) as exc:

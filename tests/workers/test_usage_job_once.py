@@ -1,6 +1,8 @@
 """One usage job at a time on the platform: Celery delivers a task again once it has run longer
 than Redis' visibility timeout (5 min; the job took 9 min at 100k addresses), and that second
-delivery started a second Spark job beside the first. Now it does nothing."""
+delivery started a second Spark job beside the first. Now it does nothing. Likewise one round
+of usage samples at a time: a round longer than the interval took the background worker's
+second process too."""
 import datetime
 
 import psycopg
@@ -8,7 +10,7 @@ import pytest
 from django.db import connection
 
 from tenants.models import UsageJobRun
-from workers.usage import job
+from workers.usage import job, sampler
 
 DAY = datetime.date(2026, 1, 1)
 
@@ -41,3 +43,11 @@ def test_a_run_lets_go_of_the_platform_even_when_it_fails(other_session):
         job.run_day(DAY, spark=object())  # not a Spark session: the job fails inside
     assert UsageJobRun.objects.get().status == UsageJobRun.FAILED
     assert not taken(other_session)  # the next run, anywhere, may start
+
+
+def test_a_sampling_round_while_another_runs_does_nothing(other_session):
+    other_session.execute("SELECT pg_advisory_lock(%s)", [sampler._ONE_ROUND_LOCK])
+    try:
+        assert sampler.sample() == -1  # nothing read, nothing written
+    finally:
+        other_session.execute("SELECT pg_advisory_unlock(%s)", [sampler._ONE_ROUND_LOCK])

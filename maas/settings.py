@@ -231,6 +231,7 @@ MAAS_WATCH_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-watch"
 CELERY_TASK_QUEUES = {q: {} for q in (CELERY_TASK_DEFAULT_QUEUE, MAAS_RESYNC_QUEUE,
                                       MAAS_USAGE_QUEUE, MAAS_WATCH_QUEUE)}
 CELERY_TASK_ROUTES = {"maas.workers.resync_all": {"queue": MAAS_RESYNC_QUEUE},
+                      "maas.workers.read_router_tables": {"queue": MAAS_RESYNC_QUEUE},
                       "maas.workers.watch_router": {"queue": MAAS_WATCH_QUEUE},
                       "maas.workers.watch_broker": {"queue": MAAS_WATCH_QUEUE},
                       "maas.workers.relay_outbox": {"queue": MAAS_WATCH_QUEUE},
@@ -276,6 +277,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "maas.workers.run_usage_job",
         "schedule": env_float("MAAS_USAGE_TODAY_INTERVAL", 3600.0),
         "kwargs": {"day": "today"},
+    },
+    "read-router-tables": {  # when due: workers/agents/router/tables.py, `refresh`
+        "task": "maas.workers.read_router_tables",
+        "schedule": env_float("MAAS_RESYNC_INTERVAL", 60.0),
+        "options": {"expires": env_float("MAAS_RESYNC_INTERVAL", 60.0)},
     },
     "resync-all": {
         "task": "maas.workers.resync_all",

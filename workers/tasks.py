@@ -23,7 +23,10 @@ from core.threads import process_pool
 from eventlog.models import Outbox
 from workers import dispatch
 from workers.agents import runner, statements
+from workers.agents.router import tables as router_tables
 from workers.agents.router import watch as router_watch
+from workers.agents.router.agent import management_client
+from workers.clients.qdr import RouterUnreachable
 from workers.dispatch import notify_space
 
 logger = logging.getLogger(__name__)
@@ -346,6 +349,25 @@ def watch_router() -> dict:
     if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
         return {}  # on Kubernetes each space's agent pod resyncs its own router
     return vars(router_watch.tick(settings.MAAS_ROUTER_MANAGEMENT_URL))
+
+
+@shared_task(name="maas.workers.read_router_tables")
+def read_router_tables() -> dict:
+    """Reads a router shared by spaces (qdrouterd on one machine) whole, when due, and keeps
+    its tables in Redis for every space's full diff (workers/agents/router/tables.py): one
+    read for the platform, in the resync queue, where it holds no space's turn and waits
+    behind no change."""
+    if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
+        return {}  # on Kubernetes each space has a router of its own: nothing is shared
+    try:
+        mgmt = management_client()
+    except RouterUnreachable:
+        return {}  # the router watch tells when it is back
+    try:
+        kept = router_tables.refresh(mgmt)
+    finally:
+        mgmt.close()
+    return {} if kept is None else {"seconds": round(kept.seconds, 3), "rows": mgmt.rows_read}
 
 
 @shared_task(name="maas.workers.watch_broker")

@@ -3,6 +3,9 @@ issue's table with the machine's load average. Printed, never asserted.
 
     .venv/bin/python tests/bench/bench_scale.py --tenants 10 --start            # ~10k addresses
     .venv/bin/python tests/bench/bench_scale.py --tenants 100 --start --jobs 2 --brokers 4  # ~100k
+    # issue 67: the same on each router in turn (qdrouterd: the build QDROUTERD names)
+    QDROUTERD=/opt/qdr/bin/qdrouterd .venv/bin/python tests/bench/bench_scale.py --tenants 100 \
+        --start --jobs 2 --brokers 4 --settle 180 --router both
     # issue 66: 1,000 brokered spaces of 100 queues over four nodes
     .venv/bin/python tests/bench/bench_scale.py --tenants 100 --standard 0 --brokered 10 \
         --start --jobs 2 --brokers 4 --no-resync --settle 240
@@ -460,7 +463,27 @@ def main():
     parser.add_argument("--keep-idle", action="store_true",
                         help="leave the idle vhosts for the next run (1,000 take half an hour "
                              "or more to make) and delete the rest as usual")
+    parser.add_argument("--router", choices=("embedded", "qdrouterd", "both"),
+                        default="qdrouterd" if os.environ.get("QDROUTERD") else "embedded",
+                        help="the platform's router (qdrouterd: the build QDROUTERD names, the "
+                             "default when it is set); both: the whole run on each in turn, "
+                             "the embedded router first")
     args = parser.parse_args()
+
+    if args.router == "both":
+        for router in ("embedded", "qdrouterd"):
+            print(f"=== router: {router}", flush=True)
+            argv = [a for a in sys.argv[1:] if a not in ("--router", "both")]
+            if args.log:
+                argv[argv.index("--log") + 1] = f"{args.log}.{router}"
+            subprocess.run([sys.executable, __file__, *argv, "--router", router], check=False)
+        return
+    if args.router == "qdrouterd" and not os.environ.get("QDROUTERD"):
+        parser.error("--router qdrouterd needs QDROUTERD naming a qdrouterd 1.19 build")
+    if args.router == "embedded":
+        os.environ.pop("QDROUTERD", None)  # runplatform runs qdrouterd whenever it is set
+    print(f"router: {args.router}" + (f" ({os.environ['QDROUTERD']})"
+                                      if args.router == "qdrouterd" else ""), flush=True)
 
     leftovers = Leftovers()  # what --start makes here; without it, nothing is recorded
     if args.start:

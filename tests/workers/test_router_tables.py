@@ -1,8 +1,10 @@
 """Full diffs on a router shared by spaces (workers/agents/router/tables.py): qdrouterd answers a
-space's QUERY with every space's rows, so its full diffs start from one whole read kept for a
-drift tick, used for a space whose last run ended before the read; the embedded router filters
-by name and each space reads its own rows. A diff from the kept tables still repairs what was
-gone before the read. Both routers (qdrouterd where `QDROUTERD` names a build)."""
+space's QUERY with every space's rows, so its full diffs start from one whole read stored for
+every process, brought up to date by reading by name what runs touched since; the embedded
+router filters by name and each space reads its own rows. A diff from the stored tables still
+repairs what was gone before the read. Both routers (qdrouterd where `QDROUTERD` names a
+build)."""
+import logging
 import uuid
 
 import pytest
@@ -16,6 +18,7 @@ from workers.agents.router import desired as rc
 from workers.agents.router import tables, touched
 from workers.agents.router.agent import RouterAgent, features
 from workers.agents.runner import run
+from workers.tasks import read_router_tables
 
 BOTH_ROUTERS = True
 
@@ -31,16 +34,25 @@ def make_space(tenant):
 
 
 @pytest.fixture
-def spaces(tenant, monkeypatch):
-    monkeypatch.setattr(tables, "CLOCK_SKEW", 0.0)  # one host, one clock
+def spaces(tenant, mgmt, monkeypatch):
+    # One host, one clock, and no request lands late: only what is touched after a read is
+    # read again by name, so that the test can count it.
+    monkeypatch.setattr(tables, "LOOKBACK_SECONDS", 0.0)
     made = [make_space(tenant), make_space(tenant)]
-    tables.forget()
+    tables.forget(mgmt.url)
     yield made
-    tables.forget()
+    tables.forget(mgmt.url)
     for s in made:
         if AddressSpace.objects.filter(uid=s.uid, terminating=False).exists():
             services.delete_address_space(ctx=CTX, space=s)
             sync(s)
+
+
+def applied(caplog) -> list:
+    """The router agent's `router.applied` records since the last call: what a diff changed."""
+    found = [r for r in caplog.records if r.getMessage() == "router.applied"]
+    caplog.clear()
+    return found
 
 
 def full_diff_reads(mgmt, space) -> int:
@@ -51,24 +63,45 @@ def full_diff_reads(mgmt, space) -> int:
     return mgmt.rows_read - before
 
 
-def test_full_diffs_on_a_shared_router_read_its_tables_once(mgmt, router, spaces):
+def test_full_diffs_on_a_shared_router_read_the_stored_tables(mgmt, router, spaces, tenant,
+                                                              caplog):
     a, b = spaces
     own = len(mgmt.query(rc.ADDRESS, ["name"], name_prefix=rc.owner_prefix(a.vhost)))
     first = full_diff_reads(mgmt, a)
     gone = f"{rc.owner_prefix(a.vhost)}address:a0"
-    mgmt.delete(rc.ADDRESS, gone)  # drift, before the next read
+    mgmt.delete(rc.ADDRESS, gone)  # drift, before the read
+    kept = read_router_tables()  # the resync queue's task, each minute
+    caplog.set_level(logging.INFO, logger="workers.agents.router.agent")
     second = full_diff_reads(mgmt, b)
+    assert not applied(caplog)  # the stored rows compare equal: nothing made again
     third = full_diff_reads(mgmt, a)
+    assert [(r.n_deleted, r.n_changed, r.n_created) for r in applied(caplog)] == [(0, 0, 1)]
 
     if router.kind == "qdrouterd":
         assert tables.is_shared(mgmt.url)  # a's QUERY answered b's rows too
-        assert first > 2 * own and second > 2 * own  # the whole router, each time
-        assert third <= 1  # the kept tables, and the watch marker READ by name (if any)
+        assert first > 2 * own  # the whole router
+        assert kept["rows"] > 2 * own and tables.refresh(mgmt) is None  # not due again yet
+        assert second <= 1 and third <= 1  # the stored tables, and the watch marker's READ
     else:
-        assert not tables.is_shared(mgmt.url)
+        assert not tables.is_shared(mgmt.url) and kept == {}  # never read whole
         assert first == third + 1 >= own  # its own rows each time (one address fewer)
     assert mgmt.read(rc.ADDRESS, gone) is not None  # repaired from the tables all the same
     assert set(phases(a).values()) == {"Active"}
+
+    # A new space, which has no state yet, starts from the stored tables too.
+    c = services.create_address_space(ctx=CTX, tenant=tenant, name=f"t{uuid.uuid4().hex[:5]}",
+                                      type="standard", plan="standard-medium")
+    spaces.append(c)
+    add(c, "c0", "anycast", "standard-small-anycast")
+    run(c.uid, "storage")
+    made = full_diff_reads(mgmt, c)
+    assert made <= (1 if router.kind == "qdrouterd" else 0)
+    assert set(phases(c).values()) == {"Active"}
+    # Its teardown deletes from them too, what the tables never saw included.
+    services.delete_address_space(ctx=CTX, space=c)
+    sync(c)
+    for etype in rc.ENTITY_TYPES:
+        assert not mgmt.query(etype, ["name"], name_prefix=rc.owner_prefix(c.vhost)), etype
 
     # Changes of a's since the read, by runs of their own (as in another worker process): a
     # user (the vhost updated), an address made (the short path) and then deleted. The full
@@ -94,14 +127,14 @@ def test_full_diffs_on_a_shared_router_read_its_tables_once(mgmt, router, spaces
 
 def test_tables_the_touch_record_cannot_vouch_for_are_not_used(mgmt, router, spaces):
     """Redis restarted empty or flushed: the record of what was touched since the read is gone,
-    and a space's full diff reads the router anew rather than trust the kept tables (the
+    and a space's full diff reads the router anew rather than trust the stored tables (the
     embedded router: its own rows, always)."""
     a, b = spaces
     own = len(mgmt.query(rc.ADDRESS, ["name"], name_prefix=rc.owner_prefix(a.vhost)))
     full_diff_reads(mgmt, a)  # on qdrouterd, a's own QUERY answers every space's rows
-    full_diff_reads(mgmt, b)  # the whole tables, read
+    tables.refresh(mgmt)
     kept = full_diff_reads(mgmt, a)
-    touched._client().delete(touched.EPOCH_PREFIX + mgmt.url)
+    touched.client().delete(touched.EPOCH_PREFIX + mgmt.url)
     again = full_diff_reads(mgmt, a)
     if router.kind == "qdrouterd":
         assert kept <= 1 and again > 2 * own  # from the tables, then the whole router again

@@ -292,8 +292,8 @@ class RouterAgent(Agent):
                 actual = tables.current(mgmt, self.snapshot, prefix)
             except (ManagementError, touched.Unknown):
                 actual = None
-        else:  # a shared qdrouterd's whole tables, or None: this space's own QUERY
-            actual = tables.owned(mgmt, prefix, agent_state(space.uid, self.kind))
+        else:  # a shared qdrouterd's stored tables or reads by name; None: its own QUERY
+            actual = tables.owned(mgmt, prefix, wanted=desired)
         if actual is None:
             return apply(mgmt, desired, prefix, refused=refused)
         try:
@@ -381,8 +381,11 @@ class RouterAgent(Agent):
 
     def _teardown(self, space: AddressSpace, mgmt: Management) -> None:
         broken = False
+        prefix = rc.owner_prefix(space.vhost)
         try:
-            apply(mgmt, {}, rc.owner_prefix(space.vhost))
+            # A shared qdrouterd's stored tables tell what to delete (a DELETE of what is gone
+            # already is answered 404, which is what was wanted); else the space's own QUERY.
+            apply(mgmt, {}, prefix, tables.owned(mgmt, prefix))
         except RouterUnreachable as exc:
             broken = True
             raise TransientError(str(exc), soon=True) from exc

@@ -42,23 +42,23 @@ def record(url: str, prefix: str, keys) -> None:
         return
     key = _key(url, prefix)
     try:
-        (_client().pipeline(transaction=False).zadd(key, members)
+        (client().pipeline(transaction=False).zadd(key, members)
          .zremrangebyscore(key, "-inf", now - KEPT_SECONDS).expire(key, KEPT_SECONDS).execute())
     except redis.RedisError as exc:
         raise Unknown(f"the record of touched router entities is unavailable: {exc}") from exc
 
 
-def since(url: str, prefix: str, began: float, epoch: str) -> set[tuple[str, str]]:
+def since(url: str, prefix: str, began: float, epoch: str | None = None) -> set[tuple[str, str]]:
     """The keys of the space `prefix` touched at `began` (Unix s, the touching worker's clock)
-    or later; Unknown if the record is not the one of `epoch` (Redis lost it) or cannot be
-    read."""
+    or later; Unknown if the record cannot be read, or is not the one of `epoch` (if given:
+    Redis lost it since)."""
     try:
-        members, current = (_client().pipeline(transaction=False)
+        members, current = (client().pipeline(transaction=False)
                             .zrangebyscore(_key(url, prefix), began, "+inf")
                             .get(EPOCH_PREFIX + url).execute())
     except redis.RedisError as exc:
         raise Unknown(f"the record of touched router entities is unavailable: {exc}") from exc
-    if current is None or current.decode() != epoch:
+    if epoch is not None and (current is None or current.decode() != epoch):
         raise Unknown("the record of touched router entities was lost since the tables were read")
     return {tuple(m.decode().split(_SEP, 1)) for m in members}
 
@@ -68,9 +68,9 @@ def epoch(url: str) -> str:
     the tables it vouches for."""
     key = EPOCH_PREFIX + url
     try:
-        client = _client()
-        client.set(key, secrets.token_hex(8), nx=True)
-        value = client.get(key)
+        store = client()
+        store.set(key, secrets.token_hex(8), nx=True)
+        value = store.get(key)
     except redis.RedisError as exc:
         raise Unknown(f"the record of touched router entities is unavailable: {exc}") from exc
     if value is None:  # emptied between the two calls
@@ -85,7 +85,8 @@ def _key(url: str, prefix: str) -> str:
 _clients: dict = {}
 
 
-def _client() -> redis.Redis:
+def client() -> redis.Redis:
+    """The Redis of the touch records and the stored tables (REDIS_URL)."""
     url = settings.REDIS_URL
     if url not in _clients:
         _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)

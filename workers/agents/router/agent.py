@@ -271,7 +271,7 @@ class RouterAgent(Agent):
             if report is not None:
                 return report
             addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
-            actual = self._apply(mgmt, desired, prefix, refused, space)
+            actual = self._apply(mgmt, desired, prefix, refused)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
@@ -285,8 +285,7 @@ class RouterAgent(Agent):
             self._release(mgmt, broken)
         return self._verify(desired, by_address, actual, refused)
 
-    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict,
-               space: AddressSpace) -> dict:
+    def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
         if self.snapshot is not None:  # a restore's, of the router it restores
             try:
                 actual = tables.current(mgmt, self.snapshot, prefix)
@@ -298,8 +297,14 @@ class RouterAgent(Agent):
             return apply(mgmt, desired, prefix, refused=refused)
         try:
             return apply(mgmt, desired, prefix, actual)
-        except ManagementError:  # changed since the tables were read: read it anew
-            return apply(mgmt, desired, prefix, refused=refused)
+        except ManagementError:  # it holds what the rows did not tell: read it anew, by name
+            again = None  # on a shared router, where the space's own QUERY reads it whole
+            try:
+                if tables.is_shared(mgmt.url):
+                    again = tables.by_name(mgmt, prefix, desired)
+            except (ManagementError, touched.Unknown):
+                again = None
+            return apply(mgmt, desired, prefix, again, refused=refused)
 
     def _incremental(self, space: AddressSpace, where, mgmt: Management) -> Report | None:
         """Only the new entities, when every event the agent has not applied creates an

@@ -6,7 +6,7 @@ drift check, every new space) of one space read the whole router: 10,307 rows an
 5,000 addresses; at 40,000 four worker processes reading it at once took 85-102 s per new
 space. A router seen answering other spaces' rows (`note_shared`) is read whole by `refresh`
 instead (a task of the resync queue, workers/tasks.py, each MAAS_RESYNC_INTERVAL), no more
-often than every SHARED_SECONDS and than ten times the read's own duration, and its rows are
+often than every SHARED_SECONDS and than ten times the read's last duration, and its rows are
 stored in Redis by owner. A space's full diff starts from its rows there, brought up to date by
 a READ by name of each entity a run of the space touched since the read began (touched.py:
 every run records its keys as it sends them, in whatever process). So a full diff costs what
@@ -36,7 +36,8 @@ SHARED_SECONDS = 60.0  # at least between two whole reads: what changed by hand 
 READ_SHARE = 0.1  # at most this share of the router's management time goes to whole reads
 # Stored tables older than this are not used: with LOOKBACK_SECONDS, well within
 # touched.KEPT_SECONDS, the touch records that bring them up to date.
-USABLE_SECONDS = 600.0
+USABLE_SECONDS = 3000.0
+READ_LOCK_SECONDS = 1200  # a reader that died lets another read after this (one took 375 s)
 # Entities touched this long before a read began are READ anew too: the workers' clocks may
 # differ, and a request recorded before it was sent may land after the read saw its row (the
 # record made once it is answered is lost with a process that died in between).
@@ -196,13 +197,15 @@ def refresh(mgmt: Management) -> Tables | None:
     if not shared(url):
         return None
     last = stored(url)
-    due = min(max(SHARED_SECONDS, (last.seconds if last else 0) / READ_SHARE),
-              USABLE_SECONDS / 2)
+    # Not capped: tables that age past USABLE_SECONDS between two slow reads leave the full
+    # diffs to `by_name` meanwhile, which is correct, rather than the router to whole reads
+    # (193,231 rows took 375 s in a 100,000-address fill's tail).
+    due = max(SHARED_SECONDS, (last.seconds if last else 0) / READ_SHARE)
     if last is not None and time.time() - last.began < due and _marker(mgmt) == last.marker:
         return None
     client, token = touched.client(), secrets.token_hex(8)
     lock = STORED + "reading|" + url
-    if not client.set(lock, token, nx=True, ex=int(USABLE_SECONDS)):
+    if not client.set(lock, token, nx=True, ex=READ_LOCK_SECONDS):
         return None
     try:
         kept = read(mgmt)

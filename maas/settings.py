@@ -231,7 +231,10 @@ MAAS_WATCH_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-watch"
 CELERY_TASK_QUEUES = {q: {} for q in (CELERY_TASK_DEFAULT_QUEUE, MAAS_RESYNC_QUEUE,
                                       MAAS_USAGE_QUEUE, MAAS_WATCH_QUEUE)}
 CELERY_TASK_ROUTES = {"maas.workers.resync_all": {"queue": MAAS_RESYNC_QUEUE},
-                      "maas.workers.read_router_tables": {"queue": MAAS_RESYNC_QUEUE},
+                      # Beside the sampling, not behind a full resync's thousand drift checks
+                      # (there it expired unrun at 100k addresses); the background worker
+                      # serves both queues in turn.
+                      "maas.workers.read_router_tables": {"queue": MAAS_USAGE_QUEUE},
                       "maas.workers.watch_router": {"queue": MAAS_WATCH_QUEUE},
                       "maas.workers.watch_broker": {"queue": MAAS_WATCH_QUEUE},
                       "maas.workers.relay_outbox": {"queue": MAAS_WATCH_QUEUE},

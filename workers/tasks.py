@@ -355,8 +355,9 @@ def watch_router() -> dict:
 def read_router_tables() -> dict:
     """Reads a router shared by spaces (qdrouterd on one machine) whole, when due, and keeps
     its tables in Redis for every space's full diff (workers/agents/router/tables.py): one
-    read for the platform, in the resync queue, where it holds no space's turn and waits
-    behind no change."""
+    read for the platform, in the background worker, where it holds no space's turn and waits
+    behind no change (in the usage queue: in the resync queue a full resync's drift checks
+    held it until it expired)."""
     if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
         return {}  # on Kubernetes each space has a router of its own: nothing is shared
     try:

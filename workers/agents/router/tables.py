@@ -5,7 +5,7 @@ qdrouterd has no `namePrefix`: a QUERY answers every space's entities, so each f
 drift check, every new space) of one space read the whole router: 10,307 rows and 784 ms at
 5,000 addresses; at 40,000 four worker processes reading it at once took 85-102 s per new
 space. A router seen answering other spaces' rows (`note_shared`) is read whole by `refresh`
-instead (a task of the resync queue, workers/tasks.py, each MAAS_RESYNC_INTERVAL), no more
+instead (a task of the background worker, workers/tasks.py, each MAAS_RESYNC_INTERVAL), no more
 often than every SHARED_SECONDS and than ten times the read's last duration, and its rows are
 stored in Redis by owner. A space's full diff starts from its rows there, brought up to date by
 a READ by name of each entity a run of the space touched since the read began (touched.py:

@@ -44,7 +44,6 @@ READ_LOCK_SECONDS = 1200  # a reader that died lets another read after this (one
 LOOKBACK_SECONDS = 60.0
 STORED = "maas:router:tables:"  # + URL: what the stored tables are (JSON); + URL|token: rows
 _WHOLE = "\n"  # a field of every stored generation: gone, the generation expired
-_SEP = "\n"
 
 
 @dataclass

@@ -37,7 +37,11 @@ READ_SHARE = 0.1  # at most this share of the router's management time goes to w
 # Stored tables older than this are not used: with LOOKBACK_SECONDS, well within
 # touched.KEPT_SECONDS, the touch records that bring them up to date.
 USABLE_SECONDS = 3000.0
-READ_LOCK_SECONDS = 1200  # a reader that died lets another read after this (one took 375 s)
+# A reader that died lets another read after this; a live one renews it every READ_LOCK_RENEW
+# seconds, however long its read takes (at 100,000 addresses on qdrouterd one ran past 25
+# minutes under a fill, and the next tick's task began a second whole read beside it).
+READ_LOCK_SECONDS = 300
+READ_LOCK_RENEW = 60
 # Entities touched this long before a read began are READ anew too: the workers' clocks may
 # differ, and a request recorded before it was sent may land after the read saw its row (the
 # record made once it is answered is lost with a process that died in between).
@@ -206,6 +210,9 @@ def refresh(mgmt: Management) -> Tables | None:
     lock = STORED + "reading|" + url
     if not client.set(lock, token, nx=True, ex=READ_LOCK_SECONDS):
         return None
+    reading = threading.Event()
+    threading.Thread(target=_hold, args=(client, lock, token, reading), daemon=True,
+                     name="tables-read-lock").start()
     try:
         kept = read(mgmt)
         kept.key = f"{STORED}{url}|{token}"
@@ -226,8 +233,20 @@ def refresh(mgmt: Management) -> Tables | None:
         kept.owners = None  # what a process uses is what it reads back
         return kept
     finally:
+        reading.set()
         if client.get(lock) == token.encode():
             client.delete(lock)
+
+
+def _hold(client, lock: str, token: str, done: threading.Event) -> None:
+    """Keeps the read's lock while it reads (until `done`), as long as it is still its own."""
+    while not done.wait(READ_LOCK_RENEW):
+        try:
+            if client.get(lock) != token.encode():
+                return
+            client.expire(lock, READ_LOCK_SECONDS)
+        except redis.RedisError:
+            logger.warning("router.tables_lock_unrenewed", extra={"lock": lock}, exc_info=True)
 
 
 def forget(url: str) -> None:

@@ -17,6 +17,12 @@ AUTH_PLUGIN = "maas-auth"
 # The policy vhost of the management listener: `$` is not allowed in space names, so no space
 # vhost can take it.
 MANAGEMENT_VHOST = "$management"
+# qdrouterd drops a connection that sent nothing for this long (its default is 16 s). The
+# agents keep their management connections between reconciles for less than that
+# (workers/agents/router/agent.py, POOL_IDLE_SECONDS): at 100,000 addresses a new one, SASL
+# relayed to the auth service and its schema read again, made the first change after a
+# quiet spell the slowest of its round. The router still reaps a client that went silent.
+MANAGEMENT_IDLE_SECONDS = 300
 
 
 def binary() -> str | None:
@@ -131,7 +137,8 @@ def router_config(router_id: str, where: Listeners) -> list:
                       "role": "normal", **tenant}],
         ["listener", {"name": "management", "host": where.management_host,
                       "port": str(where.management_port), "role": "normal",
-                      "policyVhost": MANAGEMENT_VHOST, **sasl}],
+                      "policyVhost": MANAGEMENT_VHOST,
+                      "idleTimeoutSeconds": MANAGEMENT_IDLE_SECONDS, **sasl}],
         *internal_address_guards(one_space=bool(where.tenant_vhost)),
     ]
     if where.amqps_port and where.tls_cert and where.tls_key:

@@ -53,6 +53,7 @@ RABBITMQ_MQTT_PORT): pointed at a pool node (`deploy/local/rabbitmq-nodes.sh`, n
 15680+k, 5680+k and 1890+k) the idle vhosts stay off the default node the test suite shares.
 """
 import argparse
+import json
 import math
 import os
 import statistics
@@ -276,9 +277,10 @@ def slowest(latencies, rate, web, n=4) -> str:
                      for i in worst)
 
 
-def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
+def to_active(called: dict, timeout=60.0, detail: dict | None = None) -> tuple[list[float], int]:
     """Seconds from each create call to its last agent's AppliedEvent (Active from then on),
-    and how many were not Active by the timeout."""
+    and how many were not Active by the timeout; `detail` gets {name: (space uid, the
+    sequence that created it, seconds)} of those Active."""
     from config_service.models import Address, AppliedEvent
     from config_service.status import agents_for_address
     from eventlog.models import ConfigEvent
@@ -306,9 +308,49 @@ def to_active(called: dict, timeout=60.0) -> tuple[list[float], int]:
             at = applied.get(position, {})
             if kinds <= at.keys():  # Active once the last agent it needs applied it
                 done[name] = max(at[k] for k in kinds).timestamp() - called[name]
+                if detail is not None:
+                    uid, sequence = next(k for k, v in needed.items() if v[0] == name)
+                    detail[name] = (uid, sequence, done[name])
         if len(done) == len(names) or time.monotonic() > deadline:
             return list(done.values()), len(names) - len(done)
         time.sleep(1)
+
+
+def where_time_went(log_path: str, called: dict, detail: dict, n: int = 4) -> str:
+    """The n slowest creates to Active, each with the agent run that made it Active, from the
+    platform log's `agent.applied` lines (workers/agents/runner.py): when after the call that
+    run asked for its space's turn, how long it waited for it, how long it ran, whether it
+    was a full diff or only the new entities, and where the run went (the router agent: its
+    connection's opening, the answers it waited for by kind of request, in ms)."""
+    worst = sorted(detail, key=lambda name: -detail[name][2])[:n]
+    uids = {str(detail[name][0]) for name in worst}
+    runs: dict = {}  # space uid -> [applied line]
+    with open(log_path, errors="replace") as log:
+        for line in log:
+            if '"agent.applied"' not in line or not any(uid in line for uid in uids):
+                continue
+            row = json.loads(line)
+            if row.get("space") in uids and "began" in row and not row.get("unaffected"):
+                runs.setdefault(row["space"], []).append(row)
+    out = []
+    for name in worst:
+        uid, sequence, seconds = detail[name]
+        ended = called[name] + seconds
+        # Active when the last agent it needs recorded a run that applied its sequence: the
+        # run that ended nearest to that moment.
+        candidates = [r for r in runs.get(str(uid), []) if r["sequence"] >= sequence]
+        if not candidates:
+            out.append(f"{seconds * 1000:.0f} ms (no run in the log)")
+            continue
+        row = min(candidates, key=lambda r: abs(r["began"] + r["run_ms"] / 1000 - ended))
+        asked = row["began"] - row["lock_ms"] / 1000 - called[name]
+        spent = ", ".join(f"{k} {v}" for k, v in sorted(row.get("timings", {}).items(),
+                                                         key=lambda kv: -kv[1]))
+        out.append(f"{seconds * 1000:.0f} ms: {row['agent']} asked {asked * 1000:.0f} ms after "
+                   f"the call, waited {row['lock_ms']} for the space, ran {row['run_ms']} "
+                   f"({'full diff' if row['whole'] else 'new entities'}"
+                   f"{'; ' + spent if spent else ''})")
+    return "; ".join(out)
 
 
 def probe_round(session, base_url, spaces, args, total) -> None:
@@ -319,7 +361,8 @@ def probe_round(session, base_url, spaces, args, total) -> None:
     latencies, called, web = probe_creates(session, base_url, spaces, args.probes, args.rate)
     spent = cpu_spent(cpu_before)
     checked = drift_checks_since(began)
-    active, missing = to_active(called)
+    detail: dict = {}
+    active, missing = to_active(called, detail=detail)
     print(f"  API create latency ({total} present): p50 {pct(latencies, 50):.1f} ms  p99 "
           f"{pct(latencies, 99):.1f} ms")
     print(f"  create -> Active: p50 {pct(active, 50):.0f} ms  p99 {pct(active, 99):.0f} ms"
@@ -329,6 +372,8 @@ def probe_round(session, base_url, spaces, args, total) -> None:
     print(f"  meanwhile the platform's own drift checks compared {checked} agents' spaces "
           f"whole (its full resync, spread over MAAS_DRIFT_CHECK_PERIOD)")
     print(f"  slowest: {slowest(latencies, args.rate, web)}")
+    if args.log and detail:
+        print(f"  slowest to Active: {where_time_went(args.log, called, detail)}")
     print(f"  the web per create: on a core p50 {pct([w[0] for w in web], 50):.1f} ms, "
           f"waiting for a core p50 {pct([w[1] for w in web], 50):.1f} / p99 "
           f"{pct([w[1] for w in web], 99):.1f} ms")

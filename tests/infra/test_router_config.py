@@ -12,6 +12,7 @@ from dataplane import qdrouterd
 from tests.qdrouterd import needs_qdrouterd
 from tests.router import qdrouter_schema
 from tests.router.conftest import free_port, wait_port
+from workers.agents.router import agent as router_agent
 from workers.infra import manifests as m
 from workers.infra.controller import make_certificate
 
@@ -85,6 +86,8 @@ def test_management_is_the_router_admins_through_the_auth_service():
     management = entities(config, "listener")["management"]
     assert management["port"] == str(m.ROUTER_MANAGEMENT_PORT)
     assert management["saslPlugin"] == qdrouterd.AUTH_PLUGIN
+    # The agents' kept connections outlive a quiet spell (qdrouterd's default drops at 16 s).
+    assert int(management["idleTimeoutSeconds"]) > router_agent.POOL_IDLE_SECONDS > 16
     vhost = next(a for t, a in config if t == "vhost" and a["hostname"] == management[
         "policyVhost"])
     assert [g["users"] for g in vhost["groups"].values()] == [spaces.CFG.router_admin_user]

@@ -1,7 +1,7 @@
-"""A new anycast or multicast address in a clean space is applied reading one entity of the
-router, the space's vhost policy (its entities are created and the answers confirm them);
-anything else, or any doubt, takes the full diff, which every resync and drift check runs
-anyway."""
+"""A new anycast or multicast address in a clean space is applied reading nothing of the
+router when the space's vhost policy is what its last clean run applied (applied.py), else
+reading that policy alone (its entities are created and the answers confirm them); anything
+else, or any doubt, takes the full diff, which every resync and drift check runs anyway."""
 import uuid
 
 import pytest
@@ -12,6 +12,7 @@ from tenants.models import TenantQuota
 from tests.conftest import CTX
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases, user
+from workers.agents.router import applied
 from workers.agents.router import desired as rc
 from workers.agents.router.agent import RouterAgent, features
 from workers.agents.runner import run
@@ -50,11 +51,21 @@ def test_new_anycast_and_multicast_addresses_are_applied_without_reading(mgmt, s
     add(space, "new-any", "anycast", "standard-small-anycast")
     add(space, "new-multi", "multicast", "standard-small-multicast")
 
-    assert reconcile_reading(mgmt, space) == 1  # the vhost policy, READ by name
+    # The policy is what the fixture's full diff applied and recorded: nothing is read.
+    assert reconcile_reading(mgmt, space) == 0
 
     assert phases(space)["new-any"] == phases(space)["new-multi"] == "Active"
     prefix = rc.owner_prefix(space.vhost)
     assert {f"{prefix}address:new-any", f"{prefix}address:new-multi"} <= owned(mgmt, space)
+
+    # Without the record (Redis emptied, an hour gone) the policy is READ by name, and the
+    # record is made again from what was read.
+    applied.forget(mgmt.url, prefix)
+    add(space, "unrecorded", "anycast", "standard-small-anycast")
+    assert reconcile_reading(mgmt, space) == 1
+    assert phases(space)["unrecorded"] == "Active"
+    add(space, "recorded-again", "anycast", "standard-small-anycast")
+    assert reconcile_reading(mgmt, space) == 0
 
 
 def test_a_run_reads_the_agent_state_and_the_pending_events_once(mgmt, space):

@@ -10,6 +10,7 @@ per-address errors and the latency of each event in one statement.
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -50,6 +51,9 @@ class Report:
     # The whole space was compared with the target (`AgentState.checked_at`); False for a
     # short path that looked at the new addresses alone, or a run that compared nothing.
     checked: bool = True
+    # Where the run's time went, in ms by step (the router agent: its connection's opening
+    # and its requests by kind), logged with `agent.applied`.
+    timings: dict = field(default_factory=dict)
 
 
 class Agent:
@@ -102,7 +106,9 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
     database connection sits idle in a transaction, and no row lock is held, while the agent
     waits on a broker or a router."""
     agent = agent or installed_agents()[kind]
+    asked = time.monotonic()
     with serialised(space_uid, kind):
+        locked = time.monotonic()
         started = timezone.now()
         # The space, the state and the events not applied, in one snapshot: the events end
         # at the space's last sequence (a drift check takes no shortcut, so reads none).
@@ -133,8 +139,13 @@ def run(space_uid, kind: str, agent: Agent | None = None, *,
         _record(space, kind, target, report, started)
     if any(not error.get("permanent") for error in report.address_errors.values()):
         dispatch.queue_follow_up(space_uid, kind)
-    logger.info("agent.applied", extra={"space": str(space_uid), "agent": kind,
-                                        "tenant": space.tenant.slug, "sequence": target})
+    # Where a change's time went (tests/bench/bench_scale.py reads these): waiting for the
+    # space's turn, then the run; `whole` is a full diff, not only the new entities.
+    logger.info("agent.applied", extra={
+        "space": str(space_uid), "agent": kind, "tenant": space.tenant.slug, "sequence": target,
+        "began": round(started.timestamp(), 3), "lock_ms": round((locked - asked) * 1000),
+        "run_ms": round((time.monotonic() - locked) * 1000), "whole": report.checked,
+        **({"timings": report.timings} if report.timings else {})})
     if space.terminating and _all_torn_down(space):
         services.remove_address_space(uid=space.uid)
     return target

@@ -8,7 +8,9 @@ import itertools
 import logging
 import os
 import threading
+import time
 import uuid
+from collections import defaultdict
 
 from proton import ConnectionException, Message, SSLUnavailable, Timeout
 from proton.reactor import Container
@@ -77,6 +79,7 @@ class SharedSslContainer(Container):
 class Management:
     def __init__(self, url: str, user: str | None = None, password: str | None = None,
                  timeout: float = 10.0):
+        began = time.monotonic()
         try:
             self.conn = BlockingConnection(url, user=user, password=password, timeout=timeout,
                                            container=SharedSslContainer(),
@@ -86,6 +89,9 @@ class Management:
             self.sender = self.conn.create_sender("$management")
         except (ConnectionException, Timeout, LinkDetached, OSError) as exc:
             raise RouterUnreachable(f"router management at {url}: {exc}") from exc
+        self.opened_in = time.monotonic() - began  # seconds (diagnostics: where time went)
+        # Seconds waited for answers, by the first request's operation and entity type.
+        self.waited: dict[str, float] = defaultdict(float)
         self.reply_to = self.receiver.remote_source.address
         self.url, self.user = url, user
         self.pooled = False  # kept between reconciles (workers/agents/router/agent.py)
@@ -114,6 +120,18 @@ class Management:
         refused its ManagementError. qdrouterd hands some entity types to another agent than
         others, so requests that depend on each other go in separate calls."""
         calls = list(calls)
+        if not calls:
+            return []
+        began = time.monotonic()
+        try:
+            return self._many(calls)
+        finally:
+            operation, _, properties = calls[0]
+            etype = str(properties.get("type") or properties.get("entityType") or "")
+            self.waited[f"{operation} {etype.rsplit('.', 1)[-1]}".strip()] += (
+                time.monotonic() - began)
+
+    def _many(self, calls: list) -> list:
         results: list = [None] * len(calls)
         waiting: dict[str, int] = {}  # correlation id -> index
         link, fetcher = self.sender.link, self.receiver.fetcher

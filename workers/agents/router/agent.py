@@ -18,8 +18,8 @@ from config_service.models import Address, AddressSpace
 from config_service.status import ROUTER_ONLY_TYPES
 from workers import certificates, credentials, endpoints
 from workers.agents import statements
+from workers.agents.router import applied, tables, touched
 from workers.agents.router import desired as rc
-from workers.agents.router import tables, touched
 from workers.agents.runner import (
     Agent,
     Report,
@@ -35,9 +35,12 @@ logger = logging.getLogger(__name__)
 
 AUTOLINK_WAIT_SECONDS = 3.0
 # An idle management connection is kept for the next reconcile of this process for so long:
-# opening one (SASL relayed to the auth service) costs about as much as the reconcile of a small
-# change. Below the 16 s after which qdrouterd drops a connection that sent nothing.
-POOL_IDLE_SECONDS = 10.0
+# opening one (SASL relayed to the auth service, the schema read again) costs about as much as
+# the reconcile of a small change, and at 100,000 addresses on qdrouterd more than the rest of
+# it. Below the management listener's idle timeout (dataplane/qdrouterd.py,
+# MANAGEMENT_IDLE_SECONDS; the embedded router has none), and within the idle timeouts of the
+# usual load balancers (4 minutes and more), which drop a connection without telling either end.
+POOL_IDLE_SECONDS = 240.0
 # Idle connections of this process by management URL: [(Management, released at)]. A
 # reconcile takes one out and gives it back, so each is used by one thread at a time (the
 # parallel agents run in threads that live for one task).
@@ -176,6 +179,24 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     return after
 
 
+def _policy_keys(desired: dict) -> list:
+    """The keys of the space's vhost policy and broker connector in `desired`."""
+    return [key for key in desired if key[0] in (rc.VHOST, rc.CONNECTOR)]
+
+
+def _timed(mgmt: Management, work) -> Report:
+    """work()'s report, with where its time went on `mgmt`: the connection's opening if it
+    was new, and the answers waited for by kind of request, in ms."""
+    opened, before = not mgmt.waited, dict(mgmt.waited)  # nothing asked on it yet: new
+    report = work()
+    report.timings = {kind: round((seconds - before.get(kind, 0.0)) * 1000)
+                      for kind, seconds in list(mgmt.waited.items())
+                      if seconds > before.get(kind, 0.0)}
+    if opened:
+        report.timings["open"] = round(mgmt.opened_in * 1000)
+    return report
+
+
 def _confirmed(desired: dict, answer) -> dict:
     """The entity as a CREATE or UPDATE answered it; attributes a router does not echo (a
     password hash) are what was sent."""
@@ -248,7 +269,8 @@ class RouterAgent(Agent):
         except certificates.CertificateError as exc:
             return Report(space_error=str(exc))
         where = endpoints.of(space)  # once: on Kubernetes it reads the space's infra
-        return self._on_connection(where, lambda mgmt: self._reconcile(space, where, mgmt))
+        return self._on_connection(
+            where, lambda mgmt: _timed(mgmt, lambda: self._reconcile(space, where, mgmt)))
 
     def _on_connection(self, where: endpoints.SpaceEndpoints, work):
         """work(connection), on a kept connection if there is one; if that fails as
@@ -271,6 +293,7 @@ class RouterAgent(Agent):
             if report is not None:
                 return report
             addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
+            applied.forget(mgmt.url, prefix)  # until this run has applied the policy whole
             actual = self._apply(mgmt, desired, prefix, refused)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
@@ -283,6 +306,10 @@ class RouterAgent(Agent):
             raise TransientError(str(exc), soon=True) from exc
         finally:
             self._release(mgmt, broken)
+        policy = {key: desired[key] for key in _policy_keys(desired)}
+        if all(key in actual and key not in refused and not rc.differs(policy[key], actual[key])
+               for key in policy):
+            applied.record(mgmt.url, prefix, policy)
         return self._verify(desired, by_address, actual, refused)
 
     def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
@@ -327,13 +354,17 @@ class RouterAgent(Agent):
         _, desired, by_address = self._desired(space, where, features(mgmt, space.vhost), new)
         # The space's policy must be as desired already: a throttle, a user or a plan may have
         # changed it without an event this path would see (a wake-up with creates pending).
-        for key in [k for k in desired if k[0] in (rc.VHOST, rc.CONNECTOR)]:
-            row = mgmt.read(*key)
-            if row is None or rc.differs(desired[key], row):
+        # Unchanged since the last clean run (applied.py): not read again.
+        prefix = rc.owner_prefix(space.vhost)
+        policy = {key: desired.pop(key) for key in _policy_keys(desired)}
+        if not applied.matches(mgmt.url, prefix, policy):
+            rows = mgmt.read_many(policy)
+            if any(row is None or rc.differs(policy[key], row)
+                   for key, row in zip(policy, rows, strict=True)):
                 return None
-            del desired[key]
+            applied.record(mgmt.url, prefix, policy)
         refused: dict = {}
-        actual = apply(mgmt, desired, rc.owner_prefix(space.vhost), actual={}, refused=refused)
+        actual = apply(mgmt, desired, prefix, actual={}, refused=refused)
         if refused:
             return None  # a name taken (the router holds more than the agent knew): full diff
         return self._verify(desired, by_address, actual, checked=False)
@@ -390,6 +421,7 @@ class RouterAgent(Agent):
         try:
             # A shared qdrouterd's stored tables tell what to delete (a DELETE of what is gone
             # already is answered 404, which is what was wanted); else the space's own QUERY.
+            applied.forget(mgmt.url, prefix)
             apply(mgmt, {}, prefix, tables.owned(mgmt, prefix))
         except RouterUnreachable as exc:
             broken = True

@@ -558,6 +558,12 @@ def main():
 
     platform = Platform(args)
     if args.start:
+        # What Redis keeps of the router at this URL is of an earlier run's router, possibly of
+        # the other kind (--router both): an embedded router taken for a shared qdrouterd.
+        from django.conf import settings
+
+        from workers.agents.router import tables
+        tables.forget(settings.MAAS_ROUTER_MANAGEMENT_URL)
         platform.start()
         if keep_vacuumed(os.environ["DATABASE_URL"]):
             print("autovacuum is off on this server: VACUUM (ANALYZE) every 60 s instead")

@@ -95,9 +95,9 @@ class Management:
         self.reply_to = self.receiver.remote_source.address
         self.url, self.user = url, user
         self.pooled = False  # kept between reconciles (workers/agents/router/agent.py)
-        # {vhost: whether this router serves that space alone}, read once per connection
+        # The policy vhosts of the router's tenant listeners, read once per connection
         # (workers/agents/router/agent.py, serves_only): listeners are static configuration.
-        self.serves_only: dict[str, bool] = {}
+        self.serves_only: set | None = None
         self._ids = itertools.count(1)
         self.timeout = timeout
         self._schema: dict[str, frozenset] | None = None

@@ -65,19 +65,21 @@ def entity_types(mgmt: Management) -> list[str]:
 def features(mgmt: Management, vhost: str | None = None) -> rc.RouterFeatures:
     found = rc.RouterFeatures.of(mgmt.schema())
     if vhost is not None and not found.exact_message_targets:
-        if vhost not in mgmt.serves_only:  # listeners are static: once per connection
-            mgmt.serves_only[vhost] = serves_only(mgmt, vhost)
-        found = found._replace(serves_one_space=mgmt.serves_only[vhost])
+        found = found._replace(serves_one_space=serves_only(mgmt, vhost))
     return found
 
 
 def serves_only(mgmt: Management, vhost: str) -> bool:
     """True if every tenant listener of this qdrouterd (`multiTenant`) takes `vhost` as its
     policy vhost: the router serves that space alone (dataplane/qdrouterd.py, `tenant_vhost`).
-    A few rows, read once per connection and space on qdrouterd."""
-    tenant = [row for row in mgmt.query(rc.LISTENER, ["name", "multiTenant", "policyVhost"])
-              if row.get("multiTenant")]
-    return bool(tenant) and all(row.get("policyVhost") == vhost for row in tenant)
+    A few rows, read once per connection (listeners are static configuration): qdrouterd's
+    Python agent answers them, one request at a time, 28-58 ms at 1,000 spaces."""
+    if mgmt.serves_only is None:
+        tenant = [row for row in mgmt.query(rc.LISTENER, ["name", "multiTenant", "policyVhost"])
+                  if row.get("multiTenant")]
+        mgmt.serves_only = ({row.get("policyVhost") for row in tenant} if tenant
+                            else {None, ""})  # no tenant listener: serves no space alone
+    return mgmt.serves_only == {vhost}
 
 
 def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:

@@ -51,16 +51,22 @@ def test_new_anycast_and_multicast_addresses_are_applied_without_reading(mgmt, s
     add(space, "new-any", "anycast", "standard-small-anycast")
     add(space, "new-multi", "multicast", "standard-small-multicast")
 
-    # The policy is what the fixture's full diff applied and recorded: nothing is read.
-    assert reconcile_reading(mgmt, space) == 0
+    # The fixture's full diff recorded the policy, on another connection: this one READs it
+    # once by name (a router restarted since would have ended that other connection)...
+    assert reconcile_reading(mgmt, space) == 1
 
     assert phases(space)["new-any"] == phases(space)["new-multi"] == "Active"
     prefix = rc.owner_prefix(space.vhost)
     assert {f"{prefix}address:new-any", f"{prefix}address:new-multi"} <= owned(mgmt, space)
 
-    # Without the record (Redis emptied, an hour gone) the policy is READ by name, and the
-    # record is made again from what was read.
-    applied.forget(mgmt.url, prefix)
+    # ...and then reads nothing for the next ones, while the record in Redis agrees.
+    add(space, "next", "anycast", "standard-small-anycast")
+    assert reconcile_reading(mgmt, space) == 0
+    assert phases(space)["next"] == "Active"
+
+    # Without the record (Redis emptied, an hour gone) the policy is READ again, and the
+    # record is made anew from what was read.
+    applied.forget(mgmt, prefix)
     add(space, "unrecorded", "anycast", "standard-small-anycast")
     assert reconcile_reading(mgmt, space) == 1
     assert phases(space)["unrecorded"] == "Active"
@@ -103,6 +109,10 @@ def test_a_queue_a_deletion_or_a_router_restart_takes_the_full_diff(mgmt, space,
     add(space, "after-restart", "anycast", "standard-small-anycast")
     assert reconcile_reading(mgmt, space) > 0
     assert phases(space)["after-restart"] == "Active"
+    # That full diff recorded the policy, the broker connector of the queue's space with it.
+    add(space, "after-that", "anycast", "standard-small-anycast")
+    assert reconcile_reading(mgmt, space) == 0
+    assert phases(space)["after-that"] == "Active"
 
 
 def test_a_throttle_while_creates_are_pending_still_reaches_the_policy(mgmt, space):

@@ -98,6 +98,9 @@ class Management:
         # The policy vhosts of the router's tenant listeners, read once per connection
         # (workers/agents/router/agent.py, serves_only): listeners are static configuration.
         self.serves_only: set | None = None
+        # {space field: digest} of the policies applied or read on this connection
+        # (workers/agents/router/applied.py): none outlives the router run it was made with.
+        self.applied_policy: dict[str, str] = {}
         self._ids = itertools.count(1)
         self.timeout = timeout
         self._schema: dict[str, frozenset] | None = None

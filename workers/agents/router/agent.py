@@ -295,12 +295,16 @@ class RouterAgent(Agent):
             if report is not None:
                 return report
             addresses, desired, by_address = self._desired(space, where, features(mgmt, space.vhost))
-            applied.forget(mgmt.url, prefix)  # until this run has applied the policy whole
+            applied.forget(mgmt, prefix)  # until this run has applied the policy whole
             actual = self._apply(mgmt, desired, prefix, refused)
             deadline = time.monotonic() + AUTOLINK_WAIT_SECONDS
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
                 self._reread_status(mgmt, actual, prefix)
+            policy = {key: desired[key] for key in _policy_keys(desired)}
+            if all(key in actual and key not in refused
+                   and not rc.differs(policy[key], actual[key]) for key in policy):
+                applied.record(mgmt, prefix, policy)  # on this connection, before its release
         except ManagementError as exc:  # a QUERY or the schema: nothing could be compared
             return Report(space_error=f"Router refused the configuration: {exc}", checked=False)
         except RouterUnreachable as exc:
@@ -308,10 +312,6 @@ class RouterAgent(Agent):
             raise TransientError(str(exc), soon=True) from exc
         finally:
             self._release(mgmt, broken)
-        policy = {key: desired[key] for key in _policy_keys(desired)}
-        if all(key in actual and key not in refused and not rc.differs(policy[key], actual[key])
-               for key in policy):
-            applied.record(mgmt.url, prefix, policy)
         return self._verify(desired, by_address, actual, refused)
 
     def _apply(self, mgmt: Management, desired: dict, prefix: str, refused: dict) -> dict:
@@ -359,12 +359,12 @@ class RouterAgent(Agent):
         # Unchanged since the last clean run (applied.py): not read again.
         prefix = rc.owner_prefix(space.vhost)
         policy = {key: desired.pop(key) for key in _policy_keys(desired)}
-        if not applied.matches(mgmt.url, prefix, policy):
+        if not applied.matches(mgmt, prefix, policy):
             rows = mgmt.read_many(policy)
             if any(row is None or rc.differs(policy[key], row)
                    for key, row in zip(policy, rows, strict=True)):
                 return None
-            applied.record(mgmt.url, prefix, policy)
+            applied.record(mgmt, prefix, policy)
         refused: dict = {}
         actual = apply(mgmt, desired, prefix, actual={}, refused=refused)
         if refused:
@@ -423,7 +423,7 @@ class RouterAgent(Agent):
         try:
             # A shared qdrouterd's stored tables tell what to delete (a DELETE of what is gone
             # already is answered 404, which is what was wanted); else the space's own QUERY.
-            applied.forget(mgmt.url, prefix)
+            applied.forget(mgmt, prefix)
             apply(mgmt, {}, prefix, tables.owned(mgmt, prefix))
         except RouterUnreachable as exc:
             broken = True

@@ -32,6 +32,16 @@ def binary() -> str | None:
 
 
 @dataclass(frozen=True)
+class MeshTls:
+    """The files of a router's mutual TLS with its peers: the mesh's CA and its own
+    certificate (its host name in the subject alternative names) and key."""
+
+    ca: str
+    cert: str
+    key: str
+
+
+@dataclass(frozen=True)
 class Listeners:
     """Where qdrouterd listens and whom it asks; the same settings as the embedded router."""
 
@@ -59,6 +69,10 @@ class Listeners:
     handshake_timeout: float = 5.0  # seconds a client has for TLS, SASL and its open
     # The CA that certifies the auth service: TLS to it, verified (None: plain, loopback)
     auth_ca: str | None = None
+    # A mesh on one machine: the inter-router listener and connectors over mutual TLS, and
+    # the peers ((host, port), ...) whose inter-router listeners this router connects to.
+    mesh_tls: MeshTls | None = None
+    peers: tuple = ()
 
 
 # Link routes to a container that never connects: an attach to a router-internal address
@@ -151,10 +165,30 @@ def router_config(router_id: str, where: Listeners) -> list:
                           "role": "normal", "sslProfile": "tls", "requireSsl": True,
                           **tenant}],
         ]
+    if where.peers and where.mode != "interior":
+        raise ValueError("connectors to peers need mode interior")
+    if where.mesh_tls:
+        config.append(["sslProfile", {"name": "mesh", "caCertFile": where.mesh_tls.ca,
+                                      "certFile": where.mesh_tls.cert,
+                                      "privateKeyFile": where.mesh_tls.key,
+                                      "protocols": "TLSv1.2 TLSv1.3"}])
+        # TLS both ways: qdrouterd asks the peer for a certificate of the mesh's CA only
+        # when the listener offers SASL EXTERNAL, and takes the identity from it.
+        mutual = {"sslProfile": "mesh", "saslMechanisms": "EXTERNAL"}
     if where.inter_router_port:
-        config.append(["listener", {"name": "inter-router", "host": where.host,
-                                    "port": str(where.inter_router_port),
-                                    "role": "inter-router", "authenticatePeer": False}])
+        listener = {"name": "inter-router", "host": where.host,
+                    "port": str(where.inter_router_port), "role": "inter-router"}
+        if where.mesh_tls:
+            listener.update(mutual, authenticatePeer=True, requireSsl=True)
+        else:  # Kubernetes: only the space's own routers may reach it, by NetworkPolicy
+            listener["authenticatePeer"] = False
+        config.append(["listener", listener])
+    for host, port in where.peers:
+        connector = {"name": f"mesh-{host}-{port}", "host": host, "port": str(port),
+                     "role": "inter-router"}
+        if where.mesh_tls:  # the peer's certificate checked against the CA and its host name
+            connector.update(mutual, verifyHostname=True)
+        config.append(["connector", connector])
     if where.metrics_port:
         # qdrouterd's HTTP listener serves /metrics and /healthz without authentication:
         # loopback by default, as the embedded router's (on Kubernetes, the probes' port,

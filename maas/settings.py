@@ -407,6 +407,18 @@ MAAS_ROUTER_AMQP_PORT = env_int("MAAS_ROUTER_AMQP_PORT", 5673)
 MAAS_ROUTER_AMQPS_PORT = env_int("MAAS_ROUTER_AMQPS_PORT", 5674)
 MAAS_ROUTER_METRICS_PORT = env_int("MAAS_ROUTER_METRICS_PORT", 8091)
 MAAS_ROUTER_METRICS_HOST = env("MAAS_ROUTER_METRICS_HOST", "127.0.0.1")  # not MAAS_ROUTER_HOST
+# A router network on one machine (config_service/routers.py, docs/router.md "The router
+# network"): MAAS_ROUTER_MESH qdrouterd interior routers meshed over mutual TLS, every standard
+# space configured on each, clients given each as a failover list. Router 1 has the ports
+# above and its inter-router listener on MAAS_ROUTER_MESH_PORT_BASE; router k = 2.. has AMQP,
+# AMQPS, management, metrics and inter-router on MAAS_ROUTER_MESH_PORT_BASE + 10 (k-1) + 0..4.
+# More than one needs qdrouterd (QDROUTERD): the embedded router is not meshed.
+MAAS_ROUTER_MESH = env_int("MAAS_ROUTER_MESH", 1)
+if not 1 <= MAAS_ROUTER_MESH <= 9:
+    raise RuntimeError("MAAS_ROUTER_MESH must be between 1 and 9")
+MAAS_ROUTER_MESH_PORT_BASE = env_int("MAAS_ROUTER_MESH_PORT_BASE", 5720)
+# The mesh's CA, and each router's certificate and key under it (made for make run if missing).
+MAAS_ROUTER_MESH_TLS_DIR = env("MAAS_ROUTER_MESH_TLS_DIR", str(BASE_DIR / "var" / "mesh-tls"))
 # The MQTT gateway of standard spaces (dataplane/gateway, docs/mqtt.md): 1883 is Mosquitto's
 # and 1884 RabbitMQ's MQTT; it reaches the router's AMQP listener as each client's user.
 MAAS_MQTT_GATEWAY_ENABLED = env_bool("MAAS_MQTT_GATEWAY_ENABLED", True)

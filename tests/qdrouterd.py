@@ -5,6 +5,8 @@ Tests that use it are skipped, with the reason, where `QDROUTERD` is not set; no
 qdrouterd is in this repository.
 """
 import os
+import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,16 @@ from tests.router.conftest import ROOT, RouterProcess, free_port, terminate, wai
 
 SKIP_REASON = "QDROUTERD does not name a qdrouterd 1.19 build (see docs/router.md)"
 needs_qdrouterd = pytest.mark.skipif(qdrouterd.binary() is None, reason=SKIP_REASON)
+
+
+def fake_binary(tmp_path, monkeypatch) -> Path:
+    """An executable `QDROUTERD` names: enough for the platform to choose qdrouterd (and write
+    its configuration) where no test runs it."""
+    binary = tmp_path / "qdrouterd"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("QDROUTERD", str(binary))
+    return binary
 
 
 class AuthService:
@@ -62,11 +74,17 @@ class QdrouterdProcess(RouterProcess):
 
     def __init__(self, auth_port: int, admin_user: str = "admin",
                  tenant_vhost: str | None = None,
-                 auth_ca: str | None = None):  # not RouterProcess.__init__
-        self.amqp_port = free_port()
+                 auth_ca: str | None = None, router_id: str = "maas-test",
+                 ports: tuple[int, int, int] | None = None,
+                 inter_router_port: int | None = None, peers: tuple = (),
+                 mesh_tls: qdrouterd.MeshTls | None = None):  # not RouterProcess.__init__
+        # (AMQP, management, metrics): free ports unless given (a mesh's, by its layout)
+        self.amqp_port, self.mgmt_port, self.metrics_port = ports or (
+            free_port(), free_port(), free_port())
         self.amqps_port = None
-        self.mgmt_port = free_port()
-        self.metrics_port = free_port()
+        self.router_id = router_id
+        # A router of a mesh (interior): its inter-router listener, its peers' and the TLS.
+        self.inter_router_port, self.peers, self.mesh_tls = inter_router_port, peers, mesh_tls
         self.auth_port, self.admin_user = auth_port, admin_user
         # A router serving one space, as on Kubernetes (Listeners.tenant_vhost).
         self.tenant_vhost = tenant_vhost
@@ -81,10 +99,70 @@ class QdrouterdProcess(RouterProcess):
             management_port=self.mgmt_port, admin_user=self.admin_user,
             auth_host="127.0.0.1", auth_port=self.auth_port, metrics_host="127.0.0.1",
             metrics_port=self.metrics_port, tenant_vhost=self.tenant_vhost,
-            auth_ca=self.auth_ca)
-        path = qdrouterd.write_config(self.dir / "qdrouterd.json", "maas-test", where)
+            auth_ca=self.auth_ca, mode="interior" if self.inter_router_port else "standalone",
+            inter_router_port=self.inter_router_port, peers=self.peers, mesh_tls=self.mesh_tls)
+        path = qdrouterd.write_config(self.dir / "qdrouterd.json", self.router_id, where)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(qdrouterd.command(path), stdout=log, stderr=log,
                                          env=dict(os.environ))
         wait_port(self.amqp_port)
         wait_port(self.mgmt_port)
+
+
+def free_block(size: int) -> int:
+    """The first of `size` consecutive ports free now (a mesh's layout,
+    config_service.routers: MAAS_ROUTER_MESH_PORT_BASE + 10 (k-1) + 0..4)."""
+    for _ in range(50):
+        base = random.randrange(20000, 30000 - size)
+        sockets = []
+        try:
+            for port in range(base, base + size):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {size} free ports in a row")
+
+
+class Mesh:
+    """`n` qdrouterd interior routers meshed over mutual TLS, laid out on the ports
+    config_service.routers gives MAAS_ROUTER_MESH = n (router 1's client ports free ones, its
+    inter-router listener on the base), so that the platform's settings find each: `settings`
+    points them there. Router k connects to routers 1..k-1, as `runplatform` starts them."""
+
+    def __init__(self, n: int, auth_port: int, tls_dir: str, tenant_vhost: str | None = None):
+        from workers.agents.router.certificates import ensure_mesh_certificates
+
+        self.base = free_block(10 * n)
+        ids = [f"maas-router-{k}" for k in range(1, n + 1)]
+        certs = ensure_mesh_certificates(tls_dir, ids)
+        self.routers: list[QdrouterdProcess] = []
+        for k, router_id in enumerate(ids, 1):
+            at = self.base + 10 * (k - 1)
+            ports = None if k == 1 else (at, at + 2, at + 3)
+            self.routers.append(QdrouterdProcess(
+                auth_port, tenant_vhost=tenant_vhost, router_id=router_id, ports=ports,
+                inter_router_port=self.base if k == 1 else at + 4,
+                peers=tuple(("127.0.0.1", r.inter_router_port) for r in self.routers),
+                mesh_tls=qdrouterd.MeshTls(*certs[router_id])))
+
+    def start(self) -> None:
+        for router in self.routers:
+            router.start()
+
+    def stop(self) -> None:
+        for router in self.routers:
+            router.stop()
+
+    def settings(self, settings) -> None:
+        first = self.routers[0]
+        settings.MAAS_ROUTER_MESH = len(self.routers)
+        settings.MAAS_ROUTER_MESH_PORT_BASE = self.base
+        settings.MAAS_ROUTER_HOST = "127.0.0.1"
+        settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{first.mgmt_port}"
+        settings.MAAS_ROUTER_AMQP_PORT = first.amqp_port

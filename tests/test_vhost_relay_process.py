@@ -5,16 +5,13 @@ embedded router's state directory is the settings'."""
 import pytest
 
 from maas.management.commands.runplatform import processes
+from tests.qdrouterd import fake_binary
 
 
 @pytest.fixture
 def fake_qdrouterd(tmp_path, monkeypatch, settings):
-    binary = tmp_path / "qdrouterd"
-    binary.write_text("#!/bin/sh\n")
-    binary.chmod(0o755)
-    monkeypatch.setenv("QDROUTERD", str(binary))
     settings.MAAS_RUN_EMBEDDED_ROUTER = False  # no router process: only the relay is looked at
-    return binary
+    return fake_binary(tmp_path, monkeypatch)
 
 
 def test_with_qdrouterd_the_platform_runs_the_relay_in_front_of_rabbitmq(settings,

@@ -6,11 +6,13 @@ management entities), the protocol gateway's MQTT clients included: the gateway 
 connection per MQTT client as its messaging user and names the client in that connection's
 properties. A brokered space's clients are on its RabbitMQ vhost. The router's own connections
 (to brokers, to management) and other spaces' are never listed. A connection's id says where it
-lives (`router-<identity>`, `broker-<name, base64url>`), so a close goes to the right place.
+lives (`router-<identity>`, on router k of a mesh `router<k>-<identity>`, `broker-<name,
+base64url>`), so a close goes to the right place.
 """
 import base64
 import binascii
 import logging
+import re
 import time
 
 from config_service.readings import Connection, Link
@@ -47,6 +49,7 @@ CONSUMER_COLUMNS = ("channel_details.connection_name", "consumer_tag", "queue.na
                     "prefetch_count")
 TIMEOUT_SECONDS = 5
 ROUTER, BROKER = "router-", "broker-"
+ROUTER_ID = re.compile(r"router(\d*)-(.+)")  # router<k>-<identity>: router k of the mesh
 # What the gateway names in its AMQP connection's properties (dataplane/gateway/session.py).
 GATEWAY_PROTOCOL, GATEWAY_CLIENT_ID, GATEWAY_CLIENT_HOST = (
     "maas-protocol", "maas-client-id", "maas-client-host")
@@ -73,9 +76,19 @@ def connections(space, links: bool = False) -> list[Connection]:
     """The space's client connections; with `links`, each with its links (a list without them
     still has their counts)."""
     where = endpoints.of(space)
-    if where.router is not None:
-        with _management(where.router) as mgmt:
-            return _router_connections(mgmt, space.vhost, links)
+    if where.routers:
+        found, unavailable = [], []
+        for k, router in enumerate(where.routers, 1):
+            try:
+                with _management(router) as mgmt:
+                    found += _router_connections(mgmt, space.vhost, links, _tag(k))
+            except Unavailable as exc:
+                unavailable.append(exc)
+        # A router of the mesh that went away has no clients to list; none answering is
+        # an error, not an empty space.
+        if len(unavailable) == len(where.routers):
+            raise unavailable[0]
+        return found
     api = _api(where.broker)
     try:
         return _broker_connections(api, where.broker, space.vhost)
@@ -88,13 +101,15 @@ def close(space, connection_id: str) -> Connection | None:
     or None. The peer sees amqp:connection:forced (the embedded router), its socket closed
     (qdrouterd 1.19), or what RabbitMQ does (`_close_on_broker`)."""
     where = endpoints.of(space)
-    if connection_id.startswith(ROUTER) and where.router is not None:
-        with _management(where.router) as mgmt:
-            found = _find(_router_connections(mgmt, space.vhost, False), connection_id)
+    routed = ROUTER_ID.fullmatch(connection_id)
+    k = int(routed.group(1) or 1) if routed else 0
+    if routed and 1 <= k <= len(where.routers) and routed.group(1) != "1":
+        with _management(where.routers[k - 1]) as mgmt:
+            found = _find(_router_connections(mgmt, space.vhost, False, _tag(k)), connection_id)
             if found is not None:
                 try:
                     mgmt.request("UPDATE", {"adminStatus": "deleted"}, type=CONNECTION,
-                                 identity=connection_id[len(ROUTER):])
+                                 identity=routed.group(2))
                 except ManagementError as exc:
                     if exc.status == 404:  # gone meanwhile: what was asked for
                         return found
@@ -102,7 +117,7 @@ def close(space, connection_id: str) -> Connection | None:
                 except Exception as exc:  # proton's Timeout, ConnectionException
                     raise Unavailable(f"The space's router did not answer ({exc})") from exc
             return found
-    if connection_id.startswith(BROKER) and where.router is None:
+    if connection_id.startswith(BROKER) and not where.routers:
         api = _api(where.broker)
         try:
             found = _find(_broker_connections(api, where.broker, space.vhost), connection_id)
@@ -151,7 +166,13 @@ class _management:
         self.mgmt.close()
 
 
-def _router_connections(mgmt: Management, vhost: str, with_links: bool) -> list[Connection]:
+def _tag(k: int) -> str:
+    """The id head of router k's connections: router 1's keep the single router's."""
+    return ROUTER if k == 1 else f"router{k}-"
+
+
+def _router_connections(mgmt: Management, vhost: str, with_links: bool,
+                        tag: str = ROUTER) -> list[Connection]:
     try:
         # both at once; the embedded router answers only the space's (`vhost`), qdrouterd
         # every space's, picked out below
@@ -172,12 +193,12 @@ def _router_connections(mgmt: Management, vhost: str, with_links: bool) -> list[
         # proton raises its own Timeout and ConnectionException types
         raise Unavailable(f"The space's router did not answer; try again ({exc})") from exc
     now = time.time()
-    return [_router_connection(row, vhost, tuple(links[i]), now, with_links)
+    return [_router_connection(row, vhost, tuple(links[i]), now, with_links, tag)
             for i, row in mine.items()]
 
 
 def _router_connection(row: dict, vhost: str, links: tuple, now: float,
-                       with_links: bool) -> Connection:
+                       with_links: bool, tag: str = ROUTER) -> Connection:
     props = _properties(row.get("properties"))
     encrypted = bool(row.get("isEncrypted"))
     protocol = str(props.get(GATEWAY_PROTOCOL) or "")
@@ -186,7 +207,7 @@ def _router_connection(row: dict, vhost: str, links: tuple, now: float,
     sent = [link for link in links if link.role == "sender"]
     received = [link for link in links if link.role == "receiver"]
     return Connection(
-        id=f"{ROUTER}{row['identity']}",
+        id=f"{tag}{row['identity']}",
         hostname=_text(props.get(GATEWAY_CLIENT_HOST) or row.get("host")),
         container_id=_text(props.get(GATEWAY_CLIENT_ID) or row.get("container")),
         protocol=protocol or ("amqps" if encrypted else "amqp"),

@@ -2,8 +2,9 @@
 
 Agents, the usage sampler and the portal's stats and purge all ask `of(space)` rather than
 reading the control plane's own settings, so each reads and changes its space's own target:
-on one machine (`MAAS_INFRA_BACKEND=local`) every space shares the local router and is on the
-broker of the local pool its creation recorded (`AddressSpace.broker`, config_service.brokers);
+on one machine (`MAAS_INFRA_BACKEND=local`) every standard space shares the local router, or each
+router of the local mesh (config_service.routers), and every space is on the broker of the local
+pool its creation recorded (`AddressSpace.broker`, config_service.brokers);
 on Kubernetes a standard space has its own router and brokers (workers/infra), reached through
 their Services with the space's own broker credentials, and brokered spaces are on the pool.
 `MAAS_SPACE_ENDPOINTS` may name another function (dotted path) taking a space and returning
@@ -21,6 +22,7 @@ from config_service.brokers import (  # noqa: F401 - this module's interface too
     pooled_broker,
     shared_broker,
 )
+from config_service.routers import local_routers
 
 
 @dataclass(frozen=True)
@@ -30,12 +32,24 @@ class RouterEndpoint:
     management_url: str
     admin_user: str
     admin_password: str
+    name: str = "router"  # in a mesh: its router id, as status messages name it
 
 
 @dataclass(frozen=True)
 class SpaceEndpoints:
     broker: BrokerEndpoint
-    router: RouterEndpoint | None  # None: a brokered space has no router
+    # Every router of the space, each brought to its desired state; none: a brokered space.
+    routers: tuple[RouterEndpoint, ...] = ()
+
+    @property
+    def router(self) -> RouterEndpoint | None:
+        """The first router: the one a single-router reader (the portal's stats) asks."""
+        return self.routers[0] if self.routers else None
+
+    def on(self, router: RouterEndpoint) -> "SpaceEndpoints":
+        """These endpoints with `router` as the space's one router: what a reconcile of one
+        router of the mesh works on."""
+        return SpaceEndpoints(self.broker, (router,))
 
 
 def of(space) -> SpaceEndpoints:
@@ -48,12 +62,18 @@ def by_backend(space) -> SpaceEndpoints:
     if space.type == "standard" and settings.MAAS_INFRA_BACKEND == "kubernetes":
         return _kubernetes(space)
     return SpaceEndpoints(broker=pooled_broker(space.broker),
-                          router=shared_router() if space.type == "standard" else None)
+                          routers=shared_routers() if space.type == "standard" else ())
 
 
 def shared_router() -> RouterEndpoint:
-    return RouterEndpoint(settings.MAAS_ROUTER_MANAGEMENT_URL, settings.MAAS_ROUTER_ADMIN_USER,
-                          settings.MAAS_ROUTER_ADMIN_PASSWORD)
+    """The first router of this machine (the router watch's and the tests' default)."""
+    return shared_routers()[0]
+
+
+def shared_routers() -> tuple[RouterEndpoint, ...]:
+    """Every router of this machine: one, or each of the mesh."""
+    return tuple(RouterEndpoint(r.management_url, settings.MAAS_ROUTER_ADMIN_USER,
+                                settings.MAAS_ROUTER_ADMIN_PASSWORD, r.id) for r in local_routers())
 
 
 def _kubernetes(space) -> SpaceEndpoints:
@@ -71,4 +91,4 @@ def _kubernetes(space) -> SpaceEndpoints:
     router_host = m.service_host(f"{m.router_name(infra.infra)}-internal", cfg)
     router = RouterEndpoint(f"amqp://{router_host}:{m.ROUTER_MANAGEMENT_PORT}",
                             settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD)
-    return SpaceEndpoints(broker=broker, router=router)
+    return SpaceEndpoints(broker=broker, routers=(router,))

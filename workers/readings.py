@@ -22,7 +22,12 @@ TIMEOUT_SECONDS = 3
 class WorkersReadings:
     def address_counters(self, space) -> AddressCounters:
         where = endpoints.of(space)
-        router = _router_rows(where.router, space.vhost) if where.router is not None else {}
+        router: dict = {}
+        for one in where.routers:  # a mesh's counters add up: each counts its own clients
+            for name, row in _router_rows(one, space.vhost).items():
+                total = router.setdefault(name, dict.fromkeys(row, 0))
+                for key, value in row.items():
+                    total[key] += value
         return AddressCounters(router=router, broker=_broker_rows(where.broker, space.vhost))
 
     def ca_cert(self, space) -> str:
@@ -78,8 +83,9 @@ def _router_rows(router: endpoints.RouterEndpoint, vhost: str) -> dict:
             s["out"] += int(row.get("deliveriesEgress", 0))
     for link in links:
         key = router_address({"owningAddr": link.get("owningAddr")})[0]
-        if str(link.get("connectionId")) in internal:
-            continue
+        if (str(link.get("connectionId")) in internal
+                or link.get("linkType", "endpoint") != "endpoint"):
+            continue  # brokers' links and, in a mesh, the links between routers
         if key.startswith(prefix) and key[len(prefix):] in out:
             side = "receivers" if link.get("linkDir") == "out" else "senders"
             out[key[len(prefix):]][side] += 1

@@ -21,7 +21,7 @@ from config_service.models import AddressSpace, AgentState
 from config_service.status import ROUTER_ONLY_TYPES, SPACE_TYPES
 from core.threads import process_pool
 from eventlog.models import Outbox
-from workers import dispatch
+from workers import dispatch, endpoints
 from workers.agents import runner, statements
 from workers.agents.router import tables as router_tables
 from workers.agents.router import watch as router_watch
@@ -348,7 +348,7 @@ def watch_router() -> dict:
     after one interval: those that queued up during a long restore are dropped, not run."""
     if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
         return {}  # on Kubernetes each space's agent pod resyncs its own router
-    return vars(router_watch.tick(settings.MAAS_ROUTER_MANAGEMENT_URL))
+    return vars(router_watch.tick(*(r.management_url for r in endpoints.shared_routers())))
 
 
 @shared_task(name="maas.workers.read_router_tables")
@@ -360,15 +360,21 @@ def read_router_tables() -> dict:
     held it until it expired)."""
     if not settings.MAAS_ROUTER_ENABLED or settings.MAAS_INFRA_BACKEND == "kubernetes":
         return {}  # on Kubernetes each space has a router of its own: nothing is shared
-    try:
-        mgmt = management_client()
-    except RouterUnreachable:
-        return {}  # the router watch tells when it is back
-    try:
-        kept = router_tables.refresh(mgmt)
-    finally:
-        mgmt.close()
-    return {} if kept is None else {"seconds": round(kept.seconds, 3), "rows": mgmt.rows_read}
+    read, routers = {}, endpoints.shared_routers()
+    for router in routers:  # each router of a mesh holds its own tables
+        try:
+            mgmt = management_client(router)
+        except RouterUnreachable:
+            continue  # the router watch tells when it is back
+        try:
+            kept = router_tables.refresh(mgmt)
+        finally:
+            mgmt.close()
+        if kept is not None:
+            read[router.name] = {"seconds": round(kept.seconds, 3), "rows": mgmt.rows_read}
+    if len(routers) == 1:  # its figures alone; a mesh's by router
+        return read.get(routers[0].name, {})
+    return read
 
 
 @shared_task(name="maas.workers.watch_broker")

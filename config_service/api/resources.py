@@ -8,7 +8,7 @@ from django.conf import settings
 
 from core.api.manifests import ADMIN_API, ENMASSE, MAAS_API, USER_API, metadata, timestamp
 
-from .. import brokers, plan_specs, readings, space_endpoints
+from .. import brokers, plan_specs, readings, routers, space_endpoints
 from ..status import address_status, agents_needed, space_status
 
 
@@ -39,6 +39,11 @@ def endpoints(space, ca: str | None = None) -> list[dict]:
     # address prefix follow it alone (the embedded router also reads `user@vhost`).
     out = [{"name": "messaging", "serviceHost": settings.MAAS_PUBLIC_HOST, "servicePorts": ports,
             "virtualHost": space.vhost, "username": f"<username>@{space.vhost}"}]
+    if routers.meshed():
+        # Each router of the mesh, for clients to reconnect through when theirs goes away.
+        host = settings.MAAS_PUBLIC_HOST
+        out[0]["failoverUrls"] = [url for p in ports
+                                  for url in routers.failover_urls(p["name"], host)]
     if settings.MAAS_MQTT_GATEWAY_ENABLED:
         # The MQTT gateway (docs/mqtt.md): the login names the space, MQTTS has the router's
         # certificate (the same CA as AMQPS).
@@ -59,9 +64,16 @@ def _with_hosts(statuses: list[dict], space) -> list[dict]:
     for status in statuses:
         endpoint = by_service.get(status["name"])
         if endpoint is not None:
-            status.update(externalHost=endpoint["expose"]["routeHost"],
-                          cert=endpoint["cert"]["provider"])
+            host = endpoint["expose"]["routeHost"]
+            status.update(externalHost=host, cert=endpoint["cert"]["provider"])
+            if "failoverUrls" in status:  # the same routers, by the endpoint's host name
+                status["failoverUrls"] = [_on_host(url, host) for url in status["failoverUrls"]]
     return statuses
+
+
+def _on_host(url: str, host: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{host}:{rest.rpartition(':')[2]}"
 
 
 def _ca_cert(space) -> str:

@@ -178,6 +178,11 @@ class EndpointStatus(Described):
                                          "(spec.endpoints): connect and check the certificate "
                                          "with this name.")
     cert = s.CharField(required=False, help_text="That endpoint's certificate provider.")
+    failoverUrls = s.ListField(
+        child=s.CharField(), required=False,
+        help_text="A standard space served by a mesh of routers: every router's URL for each "
+                  "port, the first first. A client reconnects through them when its router "
+                  "goes away (Qpid JMS: `failover:(<url>,<url>,...)`).")
 
 
 class AddressSpacePlanStatus(Described):
@@ -417,8 +422,9 @@ MessagingUserManifestOrList, MessagingUserOrList = bulk(
 # Connections ---------------------------------------------------------------------------------
 
 class ConnectionMeta(Described):
-    name = s.CharField(help_text="The connection's id in its space: `router-<n>` or "
-                                 "`broker-<base64url>`; stable while it lives.")
+    name = s.CharField(help_text="The connection's id in its space: `router-<n>` (on router "
+                                 "k of a mesh `router<k>-<n>`) or `broker-<base64url>`; "
+                                 "stable while it lives.")
     namespace = s.CharField(help_text="The tenant's name.")
     addressSpace = s.CharField()
     creationTimestamp = s.DateTimeField(allow_null=True, help_text="When it opened.")

@@ -64,7 +64,7 @@ def test_runplatform_starts_the_auth_service_with_the_router(settings, tmp_path,
     assert "--tls-cert" in procs["authservice"] and "--auth-service-ca" in procs["router"]
     monkeypatch.setenv("QDROUTERD", sys.executable)  # an executable: qdrouterd.binary()
     monkeypatch.setattr("maas.management.commands.runplatform.qdrouterd_command",
-                        lambda mgmt: ["qdrouterd"])  # its config is not what is looked at
+                        lambda router, mesh: ["qdrouterd"])  # its config is not looked at
     assert "--tls-cert" not in processes("127.0.0.1:8000")["authservice"]
     settings.MAAS_AUTH_SERVICE_TLS = "true"
     assert "--tls-cert" in processes("127.0.0.1:8000")["authservice"]

@@ -60,8 +60,7 @@ def test_the_portal_stats_come_from_the_registered_data_plane(monkeypatch, redis
 def test_the_workers_data_plane_reads_the_space_s_own_endpoints(monkeypatch):
     asked = []
     unreachable = endpoints.SpaceEndpoints(
-        broker=endpoints.BrokerEndpoint("http://127.0.0.1:9/api", "u", "p", "127.0.0.1", 9),
-        router=None)
+        broker=endpoints.BrokerEndpoint("http://127.0.0.1:9/api", "u", "p", "127.0.0.1", 9))
     monkeypatch.setattr(endpoints, "of", lambda space: asked.append(space) or unreachable)
     space = SimpleNamespace(uid=uuid.uuid4(), vhost="t.shop", type="brokered")
     assert WorkersReadings().address_counters(space) == AddressCounters()

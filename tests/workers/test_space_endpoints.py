@@ -59,8 +59,8 @@ def _space(tenant, relay, router):
         broker=endpoints.BrokerEndpoint(relay.url + "/api", shared.api_user,
                                         shared.api_password, shared.amqp_host,
                                         shared.amqp_port),
-        router=endpoints.RouterEndpoint(f"amqp://127.0.0.1:{router.mgmt_port}", "admin",
-                                        ADMIN_PASSWORD))
+        routers=(endpoints.RouterEndpoint(f"amqp://127.0.0.1:{router.mgmt_port}", "admin",
+                                          ADMIN_PASSWORD),))
     return space
 
 

@@ -162,7 +162,7 @@ def collect(now: datetime | None = None) -> list[dict]:
     where = {s.pk: endpoints.of(s) for s in spaces}
     routers: dict = {}
     if settings.MAAS_ROUTER_ENABLED:
-        for router in {w.router for w in where.values() if w.router is not None}:
+        for router in {r for w in where.values() for r in w.routers}:
             try:
                 routers[router] = read_router(router)
             except RouterUnreachable:
@@ -193,14 +193,14 @@ def collect(now: datetime | None = None) -> list[dict]:
     rows: list[dict] = []
     for space in spaces:
         w = where[space.pk]
-        source = f"router:{router_watch.public_url(w.router.management_url)}" if (
-            w.router is not None and settings.MAAS_ROUTER_ENABLED) else None
-        router = routers.get(w.router) if source else None
-        broker = brokers.get(w.broker)
         mine = addresses.get(space.pk, [])
-        if space.type == "standard":
-            rows += _router_rows(now, space, mine, router, source) if source else []
-        rows += _broker_rows(now, space, mine, broker)
+        if space.type == "standard" and settings.MAAS_ROUTER_ENABLED:
+            # Each router of a mesh is a source of its own: its counters count the messages
+            # its own clients sent and received, and restart with it alone.
+            for r in w.routers:
+                rows += _router_rows(now, space, mine, routers.get(r),
+                                     f"router:{router_watch.public_url(r.management_url)}")
+        rows += _broker_rows(now, space, mine, brokers.get(w.broker))
     return rows
 
 

@@ -17,8 +17,9 @@ import time
 from urllib.parse import urlparse
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from config_service import routers
 from dataplane import qdrouterd
 from maas.supervisor import Supervisor
 from workers import endpoints
@@ -61,7 +62,12 @@ def processes(bind: str) -> dict[str, list[str]]:
                            settings.MAAS_PUBLIC_HOST)
         mgmt = urlparse(settings.MAAS_ROUTER_MANAGEMENT_URL)
         if qdrouterd.binary():
-            procs["router"] = qdrouterd_command(mgmt)
+            mesh = routers.local_routers()
+            for k, router in enumerate(mesh, 1):
+                procs["router" if k == 1 else f"router-{k}"] = qdrouterd_command(router, mesh)
+        elif routers.meshed():
+            raise CommandError("MAAS_ROUTER_MESH > 1 needs qdrouterd (QDROUTERD): the embedded "
+                               "router is not meshed")
         else:
             procs["router"] = embedded_router_command(mgmt)
     if settings.MAAS_ROUTER_ENABLED:
@@ -127,19 +133,33 @@ def _relay_tls(host: str, port: int) -> list[str]:
             "--space-tls-dir", settings.MAAS_SPACE_TLS_DIR]
 
 
-def qdrouterd_command(mgmt) -> list[str]:
-    """qdrouterd (`QDROUTERD`) on the embedded router's settings, its configuration written
-    to var/qdrouterd.json at each start."""
+def qdrouterd_command(router: routers.LocalRouter, mesh: list[routers.LocalRouter]) -> list[str]:
+    """qdrouterd (`QDROUTERD`) as `router` of the `mesh` (config_service.routers: one router
+    on the embedded router's settings, or each of a mesh), its configuration written to
+    var/qdrouterd.json (router k of a mesh: var/qdrouterd-<k>.json) at each start. Router k
+    connects to routers 1..k-1, so each pair of the mesh is linked once."""
+    mgmt = urlparse(router.management_url)
+    index = mesh.index(router)
+    tls = None
+    if router.inter_router_port:
+        from workers.agents.router.certificates import ensure_mesh_certificates
+
+        ca, cert, key = ensure_mesh_certificates(
+            settings.MAAS_ROUTER_MESH_TLS_DIR, [r.id for r in mesh], router.host)[router.id]
+        tls = qdrouterd.MeshTls(ca, cert, key)
     where = qdrouterd.Listeners(
-        host=settings.MAAS_ROUTER_HOST, amqp_port=settings.MAAS_ROUTER_AMQP_PORT,
-        amqps_port=settings.MAAS_ROUTER_AMQPS_PORT, tls_cert=settings.MAAS_ROUTER_TLS_CERT,
+        host=router.host, amqp_port=router.amqp_port,
+        amqps_port=router.amqps_port, tls_cert=settings.MAAS_ROUTER_TLS_CERT,
         tls_key=settings.MAAS_ROUTER_TLS_KEY, management_host=mgmt.hostname or "127.0.0.1",
         management_port=mgmt.port or 5675, admin_user=settings.MAAS_ROUTER_ADMIN_USER,
         auth_host=settings.MAAS_AUTH_SERVICE_HOST, auth_port=settings.MAAS_AUTH_SERVICE_PORT,
-        metrics_host=settings.MAAS_ROUTER_METRICS_HOST,
-        metrics_port=settings.MAAS_ROUTER_METRICS_PORT,
-        handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT, auth_ca=_auth_service_ca())
-    path = qdrouterd.write_config(settings.BASE_DIR / "var" / "qdrouterd.json", "maas", where)
+        metrics_host=settings.MAAS_ROUTER_METRICS_HOST, metrics_port=router.metrics_port,
+        handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT, auth_ca=_auth_service_ca(),
+        mode="interior" if tls else "standalone",
+        inter_router_port=router.inter_router_port or None, mesh_tls=tls,
+        peers=tuple((p.host, p.inter_router_port) for p in mesh[:index]) if tls else ())
+    name = "qdrouterd.json" if index == 0 else f"qdrouterd-{index + 1}.json"
+    path = qdrouterd.write_config(settings.BASE_DIR / "var" / name, router.id, where)
     return qdrouterd.command(path)
 
 

@@ -271,8 +271,30 @@ class RouterAgent(Agent):
         except certificates.CertificateError as exc:
             return Report(space_error=str(exc))
         where = endpoints.of(space)  # once: on Kubernetes it reads the space's infra
+        if self.management is not None or len(where.routers) == 1:
+            return self._reconcile_on(space, where)
+        return self._on_each(space, where)
+
+    def _reconcile_on(self, space: AddressSpace, where: endpoints.SpaceEndpoints) -> Report:
+        """The space on `where`'s one router (or on this agent's own connection)."""
         return self._on_connection(
             where, lambda mgmt: _timed(mgmt, lambda: self._reconcile(space, where, mgmt)))
+
+    def _on_each(self, space: AddressSpace, where: endpoints.SpaceEndpoints) -> Report:
+        """The space on every router of its mesh, each brought to the same desired state, one
+        after the other. A router that does not answer leaves the others configured (their
+        clients keep working, new addresses included) and every address of the space in
+        error until it has them too: retried like any address error, and restored by the
+        router watch when it comes back empty. Unreachable all: transient, as one router."""
+        reports, down = [], []
+        for router in where.routers:
+            try:
+                reports.append((router, self._reconcile_on(space, where.on(router))))
+            except TransientError as exc:
+                down.append((router, exc))
+        if not reports:
+            raise down[0][1]
+        return _merged(space, reports, down)
 
     def _on_connection(self, where: endpoints.SpaceEndpoints, work):
         """work(connection), on a kept connection if there is one; if that fails as
@@ -415,7 +437,9 @@ class RouterAgent(Agent):
 
     def teardown(self, space: AddressSpace) -> None:
         certificates.withdraw(space)
-        self._on_connection(endpoints.of(space), lambda mgmt: self._teardown(space, mgmt))
+        where = endpoints.of(space)
+        for router in where.routers:  # each; one unreachable: retried, the others done again
+            self._on_connection(where.on(router), lambda mgmt: self._teardown(space, mgmt))
 
     def _teardown(self, space: AddressSpace, mgmt: Management) -> None:
         broken = False
@@ -430,6 +454,31 @@ class RouterAgent(Agent):
             raise TransientError(str(exc), soon=True) from exc
         finally:
             self._release(mgmt, broken)
+
+
+def _merged(space: AddressSpace, reports: list, down: list) -> Report:
+    """One report of the space's routers: an address is in error if it is on any of them,
+    the space if its policy is; each message names its router. A router that did not answer
+    puts every address in error (not permanent: retried until it has them)."""
+    merged = Report(checked=not down and all(r.checked for _, r in reports))
+    said = []
+    for router, report in reports:
+        for name, error in report.address_errors.items():
+            merged.address_errors.setdefault(
+                name, {**error, "message": f"{router.name}: {error['message']}"})
+        if report.space_error:
+            said.append(f"{router.name}: {report.space_error}")
+        for kind, ms in report.timings.items():
+            merged.timings[kind] = merged.timings.get(kind, 0) + ms
+    if down:
+        unreachable = "; ".join(f"Router {router.name} did not answer ({exc})"
+                                for router, exc in down)
+        said.append(unreachable)
+        for name in Address.objects.filter(space=space, scheduled=True).values_list(
+                "name", flat=True):
+            merged.address_errors.setdefault(name, {"message": unreachable, "permanent": False})
+    merged.space_error = "; ".join(said)
+    return merged
 
 
 def _take_pooled(router: endpoints.RouterEndpoint) -> Management | None:

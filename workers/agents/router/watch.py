@@ -1,4 +1,5 @@
-"""The router watch: notices a router that came back empty and restores every space it serves.
+"""The router watch: notices a router that came back empty and restores every space it serves
+(on one machine: the one router, or each router of the mesh).
 
 qdrouterd keeps what management created in memory, so a restarted qdrouterd locks every
 messaging user out until the router agent runs again; so does an embedded router without its
@@ -40,6 +41,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from config_service.models import AddressSpace, AgentState, RouterIncarnation
+from config_service.routers import meshed
 from workers import dispatch
 from workers.agents import runner
 from workers.agents.router import desired as rc
@@ -72,13 +74,17 @@ class Tick:
     failed: int = 0  # spaces left for the next tick (router unreachable again)
 
 
-def tick(url: str) -> Tick:
-    """Checks the router at `url` for a restart, then restores whatever is invalidated."""
+def tick(*urls: str) -> Tick:
+    """Checks the routers at `urls` (one, or each of a mesh) for a restart, then restores
+    whatever is invalidated: on one router, or on every router of the mesh (`_restore_from`)."""
     result = Tick()
-    seen = detect(url)
-    if seen is not None:  # else the router is down: a restore would only fail
-        result.reachable = True
-        result.restarted, result.invalidated = seen
+    for url in urls:
+        seen = detect(url)
+        if seen is not None:  # else the router is down: a restore onto it would only fail
+            result.reachable = True
+            result.restarted |= seen[0]
+            result.invalidated += seen[1]
+    if result.reachable:
         result.restored, result.failed = restore()
     return result
 
@@ -159,8 +165,8 @@ def check(key: str, uptime: int, token: str | None, read_at) -> tuple[bool, int,
 
 def _invalidate(*, applied_before=None) -> int:
     """Marks the router agent's state of every space (applied before then) as not applied."""
-    # One router serves every standard space here (MAAS_ROUTER_MANAGEMENT_URL); on Kubernetes
-    # each space has its own and the watch does not run (see workers.tasks.watch_router).
+    # One router (or one mesh) serves every standard space here (config_service.routers); on
+    # Kubernetes each space has its own and the watch does not run (workers.tasks.watch_router).
     states = AgentState.objects.filter(kind=KIND, torn_down=False)
     if applied_before is not None:
         states = states.filter(applied_at__lt=applied_before)
@@ -251,6 +257,12 @@ def _restore_from(work: Work) -> int:
             if space_uid is None:
                 return restored
             try:
+                if meshed():
+                    # Every router of the mesh, each from its own reads: the states are the
+                    # space's, so one router's restore must not mark the others restored.
+                    runner.run(space_uid, KIND, RouterAgent())
+                    restored += 1
+                    continue
                 if mgmt is None:
                     mgmt = management_client()
                     # One read of the router for the whole restore, not two per space: each

@@ -1,5 +1,7 @@
 """Benchmark of the routers: throughput and router CPU per 100-byte message, for the embedded
-router and, when `QDROUTERD` names a qdrouterd 1.19 build, for qdrouterd in the same run.
+router and, when `QDROUTERD` names a qdrouterd 1.19 build, for qdrouterd and for a mesh of two
+qdrouterd interior routers (mutual TLS between them, as `runplatform` meshes them; senders on
+one, receivers on the other, the CPU of both routers per message) in the same run.
 
 Cases: anycast pre-settled, anycast unsettled, a queue through the router (waypoint +
 autoLinks to RabbitMQ) and the same queue straight on RabbitMQ. Each router gets over
@@ -161,7 +163,7 @@ def run_case(name, send_target, recv_target, count, clients, presettled, pids):
     for p in receivers:
         p.start()
     time.sleep(1.0)  # let receivers attach and grant credit
-    cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+    cpu0 = {k: cpu_of(pid) for k, pid in pids.items()}
     t0 = time.monotonic()
     senders = [mp.Process(target=run_sender, args=(send_target, count // clients, presettled))
                for _ in range(clients)]
@@ -181,7 +183,7 @@ def run_case(name, send_target, recv_target, count, clients, presettled, pids):
             break
         time.sleep(0.05)
     elapsed = (end or time.monotonic()) - t0
-    cpu = {k: cpu_seconds(pid) - cpu0[k] for k, pid in pids.items()}
+    cpu = {k: cpu_of(pid) - cpu0[k] for k, pid in pids.items()}
     stop.set()
     for p in senders + receivers:
         p.join(10)
@@ -195,6 +197,11 @@ def run_case(name, send_target, recv_target, count, clients, presettled, pids):
                       if k.endswith("us_per_msg"))
     print(f"{name:<40} {got:>7} msgs {figures['rate']:>9.0f} msgs/s  {extra}", flush=True)
     return figures
+
+
+def cpu_of(pids) -> float:
+    """CPU seconds of a process, or of several together (both routers of a mesh)."""
+    return sum(cpu_seconds(pid) for pid in (pids if isinstance(pids, tuple) else (pids,)))
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 15.0) -> None:
@@ -219,11 +226,14 @@ class Router:
     amqp_port: int
     mgmt_port: int
     log: Path | None = None
+    peer: "Router | None" = None  # a mesh: the router the receivers are on
 
     def management(self) -> Management:
         return Management(f"amqp://127.0.0.1:{self.mgmt_port}", ADMIN, ADMIN_PASSWORD)
 
     def stop(self) -> None:
+        if self.peer is not None:
+            self.peer.stop()
         self.proc.terminate()
         try:
             self.proc.wait(10)
@@ -243,20 +253,52 @@ def start_embedded(auth_port: int) -> Router:
     return Router("embedded", proc, amqp_port, mgmt_port)
 
 
-def start_qdrouterd(auth_port: int, workdir: Path) -> Router:
-    """qdrouterd with the project's static configuration, as `runplatform` writes it."""
+def start_qdrouterd(auth_port: int, workdir: Path, name: str = "qdrouterd",
+                    mesh: dict | None = None) -> Router:
+    """qdrouterd with the project's static configuration, as `runplatform` writes it;
+    `mesh`: its Listeners settings as a router of a mesh (interior, inter-router TLS)."""
     amqp_port, mgmt_port = free_port(), free_port()
     where = qdrouterd.Listeners(
         host="127.0.0.1", amqp_port=amqp_port, management_host="127.0.0.1",
         management_port=mgmt_port, admin_user=ADMIN, auth_host="127.0.0.1",
-        auth_port=auth_port)
-    path = qdrouterd.write_config(workdir / "qdrouterd.json", "maas-bench", where)
-    log = workdir / "qdrouterd.log"
+        auth_port=auth_port, **(mesh or {}))
+    path = qdrouterd.write_config(workdir / f"{name}.json", f"maas-{name}", where)
+    log = workdir / f"{name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(qdrouterd.command(path), stdout=out, stderr=subprocess.STDOUT)
     wait_port(amqp_port, proc, f"qdrouterd (log: {log})")
     wait_port(mgmt_port, proc, f"qdrouterd (log: {log})")
     return Router("qdrouterd", proc, amqp_port, mgmt_port, log)
+
+
+def start_mesh(auth_port: int, workdir: Path) -> Router:
+    """Two qdrouterd interior routers, the second connected to the first over mutual TLS with
+    certificates of a CA of their own (workers/agents/router/certificates.py), as runplatform
+    meshes MAAS_ROUTER_MESH routers; returns the first, its `peer` the second, once each sees
+    the other."""
+    from workers.agents.router.certificates import ensure_mesh_certificates
+
+    ids = ["maas-mesh-1", "maas-mesh-2"]
+    certs = ensure_mesh_certificates(str(workdir / "mesh-tls"), ids)
+    port = free_port()
+    first = start_qdrouterd(auth_port, workdir, "mesh-1", {
+        "mode": "interior", "inter_router_port": port,
+        "mesh_tls": qdrouterd.MeshTls(*certs[ids[0]])})
+    second = start_qdrouterd(auth_port, workdir, "mesh-2", {
+        "mode": "interior", "peers": (("127.0.0.1", port),),
+        "mesh_tls": qdrouterd.MeshTls(*certs[ids[1]])})
+    first.kind, first.peer = "mesh", second
+    deadline = time.monotonic() + 30
+    for router in (first, second):
+        mgmt = router.management()
+        try:
+            while len(mgmt.query("org.apache.qpid.dispatch.router.node", ["id"])) < 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the mesh did not form (logs in {workdir})")
+                time.sleep(0.1)
+        finally:
+            mgmt.close()
+    return first
 
 
 def bench_verifier(vhost: str) -> Verifier:
@@ -338,15 +380,21 @@ def print_table(medians: dict, rounds: int) -> None:
     for (case, kind), row in medians.items():
         ratios = ""
         embedded = medians.get((case, "embedded"))
-        if kind == "qdrouterd" and embedded:
+        if kind != "embedded" and embedded:
             ratios = (f"{row['rate'] / embedded['rate']:>15.2f} "
                       f"{row['router_us_per_msg'] / embedded['router_us_per_msg']:>12.2f}")
         print(f"{case:<28} {kind:<10} {row['msgs']:>8.0f} {row['rate']:>8.0f} "
               f"{us(row, 'router_us_per_msg'):>14} "
               f"{us(row, 'rabbit_us_per_msg'):>16} {us(row, 'relay_us_per_msg'):>13} "
               f"{ratios}".rstrip())
+    for case in {case for case, _ in medians}:
+        one, mesh = medians.get((case, "qdrouterd")), medians.get((case, "mesh"))
+        if one and mesh and one["rate"]:
+            print(f"{case}: mesh (sender and receiver on two routers) / one qdrouterd: "
+                  f"{mesh['rate'] / one['rate']:.2f} x msgs/s, "
+                  f"{mesh['router_us_per_msg'] / one['router_us_per_msg']:.2f} x router CPU/msg")
     direct = medians.get(("queue direct to RabbitMQ", "none"))
-    for kind in ("embedded", "qdrouterd"):
+    for kind in ("embedded", "qdrouterd", "mesh"):
         routed = medians.get(("queue via router", kind))
         if routed and direct and direct["rate"]:
             print(f"queue via {kind} / direct throughput ratio: "
@@ -370,7 +418,7 @@ def main():
         rabbit("PUT", f"/users/{broker_user}", {"password": BROKER_PASSWORD, "tags": ""})
         rabbit("PUT", f"/permissions/{vhost}/{broker_user}",
                {"configure": ".*", "write": ".*", "read": ".*"})
-        for queue in ("bq-embedded", "bq-qdrouterd", "dq"):
+        for queue in ("bq-embedded", "bq-qdrouterd", "bq-mesh", "dq"):
             rabbit("PUT", f"/queues/{vhost}/{queue}", {"durable": True})
 
         auth = AuthServer(("127.0.0.1", free_port()), bench_verifier(vhost))
@@ -387,6 +435,10 @@ def main():
             qdr = start_qdrouterd(auth.server_address[1], workdir)
             routers.append(qdr)
             configure(qdr, space_entities(qdr, vhost, relay_port, "bq-qdrouterd"))
+            mesh = start_mesh(auth.server_address[1], workdir)
+            routers.append(mesh)
+            for router in (mesh, mesh.peer):  # each router of the space gets its entities
+                configure(router, space_entities(mesh, vhost, relay_port, "bq-mesh"))
         else:
             print("QDROUTERD names no qdrouterd: the embedded router only")
 
@@ -407,14 +459,18 @@ def main():
         for _ in range(args.rounds):
             for case, address, presettled in cases:
                 for router in routers:
-                    pids = {"router": router.proc.pid}
+                    # a mesh: senders on its first router, receivers on the other, the CPU of both
+                    receiving = router.peer or router
+                    pids = {"router": (router.proc.pid, receiving.proc.pid)
+                            if router.peer else router.proc.pid}
                     if address == "bq":
                         rabbit("DELETE", f"/queues/{vhost}/bq-{router.kind}/contents")
                         pids.update({"rabbit": beam} if beam else {})
-                        pids.update({"relay": relay.pid} if router.kind == "qdrouterd" else {})
+                        pids.update({"relay": relay.pid} if router.kind != "embedded" else {})
                     target = (f"amqp://127.0.0.1:{router.amqp_port}", client, address)
+                    source = (f"amqp://127.0.0.1:{receiving.amqp_port}", client, address)
                     results.setdefault((case, router.kind), []).append(run_case(
-                        f"{case} ({router.kind})", target, target, args.count, args.clients,
+                        f"{case} ({router.kind})", target, source, args.count, args.clients,
                         presettled, pids))
             rabbit("DELETE", f"/queues/{vhost}/dq/contents")
             direct = ("amqp://127.0.0.1:5672", on_broker, "/amq/queue/dq")

@@ -135,7 +135,11 @@ class Mesh:
     inter-router listener on the base), so that the platform's settings find each: `settings`
     points them there. Router k connects to routers 1..k-1, as `runplatform` starts them."""
 
-    def __init__(self, n: int, auth_port: int, tls_dir: str, tenant_vhost: str | None = None):
+    def __init__(self, n: int, auth_port: int, tls_dir: str, tenant_vhost: str | None = None,
+                 linked: bool = True):
+        """`linked`: each router's connectors to the routers before it are in its static
+        configuration (as runplatform writes them); else the router agent makes them, as
+        for a space's own routers on Kubernetes (RouterEndpoint.peers)."""
         from workers.agents.router.certificates import ensure_mesh_certificates
 
         self.base = free_block(10 * n)
@@ -148,7 +152,8 @@ class Mesh:
             self.routers.append(QdrouterdProcess(
                 auth_port, tenant_vhost=tenant_vhost, router_id=router_id, ports=ports,
                 inter_router_port=self.base if k == 1 else at + 4,
-                peers=tuple(("127.0.0.1", r.inter_router_port) for r in self.routers),
+                peers=tuple(("127.0.0.1", r.inter_router_port) for r in self.routers)
+                if linked else (),
                 mesh_tls=qdrouterd.MeshTls(*certs[router_id])))
 
     def start(self) -> None:

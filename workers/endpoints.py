@@ -33,6 +33,9 @@ class RouterEndpoint:
     admin_user: str
     admin_password: str
     name: str = "router"  # in a mesh: its router id, as status messages name it
+    # A router of a space's own mesh (Kubernetes): the inter-router listeners ((host, port))
+    # of the routers before it, which the router agent connects it to.
+    peers: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,13 @@ def _kubernetes(space) -> SpaceEndpoints:
                             m.BROKER_ADMIN_USER, infra_secret("broker-admin", infra.infra),
                             host, m.BROKER_AMQP_PORT)
     # The management listener admits the router admin only (through the auth service), and
-    # only the space's agent may reach it (the router's NetworkPolicy).
-    router_host = m.service_host(f"{m.router_name(infra.infra)}-internal", cfg)
-    router = RouterEndpoint(f"amqp://{router_host}:{m.ROUTER_MANAGEMENT_PORT}",
-                            settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD)
-    return SpaceEndpoints(broker=broker, routers=(router,))
+    # only the space's agent may reach it (the router's NetworkPolicy). Each replica by its
+    # own name: the agent configures every router of the space's mesh, and connects each to
+    # the ones before it.
+    pods = m.router_pod_hosts(infra, cfg)
+    routers = tuple(RouterEndpoint(
+        f"amqp://{host}:{m.ROUTER_MANAGEMENT_PORT}", settings.MAAS_ROUTER_ADMIN_USER,
+        settings.MAAS_ROUTER_ADMIN_PASSWORD, host.split(".", 1)[0],
+        tuple((peer, m.ROUTER_INTER_ROUTER_PORT) for peer in pods[:i]))
+        for i, host in enumerate(pods))
+    return SpaceEndpoints(broker=broker, routers=routers)

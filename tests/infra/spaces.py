@@ -65,7 +65,10 @@ OWNER_UID = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 CERT = m.Certificate("-----BEGIN CERTIFICATE-----\nTEST\n-----END CERTIFICATE-----\n",
                      "-----BEGIN PRIVATE KEY-----\nTEST\n-----END PRIVATE KEY-----\n")
 
+MESH_CERT = m.Certificate("-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICATE-----\n",
+                          "-----BEGIN PRIVATE KEY-----\nMESH\n-----END PRIVATE KEY-----\n")
+
 
 def all_manifests(space: m.SpaceInfra) -> list[dict]:
     return [m.owner_manifest(space, CFG)] + m.space_manifests(
-        space, CFG, OWNER_UID, CERT, "broker-password", "erlang-cookie")
+        space, CFG, OWNER_UID, CERT, MESH_CERT, "broker-password", "erlang-cookie")

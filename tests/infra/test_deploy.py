@@ -262,6 +262,7 @@ def test_the_mqtt_gateway_finds_a_space_s_own_router_on_kubernetes(settings, ten
     infra = m.space_infra(space.uid, tenant.slug, "iot", space.plan, [])
     cfg = m.InfraSettings(namespace="maas-spaces")
     router_service = next(d for d in m.router_manifests(infra, cfg, "uid",
+                                                        m.Certificate("c", "k"),
                                                         m.Certificate("c", "k"))
                           if d["kind"] == "Service" and "internal" not in d["metadata"]["name"])
     assert m.service_host(router_service["metadata"]["name"], cfg) == host

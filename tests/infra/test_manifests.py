@@ -97,9 +97,10 @@ def test_brokers_are_the_distinct_clusters_of_the_placements():
 
 
 def test_config_changes_roll_the_router_pods():
-    a = m.router_manifests(spaces.small(), spaces.CFG, "u", spaces.CERT)
+    a = m.router_manifests(spaces.small(), spaces.CFG, "u", spaces.CERT,
+                           spaces.MESH_CERT)
     other = m.Certificate("other", spaces.CERT.key_pem)
-    b = m.router_manifests(spaces.small(), spaces.CFG, "u", other)
+    b = m.router_manifests(spaces.small(), spaces.CFG, "u", other, spaces.MESH_CERT)
 
     def digest(docs):
         sts = next(d for d in docs if d["kind"] == "StatefulSet")

@@ -20,7 +20,8 @@ from . import spaces
 
 
 def router_objects(space=None, cfg=spaces.CFG):
-    docs = m.router_manifests(space or spaces.small(), cfg, spaces.OWNER_UID, spaces.CERT)
+    docs = m.router_manifests(space or spaces.small(), cfg, spaces.OWNER_UID, spaces.CERT,
+                              spaces.MESH_CERT)
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
     return config_map, statefulset
@@ -169,8 +170,10 @@ def test_qdrouterd_starts_on_the_config_map(tmp_path):
         if etype == "listener":
             attrs["host"] = "127.0.0.1"
             ports[attrs["name"]] = attrs["port"] = str(free_port())
-        if etype == "sslProfile":
+        if etype == "sslProfile":  # the clients' and the mesh's (which trusts itself)
             attrs["certFile"], attrs["privateKeyFile"] = _certificate(tmp_path)
+            if "caCertFile" in attrs:
+                attrs["caCertFile"] = attrs["certFile"]
     path = tmp_path / "qdrouterd.json"
     path.write_text(json.dumps(config))
     log = tmp_path / "qdrouterd.log"

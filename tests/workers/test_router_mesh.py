@@ -28,7 +28,7 @@ from tests.conftest import CTX, wait_for
 from tests.qdrouterd import AuthService, Mesh, VhostRelay, needs_qdrouterd
 from tests.router.conftest import ADMIN_PASSWORD, pump_until
 from tests.workers.conftest import sync
-from workers import connections
+from workers import connections, endpoints
 from workers.agents.router import desired as rc
 from workers.agents.router import watch as router_watch
 from workers.agents.router.agent import close_pooled
@@ -376,3 +376,70 @@ def test_the_routers_links_take_only_the_mesh_cas_certificates(mesh_space, tmp_p
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
             context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+WHERE: dict = {}  # space uid -> SpaceEndpoints, read by `own_routers`
+
+
+def own_routers(space):
+    """MAAS_SPACE_ENDPOINTS for the test below: the space's routers as the Kubernetes backend
+    lists a space's replicas, each with the routers before it as its peers."""
+    return WHERE[space.uid]
+
+
+def connector_ids(router) -> set:
+    mgmt = management(router)
+    try:
+        return {(row["name"], row["identity"]) for row in mgmt.query(rc.CONNECTOR, [
+            "name", "identity", "role"]) if row.get("role") == "inter-router"}
+    finally:
+        mgmt.close()
+
+
+def test_the_agent_links_a_space_s_own_routers_into_a_mesh(tenant, settings, tmp_path):
+    """On Kubernetes the replicas' static configuration has the inter-router listener and its
+    TLS but no connectors: the router agent connects each router to those before it, and
+    reports the space Active once every router has the space."""
+    space = services.create_address_space(
+        ctx=CTX, tenant=tenant, name=f"own{uuid.uuid4().hex[:5]}", type="standard",
+        plan="standard-medium")
+    add(space, "jobs", "anycast", "standard-small-anycast")
+    user(space)
+    settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD = "admin", ADMIN_PASSWORD
+    auth = AuthService()
+    mesh = Mesh(2, auth.port, str(tmp_path / "mesh-tls"), tenant_vhost=space.vhost,
+                linked=False)
+    try:
+        mesh.start()
+        assert [len(nodes(r)) for r in mesh.routers] == [1, 1]  # not linked yet
+        broker = endpoints.shared_broker()
+        WHERE[space.uid] = endpoints.SpaceEndpoints(broker, tuple(
+            endpoints.RouterEndpoint(f"amqp://127.0.0.1:{r.mgmt_port}", "admin", ADMIN_PASSWORD,
+                                     r.router_id, tuple(("127.0.0.1", p.inter_router_port)
+                                                        for p in mesh.routers[:i]))
+            for i, r in enumerate(mesh.routers)))
+        settings.MAAS_SPACE_ENDPOINTS = "tests.workers.test_router_mesh.own_routers"
+        sync(space)
+        assert phases(space)["jobs"].phase == "Active"
+        wait_for(lambda: all(len(nodes(r)) == 2 for r in mesh.routers), 30,
+                 what="the agent's connector linking the two routers")
+        collector = Collector(url_of(mesh.routers[1]), space, ("jobs",))
+        wait_for(lambda: consumers_seen(mesh.routers[0], space, ("jobs",)), 10,
+                 what="router 1 knowing router 2's receiver")
+        sender = connect(url_of(mesh.routers[0]), space)
+        open_sender(sender, "jobs").send(Message(body="across"), timeout=10)
+        wait_for(lambda: collector.got["jobs"] == ["across"], 10, what="the message across")
+        sender.close()
+        collector.close()
+        linked = connector_ids(mesh.routers[1])
+        assert len(linked) == 1
+        sync(space)  # a second run (a drift check) finds the link as desired: left alone
+        assert phases(space)["jobs"].phase == "Active"
+        assert connector_ids(mesh.routers[1]) == linked
+        services.delete_address_space(ctx=CTX, space=space)
+        sync(space)
+    finally:
+        close_pooled()
+        WHERE.pop(space.uid, None)
+        mesh.stop()
+        auth.stop()

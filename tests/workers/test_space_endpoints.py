@@ -17,6 +17,8 @@ from workers import endpoints
 from workers.agents import runner
 from workers.agents.router import desired as rc
 from workers.clients.qdr import Management
+from workers.infra import manifests as m
+from workers.infra.backend import space_infra_of
 from workers.usage import sampler
 
 pytestmark = pytest.mark.slow
@@ -114,6 +116,14 @@ def test_on_kubernetes_a_standard_space_lives_on_its_own_services(tenant, settin
                                              type="brokered", plan="brokered-single-broker")
     own = endpoints.by_backend(standard)
     assert ".svc" in own.broker.api_url and ".svc" in own.router.management_url
+    # each router replica by its pod's name, each linked to the ones before it (the mesh)
+    infra = space_infra_of(standard)
+    assert len(own.routers) == infra.router_replicas >= 1
+    for i, router in enumerate(own.routers):
+        assert router.management_url.startswith(f"amqp://{router.name}.")
+        assert router.name == f"{m.router_name(infra.infra)}-{i}"
+        assert [host for host, _ in router.peers] == [
+            r.management_url.split("//")[1].split(":")[0] for r in own.routers[:i]]
     assert own.broker.api_password == endpoints.by_backend(standard).broker.api_password
     assert len(own.broker.api_password) >= 40  # random, kept encrypted: workers/credentials.py
     assert endpoints.by_backend(brokered).broker == endpoints.shared_broker()

@@ -175,7 +175,7 @@ class InfraController:
         owner_uid = owner["metadata"]["uid"]
         space, leaving = self._brokers(desired)
         manifests = m.space_manifests(
-            space, self.cfg, owner_uid, self._certificate(space),
+            space, self.cfg, owner_uid, self._certificate(space), self._mesh_certificate(space),
             self.secret("broker-admin", infra), self.secret("erlang-cookie", infra),
         )
         live = {}
@@ -230,21 +230,33 @@ class InfraController:
         return sts is not None and desired == replicas and ready >= replicas
 
     def _certificate(self, space: m.SpaceInfra) -> m.Certificate:
-        import base64
-
         if space.tls is not None:  # its messaging endpoint's own (spec.endpoints): each
             return space.tls       # space has its own router here, so no SNI is needed
         router = m.router_name(space.infra)
         hosts = [m.service_host(router, self.cfg), f"{router}.{self.cfg.namespace}", router,
                  f"{m.service_host(router, self.cfg)}.cluster.local"]
-        secret = self.client.get("v1", "Secret", self.cfg.namespace,
-                                 m.tls_secret_name(space.infra))
+        return self._kept_or_new(space, m.tls_secret_name(space.infra), hosts)
+
+    def _mesh_certificate(self, space: m.SpaceInfra) -> m.Certificate:
+        """The certificate every router replica of the space presents to the others and
+        trusts: their links to each other take nothing else."""
+        return self._kept_or_new(space, m.mesh_secret_name(space.infra),
+                                 m.mesh_hosts(space.infra, self.cfg))
+
+    def _kept_or_new(self, space: m.SpaceInfra, secret_name: str,
+                     hosts: list[str]) -> m.Certificate:
+        """The certificate in the Secret, while it names `hosts` and is not near its end;
+        else a new one."""
+        import base64
+
+        secret = self.client.get("v1", "Secret", self.cfg.namespace, secret_name)
         data = (secret or {}).get("data") or {}
         if "tls.crt" in data and "tls.key" in data:
             cert = base64.b64decode(data["tls.crt"]).decode()
             if _certificate_still_good(cert, hosts):
                 return m.Certificate(cert, base64.b64decode(data["tls.key"]).decode())
-        logger.info("infra.certificate_issued", extra={"space": space.uid})
+        logger.info("infra.certificate_issued", extra={"space": space.uid,
+                                                       "secret": secret_name})
         return make_certificate(hosts)
 
     def _prune(self, space: m.SpaceInfra, keep: set) -> None:

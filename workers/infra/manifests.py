@@ -50,6 +50,9 @@ AUTH_SERVICE_PORT = 5676
 # Where the router container finds its configuration and certificate (volumes below).
 ROUTER_CONFIG_DIR = "/etc/maas-router"
 ROUTER_CERTS_DIR = "/etc/maas-router-certs"
+# The space's mesh identity: a self-signed certificate for `*.<router>-internal...` that
+# every replica presents to the others and trusts (mesh_secret_name).
+ROUTER_MESH_DIR = "/etc/maas-router-mesh"
 ROUTER_CONFIG_FILE = "qdrouterd.json"
 _EPSILON = 1e-9
 
@@ -219,6 +222,24 @@ def tls_secret_name(infra: str) -> str:
     return f"router-{infra}-tls"
 
 
+def mesh_secret_name(infra: str) -> str:
+    return f"{router_name(infra)}-mesh"
+
+
+def router_pod_hosts(space: "SpaceInfra", cfg: "InfraSettings") -> list[str]:
+    """The DNS names of the space's router replicas: the StatefulSet's pods under its
+    headless `-internal` Service."""
+    name = router_name(space.infra)
+    return [f"{name}-{i}.{service_host(f'{name}-internal', cfg)}"
+            for i in range(space.router_replicas)]
+
+
+def mesh_hosts(infra: str, cfg: "InfraSettings") -> list[str]:
+    """What the mesh certificate names: any replica of the space's routers."""
+    internal = service_host(f"{router_name(infra)}-internal", cfg)
+    return [f"*.{internal}", f"*.{internal}.cluster.local"]
+
+
 def broker_secret_name(infra: str) -> str:
     return f"broker-{infra}-admin"
 
@@ -307,6 +328,10 @@ def router_listeners(space: SpaceInfra, cfg: InfraSettings) -> qdrouterd.Listene
         tls_key=f"{ROUTER_CERTS_DIR}/tls.key",
         metrics_host="0.0.0.0", metrics_port=ROUTER_HTTP_PORT,
         mode="interior", inter_router_port=ROUTER_INTER_ROUTER_PORT,
+        # Mutual TLS between the replicas, with the space's mesh certificate; the connectors
+        # are the router agent's (workers/agents/router/desired.py, mesh_connectors).
+        mesh_tls=qdrouterd.MeshTls(f"{ROUTER_MESH_DIR}/tls.crt", f"{ROUTER_MESH_DIR}/tls.crt",
+                                   f"{ROUTER_MESH_DIR}/tls.key"),
         tenant_vhost=space.vhost, worker_threads=2)
 
 
@@ -318,7 +343,9 @@ def router_config(space: SpaceInfra, cfg: InfraSettings) -> list:
 
 
 def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
-                     tls: Certificate) -> list[dict]:
+                     tls: Certificate, mesh: Certificate) -> list[dict]:
+    """`tls`: the clients' AMQPS certificate; `mesh`: the replicas' certificate for each
+    other (mesh_hosts), each trusting it."""
     infra, name = space.infra, router_name(space.infra)
     config = json.dumps(router_config(space, cfg), indent=2, sort_keys=True)
     tls_name = tls_secret_name(infra)
@@ -329,6 +356,9 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
               "metadata": meta(tls_name),
               "data": {"tls.crt": _b64(tls.cert_pem), "tls.key": _b64(tls.key_pem),
                        "ca.crt": _b64(tls.cert_pem)}}
+    mesh_secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                   "metadata": meta(mesh_secret_name(infra)),
+                   "data": {"tls.crt": _b64(mesh.cert_pem), "tls.key": _b64(mesh.key_pem)}}
     ports = [
         {"name": "amqp", "port": ROUTER_AMQP_PORT, "targetPort": "amqp", "protocol": "TCP"},
         {"name": "amqps", "port": ROUTER_AMQPS_PORT, "targetPort": "amqps", "protocol": "TCP"},
@@ -370,6 +400,7 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
         "volumeMounts": [
             {"name": "config", "mountPath": ROUTER_CONFIG_DIR, "readOnly": True},
             {"name": "certs", "mountPath": ROUTER_CERTS_DIR, "readOnly": True},
+            {"name": "mesh", "mountPath": ROUTER_MESH_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -383,7 +414,7 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
             "template": {
                 "metadata": {"labels": labels(space, "router"),
                              "annotations": {ANNOTATION_CONFIG_HASH: config_hash(
-                                 config, tls.cert_pem)}},
+                                 config, tls.cert_pem, mesh.cert_pem)}},
                 "spec": {
                     "automountServiceAccountToken": False,
                     "securityContext": _pod_security(10000),
@@ -391,6 +422,7 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{name}-config"}},
                         {"name": "certs", "secret": {"secretName": tls_name}},
+                        {"name": "mesh", "secret": {"secretName": mesh_secret_name(infra)}},
                         {"name": "tmp", "emptyDir": {}},
                     ],
                     "affinity": _spread(space, "router"),
@@ -400,7 +432,7 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
     }
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(space, "router")}}}
-    return [config_map, secret, service, internal, statefulset, pdb]
+    return [config_map, secret, mesh_secret, service, internal, statefulset, pdb]
 
 
 def _spread(space: SpaceInfra, component: str, **extra) -> dict:
@@ -674,11 +706,11 @@ def network_policies(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> l
 # Everything ----------------------------------------------------------------------------------
 
 def space_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str, tls: Certificate,
-                    broker_password: str, erlang_cookie: str) -> list[dict]:
+                    mesh: Certificate, broker_password: str, erlang_cookie: str) -> list[dict]:
     """Every object of the space except its owner ConfigMap, in apply order, sized by the
     infra config of its plan."""
     cfg = dataclasses.replace(cfg, **space.sizes)
-    out = router_manifests(space, cfg, owner_uid, tls)
+    out = router_manifests(space, cfg, owner_uid, tls, mesh)
     out.append(broker_secret(space, cfg, owner_uid, broker_password, erlang_cookie))
     for broker in space.brokers:
         out += broker_manifests(space, cfg, owner_uid, broker)

@@ -249,7 +249,8 @@ class RouterAgent(Agent):
             addresses = list(Address.objects.filter(space=space, scheduled=True))
         users = statements.messaging_users(space)
         user, password = credentials.router_broker(space.vhost)
-        broker = (where or endpoints.of(space)).broker
+        where = where or endpoints.of(space)
+        broker = where.broker
         host, port = broker.amqp_host, broker.amqp_port
         if not features.connector_virtual_host and settings.MAAS_INFRA_BACKEND != "kubernetes":
             # The shared RabbitMQ of one machine: only the vhost relay puts a router without
@@ -260,8 +261,12 @@ class RouterAgent(Agent):
         # Read at every reconcile, so an operator's change of the plan reaches the routers at
         # the next resync without a config event.
         throttled, plan_policy = statements.throttle_and_plan_policy(space)
-        return addresses, *rc.desired_entities(space, addresses, users, login, throttled,
-                                               plan_policy=plan_policy, features=features)
+        desired, by_address = rc.desired_entities(space, addresses, users, login, throttled,
+                                                  plan_policy=plan_policy, features=features)
+        router = where.router
+        if router is not None and router.peers:  # a router of the space's own mesh
+            desired.update(rc.mesh_connectors(space.vhost, router.peers))
+        return addresses, desired, by_address
 
     def reconcile(self, space: AddressSpace) -> Report:
         # A standard space's AMQPS and MQTTS listeners are the router's and the gateway's:

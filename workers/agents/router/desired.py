@@ -37,7 +37,8 @@ WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
 ATTRIBUTES = {
     VHOST: frozenset({"hostname", "groups", "aliases", "maxConnections",
                       "maxConnectionsPerUser", "maxConnectionsPerHost"}),
-    CONNECTOR: frozenset({"host", "port", "role", "saslUsername", "virtualHost"}),
+    CONNECTOR: frozenset({"host", "port", "role", "saslUsername", "virtualHost",
+                          "sslProfile", "saslMechanisms", "verifyHostname"}),
     ADDRESS: frozenset({"prefix", "distribution", "waypoint"}),
     AUTO_LINK: frozenset({"address", "direction", "phase", "containerId", "connection",
                           "externalAddress", "operStatus"}),
@@ -233,6 +234,21 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             add(AUTO_LINK, f"autolink:{queue}:in", a, address=f"{vhost}/{queue}",
                 direction="in", connection=connection, externalAddress=amqp_queue(queue))
     return out, by_address
+
+
+# The router's static configuration names the TLS of the links between a space's routers.
+MESH_SSL_PROFILE = "mesh"
+
+
+def mesh_connectors(vhost: str, peers) -> dict:
+    """The inter-router connectors of one router of a space's mesh to its peers ((host, port),
+    the routers before it: each pair is linked once), over the mutual TLS of the static
+    configuration's `mesh` profile, the peer's name checked."""
+    prefix = owner_prefix(vhost)
+    return {(CONNECTOR, f"{prefix}mesh:{host}"): {
+        "host": host, "port": str(port), "role": "inter-router",
+        "sslProfile": MESH_SSL_PROFILE, "saslMechanisms": "EXTERNAL", "verifyHostname": True}
+        for host, port in peers}
 
 
 def differs(desired: dict, actual: dict) -> bool:

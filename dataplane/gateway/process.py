@@ -31,11 +31,13 @@ class Options:
     metrics_port: int = 0  # Prometheus /metrics; 0: none
     limits: Limits = Limits()  # per source address (dataplane/admission.py)
     handshake_timeout: float = HANDSHAKE_TIMEOUT  # seconds from accept to CONNACK
+    more_routers: tuple = ()  # the other routers of the mesh, tried in order after `router`
 
 
 async def serve(options: Options, control: GatewayStore) -> int:
     gateway = Gateway(*options.router, control, limits=options.limits,
-                      handshake_timeout=options.handshake_timeout)
+                      handshake_timeout=options.handshake_timeout,
+                      more_routers=options.more_routers)
     metrics.serve(options.metrics_host, options.metrics_port)
     await gateway.listen(options.host, options.port)
     cert, key = options.tls_cert or "", options.tls_key or ""

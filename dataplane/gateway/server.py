@@ -18,8 +18,11 @@ HANDSHAKE_TIMEOUT = 5.0  # seconds from accept to CONNECT answered, by default
 class Gateway:
     def __init__(self, router_host: str, router_port: int, control: GatewayStore,
                  book: store.AddressBook | None = None, limits: Limits | None = None,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT):
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT, more_routers: tuple = ()):
         self.router_host, self.router_port = router_host, router_port
+        # The other routers of a mesh that serves every space (one machine): where a client
+        # goes, in order, when the first does not answer.
+        self.more_routers = tuple(more_routers)
         self.control = control  # the control plane: retained messages, sessions, addresses
         self.book = book or store.AddressBook(control)
         # per source: connections still logging in, their rate, delays after failed logins
@@ -54,6 +57,14 @@ class Gateway:
                                             (self.router_host, self.router_port))
             self._routers[vhost] = where
         return where
+
+    async def routers_for(self, vhost: str) -> list[tuple[str, int]]:
+        """The space's router, then, where that is the mesh every space shares, its other
+        routers: a client's AMQP connection is opened to the first that answers."""
+        first = await self.router_for(vhost)
+        if first != (self.router_host, self.router_port):
+            return [first]  # the space's own router (Kubernetes): its Service fails over
+        return [first, *(r for r in self.more_routers if r != first)]
 
     # -- retained messages -----------------------------------------------------------------------
     def retain(self, vhost: str, publish, link, amqp) -> None:

@@ -311,13 +311,25 @@ class MqttSession(asyncio.Protocol):
     async def _open_amqp(self, password: str) -> int:
         loop = self.gw.loop
         try:
-            host, port = await self.gw.router_for(self.vhost)
-            _, self.amqp = await asyncio.wait_for(loop.create_connection(
-                lambda: AmqpConnection(self, self.login, password, self.vhost,
-                                       f"mqtt-gateway-{uuid.uuid4().hex[:12]}",
-                                       self._client_properties()),
-                host, port), OPEN_TIMEOUT)
-            await asyncio.wait_for(self.amqp.opened, OPEN_TIMEOUT)
+            routers = await self.gw.routers_for(self.vhost)
+            for i, (host, port) in enumerate(routers):
+                try:
+                    _, self.amqp = await asyncio.wait_for(loop.create_connection(
+                        lambda: AmqpConnection(self, self.login, password, self.vhost,
+                                               f"mqtt-gateway-{uuid.uuid4().hex[:12]}",
+                                               self._client_properties()),
+                        host, port), OPEN_TIMEOUT)
+                    await asyncio.wait_for(self.amqp.opened, OPEN_TIMEOUT)
+                    break
+                except (TimeoutError, OSError):
+                    if i == len(routers) - 1:
+                        raise
+                    if self.amqp is not None:  # opened a socket that never answered
+                        self.amqp.close()
+                        self.amqp = None
+                    # that router of the mesh is gone: the next one serves the space too
+                    logger.info("mqtt.router_failover", extra={"vhost": self.vhost,
+                                                               "router": f"{host}:{port}"})
         except LinkRefused as exc:
             # SASL refused: a wrong login, unless the space's router configuration is being
             # restored (qdrouterd passes the auth service's transient refusal on as `auth`).

@@ -37,9 +37,11 @@ class GatewayProcess:
     """The gateway on free ports, pointed at the test router and the test database; it can be
     restarted on the same ports."""
 
-    def __init__(self, router_port: int, tls_cert: str | None = None, tls_key: str | None = None):
+    def __init__(self, router_port: int, tls_cert: str | None = None, tls_key: str | None = None,
+                 more_routers: tuple = ()):
         self.port, self.tls_port, self.metrics_port = free_port(), free_port(), free_port()
         self.router_port = router_port
+        self.more_routers = more_routers  # AMQP ports of a mesh's other routers
         self.tls = (tls_cert, tls_key)
         self.proc = None
 
@@ -52,6 +54,8 @@ class GatewayProcess:
                "--metrics-port", str(self.metrics_port)]
         if self.tls[0]:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
+        for port in self.more_routers:
+            cmd += ["--more-router", f"127.0.0.1:{port}"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
         wait_port(self.port)
 

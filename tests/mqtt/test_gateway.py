@@ -12,7 +12,7 @@ from core.amqp import open_receiver, open_sender
 from dataplane.gateway import codec
 from tenants.services import create_tenant
 from tests.conftest import CTX, make_user, wait_for
-from tests.mqtt.conftest import PASSWORD, Client, add, user
+from tests.mqtt.conftest import PASSWORD, Client, GatewayProcess, add, user
 from tests.router.conftest import pump
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import connect, wait_for_bindings
@@ -307,3 +307,34 @@ def test_the_space_s_connections_name_each_mqtt_client_and_a_close_disconnects_i
              timeout=15, what="the closed client to be back as a new connection")
     client.client.disconnect()
     client.client.loop_stop()
+
+
+def test_where_the_first_router_of_a_mesh_is_gone_clients_get_the_next(router, space):
+    """One machine's mesh (MAAS_ROUTER_MESH): the gateway opens a client's AMQP connection to
+    the first router that answers, so MQTT clients reconnecting after their router went away
+    land on another router of the mesh."""
+    add(space, "events", "multicast", "standard-small-multicast")
+    user(space)
+    sync(space)
+    gone = socket.socket()
+    gone.bind(("127.0.0.1", 0))  # a port nothing listens on: a router that went away
+    dead = gone.getsockname()[1]
+    proc = GatewayProcess(dead, more_routers=(router.amqp_port,))
+    proc.start()
+    try:
+        sub, pub = Client(proc, space), Client(proc, space)
+        assert sub.connected() == 0 and pub.connected() == 0
+        assert sub.subscribe("events", qos=1) == [1]
+        pub.publish("events", b"via the next router", qos=1)
+        assert [m.payload for m in sub.received(1)] == [b"via the next router"]
+        sub.close()
+        pub.close()
+        alone = GatewayProcess(dead)  # without the mesh's other routers: unavailable
+        alone.start()
+        try:
+            assert Client(alone, space).connected() == 136  # paho's MQTT 5 code for CONNACK 3
+        finally:
+            alone.stop()
+    finally:
+        proc.stop()
+        gone.close()

@@ -8,6 +8,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from config_service import routers
 from dataplane.admission import Limits
 from dataplane.gateway.process import Options, serve
 from maas.bindings import GatewayStore
@@ -16,6 +17,11 @@ from maas.bindings import GatewayStore
 def _host_port(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def _mesh(host: str) -> list[tuple[str, int]]:
+    """The AMQP listeners of the local mesh's routers after the first, at `host`."""
+    return [(host, r.amqp_port) for r in routers.local_routers()[1:]]
 
 
 class Command(BaseCommand):
@@ -32,6 +38,12 @@ class Command(BaseCommand):
                             default=(settings.MAAS_MQTT_GATEWAY_ROUTER_HOST,
                                      settings.MAAS_ROUTER_AMQP_PORT),
                             help="HOST:PORT of the router's AMQP listener")
+        # The other routers of the local mesh (MAAS_ROUTER_MESH, config_service.routers).
+        parser.add_argument("--more-router", type=_host_port, action="append",
+                            dest="more_routers", default=None,
+                            help="HOST:PORT of another router of the mesh, tried in order "
+                                 "when the first does not answer (repeat; default: the "
+                                 "local mesh's)")
         parser.add_argument("--metrics-host", default=settings.MAAS_MQTT_GATEWAY_METRICS_HOST)
         parser.add_argument("--metrics-port", type=int,
                             default=settings.MAAS_MQTT_GATEWAY_METRICS_PORT,
@@ -50,5 +62,7 @@ class Command(BaseCommand):
         options = Options(host=o["host"], port=o["port"], router=o["router"],
                           tls_port=o["tls_port"], tls_cert=o["tls_cert"], tls_key=o["tls_key"],
                           metrics_host=o["metrics_host"], metrics_port=o["metrics_port"],
-                          limits=limits, handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT)
+                          limits=limits, handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT,
+                          more_routers=tuple(o["more_routers"] if o["more_routers"] is not None
+                                             else _mesh(o["router"][0])))
         sys.exit(asyncio.run(serve(options, GatewayStore())))

@@ -1,7 +1,8 @@
 """The broker pool: the RabbitMQs spaces are placed on, and the choice of one for a new space.
 
 On one machine that is the broker of the settings and MAAS_RABBITMQ_NODES - 1 more nodes on the
-same host (deploy/local/rabbitmq-nodes.sh, on its ports); on Kubernetes, the shared broker of the
+same host (deploy/local/rabbitmq-nodes.sh, on its ports), or, with MAAS_RABBITMQ_CLUSTER, one
+cluster of such nodes; on Kubernetes, the shared broker of the
 brokered spaces. A space records its broker at creation (`address_space.created`'s `broker`,
 `AddressSpace.broker`) and keeps it: its vhost, users and messages live there. The workers reach
 it through workers.endpoints.
@@ -39,6 +40,14 @@ class BrokerEndpoint:
     tenant_amqp_port: int = 0
     tenant_amqps_port: int = 0
     mqtts_port: int = 0
+    # A cluster (MAAS_RABBITMQ_CLUSTER): its other nodes' (AMQP port, MQTT port) on amqp_host;
+    # `api_url` then lists every node's API, comma-separated. Its queues are quorum queues and
+    # its clients (relays, the management API's) go to another node when one is gone.
+    more_nodes: tuple = ()
+
+    @property
+    def cluster(self) -> bool:
+        return bool(self.more_nodes)
 
 
 def shared_broker() -> BrokerEndpoint:
@@ -57,6 +66,8 @@ def broker_pool() -> list[BrokerEndpoint]:
     relays' in front of them: maas/settings.py)."""
     shared = shared_broker()
     api_host = urlsplit(shared.api_url).hostname or shared.amqp_host
+    if settings.MAAS_RABBITMQ_CLUSTER:
+        return [shared, _cluster(shared, api_host)]
     return [shared] + [
         BrokerEndpoint(f"http://{api_host}:{15680 + k}/api", shared.api_user,
                        shared.api_password, shared.amqp_host, 5680 + k, 1900 + k, f"maas{k}",
@@ -64,6 +75,19 @@ def broker_pool() -> list[BrokerEndpoint]:
                        5710 + k if shared.tenant_amqps_port else 0,
                        1910 + k if shared.mqtts_port else 0)
         for k in range(1, settings.MAAS_RABBITMQ_NODES)]
+
+
+def _cluster(shared: BrokerEndpoint, api_host: str) -> BrokerEndpoint:
+    """The clustered nodes maasA..maasB as one broker, `cluster`: reached on node A's ports
+    (its relays' too), every node's API and AMQP and MQTT listeners its failover."""
+    first, last = (int(k) for k in settings.MAAS_RABBITMQ_CLUSTER.split("-"))
+    nodes = range(first, last + 1)
+    return BrokerEndpoint(
+        ",".join(f"http://{api_host}:{15680 + k}/api" for k in nodes), shared.api_user,
+        shared.api_password, shared.amqp_host, 5680 + first, 1900 + first, "cluster",
+        5690 + first, 1890 + first, 5700 + first if shared.tenant_amqp_port else 0,
+        5710 + first if shared.tenant_amqps_port else 0, 1910 + first if shared.mqtts_port else 0,
+        more_nodes=tuple((5680 + k, 1890 + k) for k in nodes if k != first))
 
 
 def pooled_broker(name: str) -> BrokerEndpoint:

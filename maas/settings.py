@@ -1,4 +1,5 @@
 """Settings for MaaS, read from environment variables with working one-machine defaults."""
+import re
 from pathlib import Path
 
 from .env import database_from_url, env, env_bool, env_float, env_int, env_list
@@ -344,6 +345,13 @@ MAAS_BROKERED_AMQPS_PORT = env_int("MAAS_BROKERED_AMQPS_PORT", 5679)  # 0: no AM
 MAAS_RABBITMQ_NODES = env_int("MAAS_RABBITMQ_NODES", 1)
 if not 1 <= MAAS_RABBITMQ_NODES <= 9:
     raise RuntimeError("MAAS_RABBITMQ_NODES must be between 1 and 9")
+# A broker that survives a node (config_service/brokers.py, docs/storage.md): "A-B" makes the
+# local nodes maasA..maasB (deploy/local/rabbitmq-nodes.sh cluster A B) one clustered broker
+# of the pool, `cluster`, in place of the independent nodes of MAAS_RABBITMQ_NODES; its spaces'
+# queues are quorum queues and every client of it fails over between its nodes. "": none.
+MAAS_RABBITMQ_CLUSTER = env("MAAS_RABBITMQ_CLUSTER", "")
+if MAAS_RABBITMQ_CLUSTER and not re.fullmatch(r"[1-8]-[1-8]", MAAS_RABBITMQ_CLUSTER):
+    raise RuntimeError("MAAS_RABBITMQ_CLUSTER must be A-B, two node numbers 1..8")
 # At most this many spaces (each a vhost) per broker of the pool; a new space finding every
 # broker full is refused with a 503 (0: no bound). What one RabbitMQ 3.10 node serves well:
 # docs/scale.md, "What one broker node serves".

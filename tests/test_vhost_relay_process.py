@@ -6,6 +6,7 @@ import pytest
 
 from maas.management.commands.runplatform import processes
 from tests.qdrouterd import fake_binary
+from workers import endpoints
 
 
 @pytest.fixture
@@ -87,3 +88,25 @@ def test_the_embedded_router_keeps_its_journal_where_the_settings_say(settings, 
     settings.MAAS_ROUTER_STATE_DIR = str(tmp_path / "state")
     argv = processes("127.0.0.1:8000")["router"]
     assert argv[argv.index("--state-dir") + 1] == str(tmp_path / "state")
+
+
+def test_a_cluster_is_one_broker_whose_relays_fail_over_between_its_nodes(settings, monkeypatch):
+    """MAAS_RABBITMQ_CLUSTER=1-3: one broker `cluster` of the pool on node 1's ports, every
+    node's API listed, each relay given the other nodes; with the embedded router too (its
+    connectors reach the cluster through the relay)."""
+    monkeypatch.delenv("QDROUTERD", raising=False)
+    settings.MAAS_RABBITMQ_CLUSTER = "1-3"
+    settings.MAAS_MQTT_RELAY_HOST, settings.MAAS_BROKERED_AMQP_PORT = "127.0.0.1", 5678
+    settings.RABBITMQ_AMQP_HOST, settings.RABBITMQ_API_URL = "10.0.0.5", "http://10.0.0.5:15672/api"
+    shared, cluster = endpoints.broker_pool()
+    assert (cluster.name, cluster.cluster, shared.cluster) == ("cluster", True, False)
+    assert cluster.api_url == ",".join(f"http://10.0.0.5:{p}/api" for p in (15681, 15682, 15683))
+    procs = processes("127.0.0.1:8000")
+    more = ["--more-broker", "10.0.0.5:5682", "--more-broker", "10.0.0.5:5683"]
+    assert procs["vhost-relay-cluster"][3:] == ["--listen", f"127.0.0.1:{cluster.relay_port}",
+                                                "--broker", "10.0.0.5:5681", *more]
+    assert "vhost-relay" not in procs  # the shared broker: the embedded router's own connector
+    assert procs["amqp-relay-cluster"][7:13] == ["--broker", "10.0.0.5:5681", *more]
+    assert procs["mqtt-relay-cluster"][7:13] == [
+        "--broker", "10.0.0.5:1891", "--more-broker", "10.0.0.5:1892", "--more-broker",
+        "10.0.0.5:1893"]

@@ -36,6 +36,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--broker", type=host_port, metavar="HOST:PORT", default=host_port(
         f"{env('RABBITMQ_AMQP_HOST', '127.0.0.1')}:{env('RABBITMQ_AMQP_PORT', '5672')}"),
         help="RabbitMQ's AMQP listener (RABBITMQ_AMQP_HOST/_PORT; 127.0.0.1:5672)")
+    p.add_argument("--more-broker", type=host_port, metavar="HOST:PORT", action="append",
+                   dest="more_brokers", default=[],
+                   help="another node of the broker's cluster, tried when the others do not "
+                        "answer (repeat)")
     p.add_argument("--protocol", choices=("amqp", "brokered-amqp", "mqtt"), default="amqp",
                    help="amqp: routers' logins to their vhost; brokered-amqp: tenants' AMQP "
                         "clients of brokered spaces, bare address names rewritten; mqtt: "
@@ -111,7 +115,8 @@ async def serve(args: argparse.Namespace, lookup: Lookup | None = None) -> None:
                       burst_per_source=args.connect_burst)) if tenants else None,
                   handshake_timeout=args.handshake_timeout if tenants else 0.0,
                   kinds=Kinds(args.api_url, env("RABBITMQ_API_USER", "guest"), api_password())
-                  if args.protocol == "brokered-amqp" else None)
+                  if args.protocol == "brokered-amqp" else None,
+                  more_brokers=tuple(args.more_brokers))
     tls = tls_context(args, lookup)
     await relay.start(*args.listen)
     if tls is not None:

@@ -23,7 +23,9 @@ class Kinds:
     """The topics of each vhost, from `GET /api/exchanges/<vhost>`."""
 
     def __init__(self, api_url: str, user: str, password: str, timeout: float = 5.0):
-        self.api_url = api_url.rstrip("/")
+        # a cluster's nodes, comma-separated: any answers for the cluster, tried in turn
+        self.api_urls = [u.strip().rstrip("/") for u in api_url.split(",") if u.strip()]
+        self.api_url = self.api_urls[0]
         self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         self.timeout = timeout
         self.topics: dict[str, tuple[float, frozenset]] = {}  # vhost -> (read at, names)
@@ -60,16 +62,21 @@ class Kinds:
             future.set_result(None)
 
     def _topics(self, vhost: str) -> frozenset:
-        url = (f"{self.api_url}/exchanges/{quote(vhost, safe='')}"
-               "?disable_stats=true&columns=name,type")
-        request = urllib.request.Request(url, headers={"Authorization": self.auth})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                rows = json.load(response)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:  # no such vhost: nothing of it is a topic
-                return frozenset()
-            raise
+        for i, api_url in enumerate(self.api_urls):
+            url = (f"{api_url}/exchanges/{quote(vhost, safe='')}"
+                   "?disable_stats=true&columns=name,type")
+            request = urllib.request.Request(url, headers={"Authorization": self.auth})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    rows = json.load(response)
+                break
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:  # no such vhost: nothing of it is a topic
+                    return frozenset()
+                raise
+            except OSError:  # that node is gone: another of the cluster answers
+                if i == len(self.api_urls) - 1:
+                    raise
         # an exchange deleted while listed answers as an empty row ([]): it is no topic
         return frozenset(row["name"] for row in rows
                          if isinstance(row, dict) and row.get("type") in TOPIC_TYPES)

@@ -129,16 +129,24 @@ class Pair:
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
-        try:
-            await asyncio.wait_for(loop.create_connection(
-                lambda: self.broker, self.relay.broker_host, self.relay.broker_port),
-                self.relay.connect_timeout)
-        except (TimeoutError, OSError) as exc:
-            self.logged = True
-            logger.warning("vhost_relay.broker_unreachable",
-                           extra={"peer": self.peer, "error": str(exc) or type(exc).__name__})
-            self.close()
-            return
+        brokers = self.relay.brokers()
+        for i, (host, port) in enumerate(brokers):
+            try:
+                await asyncio.wait_for(loop.create_connection(lambda: self.broker, host, port),
+                                       self.relay.connect_timeout)
+                self.relay.answered(i)
+                break
+            except (TimeoutError, OSError) as exc:
+                if i < len(brokers) - 1:  # a node of a cluster gone: the next one serves
+                    logger.info("vhost_relay.broker_failover", extra={
+                        "peer": self.peer, "broker": f"{host}:{port}",
+                        "error": str(exc) or type(exc).__name__})
+                    continue
+                self.logged = True
+                logger.warning("vhost_relay.broker_unreachable",
+                               extra={"peer": self.peer, "error": str(exc) or type(exc).__name__})
+                self.close()
+                return
         if not self.closed:
             self.client.transport.resume_reading()
         elif self.broker.transport is not None:
@@ -253,13 +261,26 @@ class Relay:
 
     def __init__(self, broker_host: str, broker_port: int, connect_timeout: float = 10.0,
                  protocol: str = "amqp", admission: Admission | None = None,
-                 handshake_timeout: float = 0.0, kinds: Kinds | None = None):
+                 handshake_timeout: float = 0.0, kinds: Kinds | None = None,
+                 more_brokers: tuple = ()):
         self.broker_host, self.broker_port = broker_host, broker_port
+        # The other nodes of a RabbitMQ cluster ((host, port), ...): a connection goes to the
+        # node that answered last, then to the others in turn.
+        self._brokers = [(broker_host, broker_port), *more_brokers]
+        self._first = 0
         self.protocol, self.admission, self.kinds = protocol, admission, kinds
         self.handshake_timeout = handshake_timeout
         self.connect_timeout = connect_timeout
         self.pairs: set[Pair] = set()
         self.servers: list[asyncio.Server] = []
+
+    def brokers(self) -> list[tuple[str, int]]:
+        """The broker's nodes to try, the one that answered last first."""
+        return self._brokers[self._first:] + self._brokers[:self._first]
+
+    def answered(self, tried: int) -> None:
+        """The `tried`-th node of `brokers()` took a connection: next ones go there first."""
+        self._first = (self._first + tried) % len(self._brokers)
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listens on `host:port`, with TLS if `tls` (a relay may listen on both)."""

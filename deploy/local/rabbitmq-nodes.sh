@@ -9,6 +9,13 @@
 #   bash deploy/local/rabbitmq-nodes.sh stop N    # nodes maas1..maas<N-1> stopped
 #   bash deploy/local/rabbitmq-nodes.sh reset N   # stopped, their data and files deleted: they next start empty
 #   bash deploy/local/rabbitmq-nodes.sh test      # the test suite's own node maastest@<host> runs
+#   bash deploy/local/rabbitmq-nodes.sh cluster A B      # nodes maasA..maasB run as ONE cluster
+#   bash deploy/local/rabbitmq-nodes.sh reset-nodes A B  # nodes maasA..maasB stopped, data deleted
+#
+# A cluster (MAAS_RABBITMQ_CLUSTER=A-B, config_service/brokers.py) is one broker of the pool whose
+# queues are quorum queues, replicated on every node: one node lost loses no acknowledged
+# message (docs/storage.md, "A broker that survives a node"). maasB..maasA+1 join maasA; a node
+# already in the cluster is left alone, one with data of its own is reset first.
 #
 # N is the TOTAL number of brokers, the default node included (N=1: nothing to do; at most 9).
 # The test node (k=9: AMQP 5689, management 15689, MQTT 1899, Prometheus 15709) is the same kind
@@ -34,10 +41,14 @@ wait_port() {
   log "port $1 did not open"; return 1
 }
 
-usage() { log "usage: $0 start|stop|reset N   (N: brokers in all, the default node included, 1..9) | test"; exit 2; }
+usage() { log "usage: $0 start|stop|reset N   (N: brokers in all, the default node included, 1..9) | test | cluster|reset-nodes A B (1 <= A < B <= 8)"; exit 2; }
 TEST_NODE=9  # k of the test suite's node
 if [ "${1:-}" = test ] && [ $# = 1 ]; then
   action=test total=1
+elif [ "${1:-}" = cluster ] || [ "${1:-}" = reset-nodes ]; then
+  [ $# = 3 ] || usage
+  action=$1 first=$2 last_node=$3 total=1
+  [[ "$first" =~ ^[1-8]$ && "$last_node" =~ ^[1-8]$ && "$first" -lt "$last_node" ]] || usage
 else
   [ $# = 2 ] || usage
   action=$1 total=$2
@@ -48,7 +59,7 @@ if [ "$total" -gt 9 ]; then
   log "N=$total: at most 9 brokers on one machine (the default node and maas1..maas8; their ports are 5681..5688 etc.)"
   exit 1
 fi
-[ "$total" -gt 1 ] || [ "$action" = test ] || exit 0
+case "$action" in start|stop|reset) [ "$total" -gt 1 ] || exit 0 ;; esac
 
 # The host part of the nodes' names: the default node's (rabbitmq-env.conf may set it, e.g.
 # rabbit@localhost), else what RABBITMQ_NODENAME or rabbitmq-env.conf say, else the short hostname.
@@ -144,8 +155,40 @@ write_targets() {  # the Prometheus endpoints of the pool nodes running now, for
   mv "$targets_file.tmp" "$targets_file"  # Prometheus reads it again when it changes
 }
 
+delete_data() {  # delete_data K: the stopped node's data and files
+  local k=$1 node
+  node=$(node_of "$k")
+  if compgen -G "$mnesia/$node*" >/dev/null; then
+    log "deleting $node's data"
+    rm -rf "${mnesia:?}/$node" "$mnesia/$node"[-.]*
+  fi
+  rm -f "/etc/rabbitmq/maas$k.conf" "/etc/rabbitmq/maas$k.enabled_plugins"
+}
+
+in_cluster_of() {  # in_cluster_of K SEED: node K's cluster has SEED as a running member
+  [[ "$(rabbitmqctl -n "$(node_of "$1")" -q cluster_status --formatter json 2>/dev/null)" == *"\"$(node_of "$2")\""* ]]
+}
+
 last=$((total - 1))
 case "$action" in
+  cluster)
+    for k in $(seq "$first" "$last_node"); do running "$k" || start_node "$k"; done
+    for k in $(seq "$first" "$last_node"); do check_node "$k"; done
+    for k in $(seq $((first + 1)) "$last_node"); do
+      in_cluster_of "$k" "$first" && continue
+      log "joining $(node_of "$k") to $(node_of "$first")"
+      rabbitmqctl -n "$(node_of "$k")" -q stop_app >/dev/null
+      rabbitmqctl -n "$(node_of "$k")" -q reset >/dev/null
+      rabbitmqctl -n "$(node_of "$k")" -q join_cluster "$(node_of "$first")" >/dev/null
+      rabbitmqctl -n "$(node_of "$k")" -q start_app >/dev/null
+      check_node "$k"
+    done
+    log "cluster of $(node_of "$first")..$(node_of "$last_node") is up"
+    ;;
+  reset-nodes)
+    for k in $(seq "$first" "$last_node"); do stop_node "$k"; done
+    for k in $(seq "$first" "$last_node"); do delete_data "$k"; done
+    ;;
   test)
     running "$TEST_NODE" || start_node "$TEST_NODE"
     check_node "$TEST_NODE"
@@ -162,12 +205,7 @@ case "$action" in
   reset)
     for k in $(seq 1 "$last"); do
       stop_node "$k"
-      node=$(node_of "$k")
-      if compgen -G "$mnesia/$node*" >/dev/null; then
-        log "deleting $node's data"
-        rm -rf "${mnesia:?}/$node" "$mnesia/$node"[-.]*
-      fi
-      rm -f "/etc/rabbitmq/maas$k.conf" "/etc/rabbitmq/maas$k.enabled_plugins"
+      delete_data "$k"
     done
     ;;
 esac

@@ -214,6 +214,10 @@ MAAS_RABBITMQ_NODES="${MAAS_RABBITMQ_NODES:-1}"
 if [ "$MAAS_RABBITMQ_NODES" -gt 1 ]; then
   bash "$(dirname "${BASH_SOURCE[0]}")/rabbitmq-nodes.sh" start "$MAAS_RABBITMQ_NODES"
 fi
+# A broker that survives a node: MAAS_RABBITMQ_CLUSTER=A-B clusters maasA..maasB (docs/storage.md).
+if [ -n "${MAAS_RABBITMQ_CLUSTER:-}" ]; then
+  bash "$(dirname "${BASH_SOURCE[0]}")/rabbitmq-nodes.sh" cluster "${MAAS_RABBITMQ_CLUSTER%-*}" "${MAAS_RABBITMQ_CLUSTER#*-}"
+fi
 log "PostgreSQL, Redis and RabbitMQ are up"
 
 # --- kubectl (issue 7): tests/infra renders deploy/ with `kubectl kustomize`. ------------------

@@ -11,7 +11,13 @@ import ssl
 from urllib.parse import quote, urlencode
 
 import urllib3
-from urllib3.exceptions import HTTPError, ReadTimeoutError
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    MaxRetryError,
+    NewConnectionError,
+    ReadTimeoutError,
+)
 from urllib3.util.retry import Retry
 
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
@@ -68,6 +74,11 @@ def rows(answer) -> list[dict]:
 POOL_SIZE = 10
 
 
+def _not_connected(exc: HTTPError) -> bool:
+    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
+    return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
+
+
 class RabbitMQApi:
     """A thin client over the RabbitMQ management HTTP API (one pool of keep-alive
     connections, shared by the threads of a process).
@@ -79,7 +90,12 @@ class RabbitMQApi:
     in-cluster service), and an https URL is verified against the system's trust store."""
 
     def __init__(self, base_url: str, user: str, password: str, timeout: float = 10) -> None:
-        self.base_url = base_url.rstrip("/")
+        # A cluster's nodes, comma-separated (config_service/brokers.py): each answers for the
+        # whole cluster, so a call that cannot reach one goes to the next. `base_url`, the
+        # first, names the broker (keys, logs) whichever node answers.
+        self.urls = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
+        self.base_url = self.urls[0]
+        self._answering = 0  # the node that answered last
         self.user = user
         self.timeout = timeout
         self._headers = urllib3.make_headers(basic_auth=f"{user}:{password}", keep_alive=True)
@@ -105,19 +121,27 @@ class RabbitMQApi:
                 timeout: float | None = None):
         """One call; returns the decoded JSON body (None when empty or missing and allowed).
         `timeout` shortens this call's wait below the client's."""
-        url = self.base_url + path + ("?" + urlencode(params) if params else "")
+        query = "?" + urlencode(params) if params else ""
         wait = self.timeout if timeout is None else min(timeout, self.timeout)
         headers = self._headers
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
             body = json.dumps(body).encode()
-        try:
-            resp = self._pool.request(method, url, body=body, headers=headers,
-                                      retries=self._retry_read if method == "GET" else self._retry,
-                                      redirect=False,
-                                      timeout=urllib3.Timeout(connect=wait, read=wait))
-        except HTTPError as exc:
-            raise BrokerError(f"{method} {path}: {exc}", transient=True) from exc
+        for tried in range(len(self.urls)):
+            at = (self._answering + tried) % len(self.urls)
+            try:
+                resp = self._pool.request(
+                    method, self.urls[at] + path + query, body=body, headers=headers,
+                    retries=self._retry_read if method == "GET" else self._retry,
+                    redirect=False, timeout=urllib3.Timeout(connect=wait, read=wait))
+                self._answering = at
+                break
+            except HTTPError as exc:
+                # not connected (refused, or no answer to connect): that node of the cluster
+                # is down and nothing reached it; the next node answers for the cluster
+                if _not_connected(exc) and tried < len(self.urls) - 1:
+                    continue
+                raise BrokerError(f"{method} {path}: {exc}", transient=True) from exc
         if resp.status == 404 and missing_ok:
             return None
         if resp.status >= 400:

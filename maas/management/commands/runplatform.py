@@ -87,16 +87,20 @@ def processes(bind: str) -> dict[str, list[str]]:
     if settings.MAAS_ROUTER_ENABLED and settings.MAAS_MQTT_GATEWAY_ENABLED:
         # MQTT for standard spaces: an AMQP client of whichever router runs (docs/mqtt.md).
         procs["mqtt-gateway"] = [py, str(settings.BASE_DIR / "manage.py"), "run_mqtt_gateway"]
-    if settings.MAAS_ROUTER_ENABLED and qdrouterd.binary():
+    if settings.MAAS_ROUTER_ENABLED:
         # qdrouterd opens RabbitMQ connections with its connector's host as the AMQP hostname,
-        # so they land in vhost `/`; the relay sets `vhost:<vhost>` from the login.
-        # One relay per broker of the pool (workers.endpoints.broker_pool).
+        # so they land in vhost `/`; the relay sets `vhost:<vhost>` from the login. A cluster's
+        # relay also takes every router to another node when one is gone (the embedded
+        # router's connectors go through it then). One relay per broker of the pool
+        # (workers.endpoints.broker_pool) that needs one.
         for broker in endpoints.broker_pool():
-            procs["-".join(filter(None, ("vhost-relay", broker.name)))] = [
-                py, "-m", "dataplane.vhost_relay",
-                "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{broker.relay_port}",
-                "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
-            ]
+            if qdrouterd.binary() or broker.cluster:
+                procs["-".join(filter(None, ("vhost-relay", broker.name)))] = [
+                    py, "-m", "dataplane.vhost_relay",
+                    "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{broker.relay_port}",
+                    "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
+                    *_more_nodes(broker, 0),
+                ]
     # Brokered spaces' MQTT: RabbitMQ's listener behind the relay that scopes client ids to
     # their vhost (RabbitMQ 3.10 tracks them across vhosts; docs/storage.md); their AMQP:
     # the relay that takes the space from the login and the address names bare. Both serve
@@ -107,17 +111,23 @@ def processes(bind: str) -> dict[str, list[str]]:
             py, "-m", "dataplane.vhost_relay", "--protocol", "mqtt",
             "--listen", f"{host}:{broker.mqtt_port}",
             "--broker", f"{broker.amqp_host}:{broker.broker_mqtt_port}",
-            *_relay_tls(host, broker.mqtts_port),
+            *_more_nodes(broker, 1), *_relay_tls(host, broker.mqtts_port),
         ]
         if broker.tenant_amqp_port:
             procs["-".join(filter(None, ("amqp-relay", broker.name)))] = [
                 py, "-m", "dataplane.vhost_relay", "--protocol", "brokered-amqp",
                 "--listen", f"{host}:{broker.tenant_amqp_port}",
-                "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
+                "--broker", f"{broker.amqp_host}:{broker.amqp_port}", *_more_nodes(broker, 0),
                 "--api-url", broker.api_url, *_relay_tls(host, broker.tenant_amqps_port),
             ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs
+
+
+def _more_nodes(broker, which: int) -> list[str]:
+    """A relay's other nodes of a clustered broker: their AMQP (`which` 0) or MQTT (1) port."""
+    return [arg for ports in broker.more_nodes
+            for arg in ("--more-broker", f"{broker.amqp_host}:{ports[which]}")]
 
 
 def _relay_tls(host: str, port: int) -> list[str]:

@@ -252,9 +252,11 @@ class RouterAgent(Agent):
         where = where or endpoints.of(space)
         broker = where.broker
         host, port = broker.amqp_host, broker.amqp_port
-        if not features.connector_virtual_host and settings.MAAS_INFRA_BACKEND != "kubernetes":
+        relayed = not features.connector_virtual_host or broker.cluster
+        if relayed and settings.MAAS_INFRA_BACKEND != "kubernetes":
             # The shared RabbitMQ of one machine: only the vhost relay puts a router without
-            # the virtualHost extension into the space's vhost (docs/router.md).
+            # the virtualHost extension into the space's vhost (docs/router.md); and a
+            # cluster's relay takes the router to another node when one is gone.
             host = settings.MAAS_VHOST_RELAY_HOST
             port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
         login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password)

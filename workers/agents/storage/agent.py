@@ -80,7 +80,8 @@ def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -
     state = VhostState(vhost=space.vhost, throttled=tenant_throttled(space),
                        max_connections=space.plan_status.get("maxConnections"),
                        mqtt_queue_max_bytes=settings.MAAS_BROKER_MQTT_QUEUE_MAX_BYTES or None,
-                       queue_exchanges=space.type != "standard")
+                       queue_exchanges=space.type != "standard",
+                       replicated=endpoints.of(space).broker.cluster)
     for a in stored_addresses(space) if addresses is None else addresses:
         if a.type == "topic":
             ttl = effective_ttl(a.plan_status.get("messageTtl"), a.spec.get("messageTtl"))
@@ -276,11 +277,12 @@ class StorageController(Agent):
             else:
                 all_queues.append(BrokerQueue(name=broker_object_name(kind, address, topic),
                                               kind=kind, topic=topic or None))
+        replicated = endpoints.of(space).broker.cluster
         wanted = rabbitmq.desired_objects(VhostState(
             vhost=space.vhost, throttled=tenant_throttled(space), users=desired_users(space),
-            queues=all_queues, topics=all_topics))
+            queues=all_queues, topics=all_topics, replicated=replicated))
         vhost = VhostState(vhost=space.vhost, queues=queues,
-                           queue_exchanges=space.type != "standard")
+                           queue_exchanges=space.type != "standard", replicated=replicated)
         api = _api(space)
         try:
             result = rabbitmq.BrokerReconciler(api).add(

@@ -62,3 +62,6 @@ class VhostState:
     # Clients publish to the vhost themselves (a brokered space): each queue gets an exchange
     # of its own name, the one way RabbitMQ can check a per-queue send right (rabbitmq_objects).
     queue_exchanges: bool = True
+    # The broker is a cluster (MAAS_RABBITMQ_CLUSTER): every queue a quorum queue, replicated
+    # on its nodes, so that one node lost loses no acknowledged message.
+    replicated: bool = False

@@ -244,14 +244,15 @@ class DesiredObjects:
     user_errors: dict[str, str] = field(default_factory=dict)
 
 
-def queue_type(queue: BrokerQueue) -> str:
-    """quorum only where needed: RabbitMQ enforces a delivery limit on quorum queues only."""
-    return "quorum" if queue.max_delivery_attempts is not None else "classic"
+def queue_type(queue: BrokerQueue, replicated: bool = False) -> str:
+    """quorum where needed: RabbitMQ enforces a delivery limit on quorum queues only, and only
+    they are replicated over a cluster's nodes (`replicated`)."""
+    return "quorum" if replicated or queue.max_delivery_attempts is not None else "classic"
 
 
-def queue_arguments(queue: BrokerQueue) -> dict:
+def queue_arguments(queue: BrokerQueue, replicated: bool = False) -> dict:
     """Only what never changes: a different value later would fail (406) on redeclare."""
-    args = {"x-queue-type": queue_type(queue), OWNER_ARG: True}
+    args = {"x-queue-type": queue_type(queue, replicated), OWNER_ARG: True}
     if queue.kind == "subscription" and queue.max_consumers == 1:
         args["x-single-active-consumer"] = True
     return args
@@ -382,7 +383,7 @@ def desired_objects(state: VhostState, topic_type: str = TOPIC_TYPE) -> DesiredO
             d.owner["policy:" + MQTT_QUEUE_POLICY] = min(topics)
     for queue in state.queues:
         topic = topics.get(queue.topic) if queue.kind == "subscription" else None
-        d.queues[queue.name] = queue_arguments(queue)
+        d.queues[queue.name] = queue_arguments(queue, state.replicated)
         d.owner["queue:" + queue.name] = queue.name
         if state.queue_exchanges and queue.kind in ("queue", "deadletter"):
             # `/exchange/<queue>`: write on it is the user's right to send to this queue only

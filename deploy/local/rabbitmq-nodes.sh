@@ -10,7 +10,7 @@
 #   bash deploy/local/rabbitmq-nodes.sh reset N   # stopped, their data and files deleted: they next start empty
 #   bash deploy/local/rabbitmq-nodes.sh test      # the test suite's own node maastest@<host> runs
 #   bash deploy/local/rabbitmq-nodes.sh cluster A B      # nodes maasA..maasB run as ONE cluster
-#   bash deploy/local/rabbitmq-nodes.sh reset-nodes A B  # nodes maasA..maasB stopped, data deleted
+#   bash deploy/local/rabbitmq-nodes.sh reset-nodes A B  # nodes maasA..maasB killed, data deleted
 #
 # A cluster (MAAS_RABBITMQ_CLUSTER=A-B, config_service/brokers.py) is one broker of the pool whose
 # queues are quorum queues, replicated on every node: one node lost loses no acknowledged
@@ -155,6 +155,19 @@ write_targets() {  # the Prometheus endpoints of the pool nodes running now, for
   mv "$targets_file.tmp" "$targets_file"  # Prometheus reads it again when it changes
 }
 
+kill_node() {  # kill_node K: SIGKILL, for a node whose data is deleted next (no clean stop needed)
+  local node pid
+  node=$(node_of "$1")
+  for pid in $(pgrep -x beam.smp); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RABBITMQ_NODENAME=$node"; then
+      log "killing $node"
+      kill -9 "$pid"
+    fi
+  done
+  for _ in $(seq 1 30); do running "$1" || return 0; sleep 1; done
+  log "$node did not go"; exit 1
+}
+
 delete_data() {  # delete_data K: the stopped node's data and files
   local k=$1 node
   node=$(node_of "$k")
@@ -177,16 +190,20 @@ case "$action" in
     for k in $(seq $((first + 1)) "$last_node"); do
       in_cluster_of "$k" "$first" && continue
       log "joining $(node_of "$k") to $(node_of "$first")"
-      rabbitmqctl -n "$(node_of "$k")" -q stop_app >/dev/null
-      rabbitmqctl -n "$(node_of "$k")" -q reset >/dev/null
-      rabbitmqctl -n "$(node_of "$k")" -q join_cluster "$(node_of "$first")" >/dev/null
-      rabbitmqctl -n "$(node_of "$k")" -q start_app >/dev/null
+      # (rabbitmqctl logs the node's tables it waits for on stderr meanwhile: not errors)
+      if ! { rabbitmqctl -n "$(node_of "$k")" -q stop_app &&
+             rabbitmqctl -n "$(node_of "$k")" -q reset &&
+             rabbitmqctl -n "$(node_of "$k")" -q join_cluster "$(node_of "$first")" &&
+             rabbitmqctl -n "$(node_of "$k")" -q start_app; } >/dev/null 2>&1; then
+        log "$(node_of "$k") did not join $(node_of "$first"): see /var/log/rabbitmq/$(node_of "$k").log"
+        exit 1
+      fi
       check_node "$k"
     done
     log "cluster of $(node_of "$first")..$(node_of "$last_node") is up"
     ;;
   reset-nodes)
-    for k in $(seq "$first" "$last_node"); do stop_node "$k"; done
+    for k in $(seq "$first" "$last_node"); do kill_node "$k"; done
     for k in $(seq "$first" "$last_node"); do delete_data "$k"; done
     ;;
   test)

@@ -490,6 +490,10 @@ MAAS_INFRA_SECRET = env("MAAS_INFRA_SECRET", "maas-secrets")
 # in MAAS_INFRA_NAMESPACE unless a host is set.
 MAAS_INFRA_AUTH_SERVICE_HOST = env("MAAS_INFRA_AUTH_SERVICE_HOST", "")
 MAAS_INFRA_AUTH_SERVICE_PORT = env_int("MAAS_INFRA_AUTH_SERVICE_PORT", 5676)
+# The CA (PEM file) that certifies the auth service's TLS certificate (the maas-authservice-tls
+# Secret, deploy/base): the spaces' routers then relay SASL to it over TLS, checking it. A file
+# that is not there: plain, as the auth service then serves.
+MAAS_INFRA_AUTH_SERVICE_CA = env("MAAS_INFRA_AUTH_SERVICE_CA", "")
 # The host clients are told to connect to (endpoints in address space status).
 MAAS_PUBLIC_HOST = env("MAAS_PUBLIC_HOST", "127.0.0.1")
 

@@ -22,7 +22,10 @@ def test_run_authservice_serves_messaging_users_and_the_admin(transactional_db, 
                DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/"
                             f"{settings.DATABASES['default']['NAME']}",
                MAAS_ROUTER_ADMIN_USER="admin", MAAS_ROUTER_ADMIN_PASSWORD="mgmt-secret")
-    proc = subprocess.Popen([sys.executable, "manage.py", "run_authservice", "--port", str(port)],
+    # --tls-optional with no certificate there (Kubernetes without its Secret): plain
+    missing = str(settings.BASE_DIR / "var" / "no-such-dir" / "tls.crt")
+    proc = subprocess.Popen([sys.executable, "manage.py", "run_authservice", "--port", str(port),
+                             "--tls-cert", missing, "--tls-key", missing, "--tls-optional"],
                             cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL)
     try:
         wait_for(lambda: port_open(port), 20, what="run_authservice")

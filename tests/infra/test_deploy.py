@@ -180,9 +180,24 @@ def test_the_auth_service_runs_where_the_space_routers_look_for_it(rendered, tar
     namespace = by(docs, "Deployment", "maas-authservice")["metadata"]["namespace"]
     pod = by(docs, "Deployment", "maas-authservice")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
+    tls = "/etc/maas/authservice-tls"
     assert container["command"] == ["python", "manage.py", "run_authservice",
-                                    "--host", "0.0.0.0", "--port", str(m.AUTH_SERVICE_PORT)]
+                                    "--host", "0.0.0.0", "--port", str(m.AUTH_SERVICE_PORT),
+                                    "--tls-cert", f"{tls}/tls.crt", "--tls-key", f"{tls}/tls.key",
+                                    "--tls-optional"]
     assert container["envFrom"] == [{"configMapRef": {"name": "maas-config"}}]
+    # its certificate where the Secret exists; the worker reads that Secret's CA from where the
+    # ConfigMap says, and gives it to every space's routers (test_router_config.py)
+    mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+    volumes = {v["name"]: v.get("secret", {}) for v in pod["volumes"]}
+    assert mounts["tls"] == tls and volumes["tls"] == {"secretName": "maas-authservice-tls",
+                                                       "optional": True}
+    worker = by(docs, "Deployment", "maas-worker")["spec"]["template"]["spec"]
+    (worker_container,) = worker["containers"]
+    ca_dir = {v["name"]: v["mountPath"] for v in worker_container["volumeMounts"]}[
+        "authservice-tls"]
+    config = by(docs, "ConfigMap", "maas-config")["data"]
+    assert config["MAAS_INFRA_AUTH_SERVICE_CA"] == f"{ca_dir}/ca.crt"
     assert pod["automountServiceAccountToken"] is False
     service = by(docs, "Service", m.AUTH_SERVICE_NAME)
     assert [p["port"] for p in service["spec"]["ports"]] == [m.AUTH_SERVICE_PORT]

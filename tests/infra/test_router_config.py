@@ -1,6 +1,8 @@
 """A space's router on Kubernetes: a Qpid Dispatch Router image whose configuration, in the
 router's ConfigMap, is dataplane.qdrouterd.router_config in interior mode; checked against the
 management schema of the qdrouterd 1.19 build `QDROUTERD` names, and started on it."""
+import base64
+import dataclasses
 import json
 import subprocess
 import time
@@ -29,6 +31,26 @@ def router_objects(space=None, cfg=spaces.CFG):
 
 def entities(config: list, etype: str) -> dict[str, dict]:
     return {attrs.get("name", etype): attrs for t, attrs in config if t == etype}
+
+
+def test_the_routers_relay_logins_over_tls_where_the_auth_service_s_ca_is_given():
+    """MAAS_INFRA_AUTH_SERVICE_CA (the maas-authservice-tls Secret's CA, in the worker): each
+    space's router Secret carries it and the routers check the auth service against it;
+    without it the link is plain, as the auth service then serves."""
+    pem = "-----BEGIN CERTIFICATE-----\nAUTH CA\n-----END CERTIFICATE-----\n"
+    cfg = dataclasses.replace(spaces.CFG, auth_service_ca=pem)
+    docs = m.router_manifests(spaces.small(), cfg, spaces.OWNER_UID, spaces.CERT,
+                              spaces.MESH_CERT)
+    config = json.loads(next(d for d in docs if d["kind"] == "ConfigMap")["data"][
+        m.ROUTER_CONFIG_FILE])
+    (plugin,) = entities(config, "authServicePlugin").values()
+    profile = entities(config, "sslProfile")[plugin["sslProfile"]]
+    assert profile["caCertFile"] == f"{m.ROUTER_CERTS_DIR}/{m.AUTH_CA_FILE}"
+    secret = next(d for d in docs if d["metadata"]["name"] == m.tls_secret_name(
+        spaces.small().infra))
+    assert base64.b64decode(secret["data"][m.AUTH_CA_FILE]).decode() == pem
+    plain = json.loads(router_objects()[0]["data"][m.ROUTER_CONFIG_FILE])
+    assert "sslProfile" not in next(iter(entities(plain, "authServicePlugin").values()))
 
 
 def test_the_router_runs_qdrouterd_not_skupper_router():
@@ -201,3 +223,14 @@ def _certificate(directory: Path) -> tuple[str, str]:
     cert_path.write_text(cert.cert_pem)
     key_path.write_text(cert.key_pem)
     return str(cert_path), str(key_path)
+
+
+def test_the_infra_controller_reads_the_auth_service_s_ca_where_the_secret_put_it(settings,
+                                                                                 tmp_path):
+    from workers.infra.backend import infra_settings
+
+    ca = tmp_path / "ca.crt"
+    settings.MAAS_INFRA_AUTH_SERVICE_CA = str(ca)
+    assert infra_settings().auth_service_ca == ""  # no Secret mounted: plain
+    ca.write_text("PEM")
+    assert infra_settings().auth_service_ca == "PEM"

@@ -47,8 +47,20 @@ def infra_settings() -> m.InfraSettings:
         secret=get("MAAS_INFRA_SECRET", defaults.secret),
         auth_service_host=get("MAAS_INFRA_AUTH_SERVICE_HOST", defaults.auth_service_host),
         auth_service_port=int(get("MAAS_INFRA_AUTH_SERVICE_PORT", defaults.auth_service_port)),
+        auth_service_ca=_read(get("MAAS_INFRA_AUTH_SERVICE_CA", "")),
         router_admin_user=get("MAAS_ROUTER_ADMIN_USER", defaults.router_admin_user),
     )
+
+
+def _read(path: str) -> str:
+    """The file's text, "" if there is none (an optional Secret not created)."""
+    if not path:
+        return ""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def space_infra_of(space: AddressSpace) -> m.SpaceInfra:

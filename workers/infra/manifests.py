@@ -50,6 +50,7 @@ AUTH_SERVICE_PORT = 5676
 # Where the router container finds its configuration and certificate (volumes below).
 ROUTER_CONFIG_DIR = "/etc/maas-router"
 ROUTER_CERTS_DIR = "/etc/maas-router-certs"
+AUTH_CA_FILE = "auth-ca.crt"  # in the router's TLS Secret: the auth service's CA
 # The space's mesh identity: a self-signed certificate for `*.<router>-internal...` that
 # every replica presents to the others and trusts (mesh_secret_name).
 ROUTER_MESH_DIR = "/etc/maas-router-mesh"
@@ -90,6 +91,9 @@ class InfraSettings:
     # The routers' SASL goes to the auth service: its Service in `namespace` unless set.
     auth_service_host: str = ""
     auth_service_port: int = AUTH_SERVICE_PORT
+    # PEM of the CA that certifies the auth service (MAAS_INFRA_AUTH_SERVICE_CA): the routers
+    # relay SASL to it over TLS and check it; "": plain, inside the cluster.
+    auth_service_ca: str = ""
     router_admin_user: str = "admin"  # the management listener's only user (MAAS_ROUTER_ADMIN_USER)
 
     @property
@@ -332,7 +336,8 @@ def router_listeners(space: SpaceInfra, cfg: InfraSettings) -> qdrouterd.Listene
         # are the router agent's (workers/agents/router/desired.py, mesh_connectors).
         mesh_tls=qdrouterd.MeshTls(f"{ROUTER_MESH_DIR}/tls.crt", f"{ROUTER_MESH_DIR}/tls.crt",
                                    f"{ROUTER_MESH_DIR}/tls.key"),
-        tenant_vhost=space.vhost, worker_threads=2)
+        tenant_vhost=space.vhost, worker_threads=2,
+        auth_ca=f"{ROUTER_CERTS_DIR}/{AUTH_CA_FILE}" if cfg.auth_service_ca else None)
 
 
 def router_config(space: SpaceInfra, cfg: InfraSettings) -> list:
@@ -355,7 +360,9 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
               "metadata": meta(tls_name),
               "data": {"tls.crt": _b64(tls.cert_pem), "tls.key": _b64(tls.key_pem),
-                       "ca.crt": _b64(tls.cert_pem)}}
+                       "ca.crt": _b64(tls.cert_pem),
+                       **({AUTH_CA_FILE: _b64(cfg.auth_service_ca)}
+                          if cfg.auth_service_ca else {})}}
     mesh_secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                    "metadata": meta(mesh_secret_name(infra)),
                    "data": {"tls.crt": _b64(mesh.cert_pem), "tls.key": _b64(mesh.key_pem)}}
@@ -414,7 +421,8 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
             "template": {
                 "metadata": {"labels": labels(space, "router"),
                              "annotations": {ANNOTATION_CONFIG_HASH: config_hash(
-                                 config, tls.cert_pem, mesh.cert_pem)}},
+                                 config, tls.cert_pem, mesh.cert_pem,
+                                 *([cfg.auth_service_ca] if cfg.auth_service_ca else []))}},
                 "spec": {
                     "automountServiceAccountToken": False,
                     "securityContext": _pod_security(10000),

@@ -1,8 +1,10 @@
 """manage.py run_authservice [--host] [--port]: the auth service routers delegate SASL to.
 
 Serves SASL PLAIN against messaging users and the router admin until stopped (docs/router.md,
-"Auth service"); with --tls-cert/--tls-key, over TLS only.
+"Auth service"); with --tls-cert/--tls-key, over TLS only. With --tls-optional a certificate
+that is not there (a Secret not created, on Kubernetes) leaves it plain, and says so.
 """
+import os
 import ssl
 
 from django.conf import settings
@@ -20,9 +22,15 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=settings.MAAS_AUTH_SERVICE_PORT)
         parser.add_argument("--tls-cert", help="PEM certificate: serve TLS only")
         parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+        parser.add_argument("--tls-optional", action="store_true",
+                            help="plain when --tls-cert or --tls-key is not there")
 
-    def handle(self, host, port, tls_cert, tls_key, **options):
+    def handle(self, host, port, tls_cert, tls_key, tls_optional=False, **options):
         context = None
+        if tls_cert and tls_optional and not (os.path.exists(tls_cert)
+                                              and os.path.exists(tls_key or "")):
+            self.stderr.write(f"no certificate at {tls_cert}: serving plain AMQP, unencrypted")
+            tls_cert = None
         if tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(tls_cert, tls_key)

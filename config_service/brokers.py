@@ -49,6 +49,11 @@ class BrokerEndpoint:
     def cluster(self) -> bool:
         return bool(self.more_nodes)
 
+    @property
+    def api_urls(self) -> list[str]:
+        """Each node's management API (one, but for a cluster): any answers for the broker."""
+        return [u.strip() for u in self.api_url.split(",") if u.strip()]
+
 
 def shared_broker() -> BrokerEndpoint:
     """The RabbitMQ of the control plane's settings: the first of the pool."""

@@ -29,11 +29,20 @@ def _redis():
 
 
 def _rabbitmq(broker):
-    response = requests.get(f"{broker.api_url}/aliveness-test/%2F",
-                            auth=(broker.api_user, broker.api_password), timeout=3)
-    response.raise_for_status()
-    if response.json().get("status") != "ok":
-        raise RuntimeError(response.text[:200])
+    """The broker serves: its node, or for a cluster any of its nodes (it serves with one
+    gone; the others' quorum queues hold every message)."""
+    failures = []
+    for url in broker.api_urls:
+        try:
+            response = requests.get(f"{url}/aliveness-test/%2F",
+                                    auth=(broker.api_user, broker.api_password), timeout=3)
+            response.raise_for_status()
+            if response.json().get("status") == "ok":
+                return
+            failures.append(response.text[:200])
+        except requests.RequestException as exc:
+            failures.append(f"{type(exc).__name__}: {exc}")
+    raise RuntimeError("; ".join(failures))
 
 
 def _processes():

@@ -93,16 +93,22 @@ def _router_rows(router: endpoints.RouterEndpoint, vhost: str) -> dict:
 
 
 def _broker_rows(broker: endpoints.BrokerEndpoint, vhost: str) -> dict:
-    try:
-        response = requests.get(
-            f"{broker.api_url}/queues/{quote(vhost, safe='')}",
-            params={"columns": "name,messages,consumers,message_stats.publish,"
-                               "message_stats.deliver_get"},
-            auth=(broker.api_user, broker.api_password), timeout=TIMEOUT_SECONDS)
-        if response.status_code == 404:  # the vhost is not made yet (space Configuring)
-            return {}
-        response.raise_for_status()
-    except Exception:
-        logger.warning("portal.broker_stats_failed", exc_info=True)
-        return {}
-    return {q["name"]: q for q in response.json()}
+    for i, url in enumerate(broker.api_urls):  # a cluster: the first node that answers
+        try:
+            response = requests.get(
+                f"{url}/queues/{quote(vhost, safe='')}",
+                params={"columns": "name,messages,consumers,message_stats.publish,"
+                                   "message_stats.deliver_get"},
+                auth=(broker.api_user, broker.api_password), timeout=TIMEOUT_SECONDS)
+            if response.status_code == 404:  # the vhost is not made yet (space Configuring)
+                return {}
+            response.raise_for_status()
+            return {q["name"]: q for q in response.json()}
+        except requests.ConnectionError:
+            if i < len(broker.api_urls) - 1:
+                continue
+            logger.warning("portal.broker_stats_failed", exc_info=True)
+        except Exception:
+            logger.warning("portal.broker_stats_failed", exc_info=True)
+            break
+    return {}

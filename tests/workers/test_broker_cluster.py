@@ -29,7 +29,9 @@ from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import PASSWORD, add, user
 from workers import readings
 
-pytestmark = [pytest.mark.serial, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# Not `serial`: its nodes are its own (no other test uses maas6..maas8), so it runs beside the
+# others, on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 SCRIPT = ROOT / "deploy" / "local" / "rabbitmq-nodes.sh"
 FIRST, LAST = 6, 8
 SENT = 120  # per space; the node is killed after KILL_AFTER of them

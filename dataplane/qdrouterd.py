@@ -19,7 +19,7 @@ AUTH_PLUGIN = "maas-auth"
 MANAGEMENT_VHOST = "$management"
 # qdrouterd drops a connection that sent nothing for this long (its default is 16 s). The
 # agents keep their management connections between reconciles for less than that
-# (workers/agents/router/agent.py, POOL_IDLE_SECONDS): at 100,000 addresses a new one, SASL
+# (workers/agents/router/pool.py, POOL_IDLE_SECONDS): at 100,000 addresses a new one, SASL
 # relayed to the auth service and its schema read again, made the first change after a
 # quiet spell the slowest of its round. The router still reaps a client that went silent.
 MANAGEMENT_IDLE_SECONDS = 300

@@ -94,7 +94,7 @@ class Management:
         self.waited: dict[str, float] = defaultdict(float)
         self.reply_to = self.receiver.remote_source.address
         self.url, self.user = url, user
-        self.pooled = False  # kept between reconciles (workers/agents/router/agent.py)
+        self.pooled = False  # kept between reconciles (workers/agents/router/pool.py)
         # The policy vhosts of the router's tenant listeners, read once per connection
         # (workers/agents/router/agent.py, serves_only): listeners are static configuration.
         self.serves_only: set | None = None

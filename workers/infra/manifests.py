@@ -7,8 +7,8 @@ agent, Services for the endpoints, and certificate Secrets. Every object carries
 its space and an owner reference to the space's owner ConfigMap, so deleting that ConfigMap
 lets Kubernetes' garbage collector remove the rest. Nothing here talks to Kubernetes or Django.
 
-One module of 600-odd lines: the objects of a space name, label and mount each other (the
-router's Service, its ConfigMap and certificate Secret, the brokers' StatefulSets and their
+One module of 700-odd lines: the objects of a space name, label and mount each other (the
+router's Service, its ConfigMap and certificate Secrets, the brokers' StatefulSets and their
 headless Services), and one place keeps those names consistent.
 """
 import base64

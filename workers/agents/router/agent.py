@@ -8,8 +8,6 @@ once, through this agent, by the router watch (router_watch.py). Only entities n
 `maas:<vhost>:...` are ever touched.
 """
 import logging
-import os
-import threading
 import time
 
 from django.conf import settings
@@ -18,8 +16,13 @@ from config_service.models import Address, AddressSpace
 from config_service.status import ROUTER_ONLY_TYPES
 from workers import certificates, credentials, endpoints
 from workers.agents import statements
-from workers.agents.router import applied, tables, touched
+from workers.agents.router import applied, pool, tables, touched
 from workers.agents.router import desired as rc
+from workers.agents.router.pool import (  # noqa: F401 - this module's interface too
+    POOL_IDLE_SECONDS,
+    close_pooled,
+    pooled_count,
+)
 from workers.agents.runner import (
     Agent,
     Report,
@@ -34,19 +37,6 @@ from workers.naming import broker_username
 logger = logging.getLogger(__name__)
 
 AUTOLINK_WAIT_SECONDS = 3.0
-# An idle management connection is kept for the next reconcile of this process for so long:
-# opening one (SASL relayed to the auth service, the schema read again) costs about as much as
-# the reconcile of a small change, and at 100,000 addresses on qdrouterd more than the rest of
-# it. Below the management listener's idle timeout (dataplane/qdrouterd.py,
-# MANAGEMENT_IDLE_SECONDS; the embedded router has none), and within the idle timeouts of the
-# usual load balancers (4 minutes and more), which drop a connection without telling either end.
-POOL_IDLE_SECONDS = 240.0
-# Idle connections of this process by management URL: [(Management, released at)]. A
-# reconcile takes one out and gives it back, so each is used by one thread at a time (the
-# parallel agents run in threads that live for one task).
-_pool: dict[str, list] = {}
-_pool_lock = threading.Lock()
-_pool_pid = os.getpid()  # a forked worker does not use its parent's sockets
 
 
 def management_client(router: endpoints.RouterEndpoint | None = None) -> Management:
@@ -218,7 +208,7 @@ class RouterAgent(Agent):
     def _connect(self, where: endpoints.SpaceEndpoints) -> Management:
         if self.management:
             return self.management
-        kept = _take_pooled(where.router)
+        kept = pool.take(where.router)
         if kept is not None:
             return kept
         try:
@@ -232,7 +222,7 @@ class RouterAgent(Agent):
         if broken:
             mgmt.close()
         else:
-            _give_back(mgmt)
+            pool.give_back(mgmt)
 
     @staticmethod
     def _fresh(where: endpoints.SpaceEndpoints) -> Management:
@@ -488,49 +478,7 @@ def _merged(space: AddressSpace, reports: list, down: list) -> Report:
     return merged
 
 
-def _take_pooled(router: endpoints.RouterEndpoint) -> Management | None:
-    """A kept connection to `router` that has not idled too long, or None."""
-    global _pool_pid
-    found, stale = None, []
-    with _pool_lock:
-        if _pool_pid != os.getpid():
-            _pool.clear()
-            _pool_pid = os.getpid()
-        idle = _pool.get(router.management_url, [])
-        while idle and found is None:
-            mgmt, released = idle.pop()
-            fresh = time.monotonic() - released <= POOL_IDLE_SECONDS
-            if fresh and mgmt.user == router.admin_user:
-                found = mgmt
-            else:
-                stale.append(mgmt)
-    for mgmt in stale:  # outside the lock: closing waits for the router's answer
-        mgmt.close()
-    return found
-
-
-def _give_back(mgmt: Management) -> None:
-    mgmt.pooled = True
-    with _pool_lock:
-        _pool.setdefault(mgmt.url, []).append((mgmt, time.monotonic()))
-
-
 def _refusal(key: tuple, exc: ManagementError) -> str:
     """What a tenant reads in the status when the router refused one of its entities."""
     etype = key[0].rsplit(".", 1)[-1]
     return f"Router refused {etype} {key[1]}: {exc.status} {exc.description}"
-
-
-def pooled_count() -> int:
-    """Idle management connections this process keeps (tests, diagnostics)."""
-    with _pool_lock:
-        return sum(len(idle) for idle in _pool.values())
-
-
-def close_pooled() -> None:
-    """Closes every kept connection (a router about to go away, tests)."""
-    with _pool_lock:
-        kept = [mgmt for idle in _pool.values() for mgmt, _ in idle]
-        _pool.clear()
-    for mgmt in kept:
-        mgmt.close()

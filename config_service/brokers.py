@@ -8,6 +8,7 @@ brokered spaces. A space records its broker at creation (`address_space.created`
 it through workers.endpoints.
 """
 import logging
+import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -40,10 +41,19 @@ class BrokerEndpoint:
     tenant_amqp_port: int = 0
     tenant_amqps_port: int = 0
     mqtts_port: int = 0
-    # A cluster (MAAS_RABBITMQ_CLUSTER): its other nodes' (AMQP port, MQTT port) on amqp_host;
-    # `api_url` then lists every node's API, comma-separated. Its queues are quorum queues and
-    # its clients (relays, the management API's) go to another node when one is gone.
+    # A cluster (MAAS_RABBITMQ_CLUSTER): its other nodes' (AMQP, MQTT, AMQPS, MQTTS ports) on
+    # amqp_host; `api_url` then lists every node's API, comma-separated. Its queues are quorum
+    # queues and its clients (relays, the management API's) go to another node when one is gone.
     more_nodes: tuple = ()
+    # RabbitMQ's own TLS listeners (AMQPS, MQTTS), signed by the internal CA; 0: none
+    amqps_port: int = 0
+    broker_mqtts_port: int = 0
+
+    @property
+    def broker_ca(self) -> str:
+        """The CA the platform's links to this broker check its certificate against; "" when
+        they are plain (no TLS listener, or no internal CA on this machine)."""
+        return internal_ca() if self.amqps_port else ""
 
     @property
     def cluster(self) -> bool:
@@ -55,6 +65,13 @@ class BrokerEndpoint:
         return [u.strip() for u in self.api_url.split(",") if u.strip()]
 
 
+def internal_ca() -> str:
+    """The internal CA's certificate (MAAS_INTERNAL_TLS_DIR/ca.pem, made by
+    deploy/local/services.sh with RabbitMQ's TLS listeners); "" where there is none."""
+    path = os.path.join(settings.MAAS_INTERNAL_TLS_DIR, "ca.pem")
+    return path if os.path.exists(path) else ""
+
+
 def shared_broker() -> BrokerEndpoint:
     """The RabbitMQ of the control plane's settings: the first of the pool."""
     return BrokerEndpoint(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
@@ -62,7 +79,9 @@ def shared_broker() -> BrokerEndpoint:
                           settings.RABBITMQ_AMQP_PORT, settings.MAAS_MQTT_RELAY_PORT, "",
                           settings.MAAS_VHOST_RELAY_PORT, settings.RABBITMQ_MQTT_PORT,
                           settings.MAAS_BROKERED_AMQP_PORT, settings.MAAS_BROKERED_AMQPS_PORT,
-                          settings.MAAS_MQTT_RELAY_TLS_PORT)
+                          settings.MAAS_MQTT_RELAY_TLS_PORT,
+                          amqps_port=settings.RABBITMQ_AMQPS_PORT,
+                          broker_mqtts_port=settings.RABBITMQ_MQTTS_PORT)
 
 
 def broker_pool() -> list[BrokerEndpoint]:
@@ -78,7 +97,9 @@ def broker_pool() -> list[BrokerEndpoint]:
                        shared.api_password, shared.amqp_host, 5680 + k, 1900 + k, f"maas{k}",
                        5690 + k, 1890 + k, 5700 + k if shared.tenant_amqp_port else 0,
                        5710 + k if shared.tenant_amqps_port else 0,
-                       1910 + k if shared.mqtts_port else 0)
+                       1910 + k if shared.mqtts_port else 0,
+                       amqps_port=5660 + k if shared.amqps_port else 0,
+                       broker_mqtts_port=8870 + k if shared.broker_mqtts_port else 0)
         for k in range(1, settings.MAAS_RABBITMQ_NODES)]
 
 
@@ -92,7 +113,9 @@ def _cluster(shared: BrokerEndpoint, api_host: str) -> BrokerEndpoint:
         shared.api_password, shared.amqp_host, 5680 + first, 1900 + first, "cluster",
         5690 + first, 1890 + first, 5700 + first if shared.tenant_amqp_port else 0,
         5710 + first if shared.tenant_amqps_port else 0, 1910 + first if shared.mqtts_port else 0,
-        more_nodes=tuple((5680 + k, 1890 + k) for k in nodes if k != first))
+        more_nodes=tuple((5680 + k, 1890 + k, 5660 + k, 8870 + k) for k in nodes if k != first),
+        amqps_port=5660 + first if shared.amqps_port else 0,
+        broker_mqtts_port=8870 + first if shared.broker_mqtts_port else 0)
 
 
 def pooled_broker(name: str) -> BrokerEndpoint:

@@ -331,6 +331,12 @@ RABBITMQ_API_PASSWORD = env("RABBITMQ_API_PASSWORD", "guest")
 RABBITMQ_AMQP_HOST = env("RABBITMQ_AMQP_HOST", "127.0.0.1")
 RABBITMQ_AMQP_PORT = env_int("RABBITMQ_AMQP_PORT", 5672)
 RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)  # its own MQTT listener: the relay's
+# Its TLS listeners (deploy/local/services.sh; node k of the pool: AMQPS 5660+k, MQTTS 8870+k),
+# certificate signed by the internal CA below. The routers' connectors and the relays reach
+# RabbitMQ on these, checking that certificate: a router's login and a tenant's relayed one
+# never cross in clear text. 0, or no internal CA: plain, on the ports above.
+RABBITMQ_AMQPS_PORT = env_int("RABBITMQ_AMQPS_PORT", 5671)
+RABBITMQ_MQTTS_PORT = env_int("RABBITMQ_MQTTS_PORT", 8884)
 # Brokered spaces' MQTT clients reach RabbitMQ through the vhost relay in MQTT mode, which
 # scopes each client id to its space (`make run` starts one per broker; docs/storage.md).
 MAAS_MQTT_RELAY_HOST = env("MAAS_MQTT_RELAY_HOST", "127.0.0.1")
@@ -429,8 +435,10 @@ MAAS_ROUTER_MESH = env_int("MAAS_ROUTER_MESH", 1)
 if not 1 <= MAAS_ROUTER_MESH <= 9:
     raise RuntimeError("MAAS_ROUTER_MESH must be between 1 and 9")
 MAAS_ROUTER_MESH_PORT_BASE = env_int("MAAS_ROUTER_MESH_PORT_BASE", 5720)
-# The mesh's CA, and each router's certificate and key under it (made for make run if missing).
-MAAS_ROUTER_MESH_TLS_DIR = env("MAAS_ROUTER_MESH_TLS_DIR", str(BASE_DIR / "var" / "mesh-tls"))
+# The internal links' CA (ca.pem, ca-key.pem; deploy/local/services.sh makes it, or the first
+# process that needs it) and the certificates it signed: each router's of the mesh, the vhost
+# relays' facing the routers, RabbitMQ's TLS listeners' (docs/security.md, "Internal links").
+MAAS_INTERNAL_TLS_DIR = env("MAAS_INTERNAL_TLS_DIR", str(BASE_DIR / "var" / "internal-tls"))
 # The MQTT gateway of standard spaces (dataplane/gateway, docs/mqtt.md): 1883 is Mosquitto's
 # and 1884 RabbitMQ's MQTT; it reaches the router's AMQP listener as each client's user.
 MAAS_MQTT_GATEWAY_ENABLED = env_bool("MAAS_MQTT_GATEWAY_ENABLED", True)
@@ -441,6 +449,9 @@ MAAS_MQTT_GATEWAY_TLS_PORT = env_int("MAAS_MQTT_GATEWAY_TLS_PORT", 8885)
 MAAS_MQTT_GATEWAY_METRICS_HOST = env("MAAS_MQTT_GATEWAY_METRICS_HOST", "127.0.0.1")
 MAAS_MQTT_GATEWAY_METRICS_PORT = env_int("MAAS_MQTT_GATEWAY_METRICS_PORT", 8092)
 MAAS_MQTT_GATEWAY_ROUTER_HOST = env("MAAS_MQTT_GATEWAY_ROUTER_HOST", "127.0.0.1")
+# It logs in to the router as each client's user, with the client's password: over the router's
+# AMQPS listener, checking the platform's certificate (MAAS_ROUTER_TLS_CERT), unless false.
+MAAS_MQTT_GATEWAY_ROUTER_TLS = env_bool("MAAS_MQTT_GATEWAY_ROUTER_TLS", True)
 # The address plan of the subscription addresses that keep persistent sessions' QoS 1 messages.
 MAAS_MQTT_SESSION_PLAN = env("MAAS_MQTT_SESSION_PLAN", "standard-small-subscription")
 # Where a router without the connector virtualHost extension (qdrouterd) reaches the local

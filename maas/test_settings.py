@@ -17,6 +17,8 @@ os.environ["MAAS_CELERY_QUEUE"] = f"maas-test-{_WORKER}"
 os.environ.setdefault("RABBITMQ_API_URL", "http://127.0.0.1:15689/api")
 os.environ.setdefault("RABBITMQ_AMQP_PORT", "5689")
 os.environ.setdefault("RABBITMQ_MQTT_PORT", "1899")
+os.environ.setdefault("RABBITMQ_AMQPS_PORT", "5669")
+os.environ.setdefault("RABBITMQ_MQTTS_PORT", "8879")
 # No relay runs on make run's ports here: a brokered space's endpoints are RabbitMQ's own
 # unless a test starts the relays and names their ports (tests/storage/relays.py).
 os.environ.setdefault("MAAS_BROKERED_AMQP_PORT", "0")

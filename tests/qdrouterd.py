@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from dataplane import qdrouterd
-from tests import broker
 from tests.router.conftest import ROOT, RouterProcess, free_port, terminate, wait_port
 
 SKIP_REASON = "QDROUTERD does not name a qdrouterd 1.19 build (see docs/router.md)"
@@ -52,13 +51,20 @@ class AuthService:
 
 
 class VhostRelay:
-    """The vhost relay (`python -m dataplane.vhost_relay`) in front of the local RabbitMQ."""
+    """The vhost relay (`python -m dataplane.vhost_relay`) in front of a broker (the settings'
+    by default: the test node), as runplatform starts it for qdrouterd: plain facing the
+    router, reaching the broker over TLS where the broker has its TLS listener."""
 
-    def __init__(self, broker_host: str = "127.0.0.1", broker_port: int = broker.AMQP_PORT):
+    def __init__(self, endpoint=None):
+        from config_service.brokers import shared_broker
+        from maas.management.commands.runplatform import relay_to_broker_args, router_facing_args
+
+        endpoint = endpoint or shared_broker()
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dataplane.vhost_relay", "--listen", f"127.0.0.1:{self.port}",
-             "--broker", f"{broker_host}:{broker_port}"], cwd=ROOT,
+            [sys.executable, "-m", "dataplane.vhost_relay",
+             *router_facing_args("127.0.0.1", self.port, endpoint, tls=False),
+             *relay_to_broker_args(endpoint, "amqp")], cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=str(ROOT)))
         wait_port(self.port)
 
@@ -140,11 +146,11 @@ class Mesh:
         """`linked`: each router's connectors to the routers before it are in its static
         configuration (as runplatform writes them); else the router agent makes them, as
         for a space's own routers on Kubernetes (RouterEndpoint.peers)."""
-        from workers.agents.router.certificates import ensure_mesh_certificates
+        from workers.agents.router.certificates import ensure_internal_certificates
 
         self.base = free_block(10 * n)
         ids = [f"maas-router-{k}" for k in range(1, n + 1)]
-        certs = ensure_mesh_certificates(tls_dir, ids)
+        certs = ensure_internal_certificates(tls_dir, ids)
         self.routers: list[QdrouterdProcess] = []
         for k, router_id in enumerate(ids, 1):
             at = self.base + 10 * (k - 1)

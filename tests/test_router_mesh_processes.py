@@ -18,7 +18,7 @@ def mesh_settings(settings, tmp_path, monkeypatch):
     fake_binary(tmp_path, monkeypatch)
     settings.BASE_DIR = tmp_path
     settings.MAAS_ROUTER_MESH, settings.MAAS_ROUTER_MESH_PORT_BASE = 3, 5720
-    settings.MAAS_ROUTER_MESH_TLS_DIR = str(tmp_path / "mesh-tls")
+    settings.MAAS_INTERNAL_TLS_DIR = str(tmp_path / "mesh-tls")
     settings.MAAS_ROUTER_HOST, settings.MAAS_ROUTER_AMQP_PORT = "127.0.0.1", 5673
     settings.MAAS_ROUTER_MANAGEMENT_URL = "amqp://127.0.0.1:5675"
     return settings

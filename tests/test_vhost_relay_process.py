@@ -1,12 +1,19 @@
 """`manage.py runplatform` starts the vhost relay in front of RabbitMQ's AMQP only when qdrouterd
 runs instead of the embedded router (`QDROUTERD` names an executable), and one in front of each
-broker's MQTT always, and one for the AMQP clients of brokered spaces (both with TLS); and the
-embedded router's state directory is the settings'."""
+broker's MQTT always, and one for the AMQP clients of brokered spaces (both with TLS); every relay
+reaches RabbitMQ's TLS listeners where the broker has them; and the embedded router's state
+directory is the settings'."""
 import pytest
 
 from maas.management.commands.runplatform import processes
 from tests.qdrouterd import fake_binary
 from workers import endpoints
+
+
+@pytest.fixture(autouse=True)
+def plain_brokers(settings):
+    """Brokers without TLS listeners, unless a test gives them (the last tests)."""
+    settings.RABBITMQ_AMQPS_PORT = settings.RABBITMQ_MQTTS_PORT = 0
 
 
 @pytest.fixture
@@ -110,3 +117,48 @@ def test_a_cluster_is_one_broker_whose_relays_fail_over_between_its_nodes(settin
     assert procs["mqtt-relay-cluster"][7:13] == [
         "--broker", "10.0.0.5:1891", "--more-broker", "10.0.0.5:1892", "--more-broker",
         "10.0.0.5:1893"]
+
+
+@pytest.fixture
+def internal_ca(settings, tmp_path):
+    """Brokers with TLS listeners, and the internal CA that signed them."""
+    settings.MAAS_INTERNAL_TLS_DIR = str(tmp_path / "internal-tls")
+    settings.RABBITMQ_AMQPS_PORT, settings.RABBITMQ_MQTTS_PORT = 5671, 8884
+    (tmp_path / "internal-tls").mkdir()
+    (tmp_path / "internal-tls" / "ca.pem").write_text("a CA")
+    return str(tmp_path / "internal-tls" / "ca.pem")
+
+
+def test_relays_reach_the_brokers_tls_listeners_checking_the_internal_ca(settings, monkeypatch,
+                                                                         internal_ca):
+    monkeypatch.delenv("QDROUTERD", raising=False)
+    settings.MAAS_RABBITMQ_NODES = 2
+    settings.MAAS_MQTT_RELAY_HOST, settings.MAAS_MQTT_RELAY_PORT = "127.0.0.1", 1996
+    settings.RABBITMQ_AMQP_HOST = "10.0.0.5"
+    procs = processes("127.0.0.1:8000")
+    assert procs["mqtt-relay"][5:11] == ["--listen", "127.0.0.1:1996", "--broker",
+                                         "10.0.0.5:8884", "--broker-ca", internal_ca]
+    assert procs["mqtt-relay-maas1"][7:11] == ["--broker", "10.0.0.5:8871",
+                                               "--broker-ca", internal_ca]
+    router = procs["router"]  # its connectors' profile for the brokers' TLS listeners
+    assert router[router.index("--broker-ca") + 1] == internal_ca
+
+
+def test_the_routers_relay_is_tls_for_the_embedded_router_and_plain_for_qdrouterd(
+        settings, monkeypatch, tmp_path, internal_ca):
+    """qdrouterd 1.19's TLS connectors crashed it (runplatform.router_facing_args): its hop to
+    the relay stays plain on loopback; the relay's own hop to RabbitMQ is TLS either way."""
+    settings.MAAS_RABBITMQ_CLUSTER = "1-3"
+    settings.RABBITMQ_AMQP_HOST = "127.0.0.1"
+    monkeypatch.delenv("QDROUTERD", raising=False)
+    relay = processes("127.0.0.1:8000")["vhost-relay-cluster"]
+    port = endpoints.broker_pool()[1].relay_port
+    assert relay[3:7] == ["--listen", "none", "--tls-listen", f"127.0.0.1:{port}"]
+    assert relay[relay.index("--broker") + 1] == "127.0.0.1:5661"
+    assert relay[relay.index("--broker-ca") + 1] == internal_ca
+    assert relay[relay.index("--more-broker") + 1] == "127.0.0.1:5662"
+
+    settings.MAAS_RUN_EMBEDDED_ROUTER = False
+    fake_binary(tmp_path, monkeypatch)
+    relay = processes("127.0.0.1:8000")["vhost-relay-cluster"]
+    assert relay[3:7] == ["--listen", f"127.0.0.1:{port}", "--broker", "127.0.0.1:5661"]

@@ -59,7 +59,7 @@ class AmqpConnection(asyncio.Protocol):
         self.transport = Transport()
         sasl = self.transport.sasl()
         sasl.allowed_mechs("PLAIN")
-        sasl.allow_insecure_mechs = True  # loopback or in-cluster; TLS is on the MQTT side
+        sasl.allow_insecure_mechs = True  # PLAIN: under TLS where the gateway has it (process.py)
         self.collector = Collector()
         self.conn.collect(self.collector)
         self.transport.bind(self.conn)

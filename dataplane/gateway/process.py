@@ -32,12 +32,26 @@ class Options:
     limits: Limits = Limits()  # per source address (dataplane/admission.py)
     handshake_timeout: float = HANDSHAKE_TIMEOUT  # seconds from accept to CONNACK
     more_routers: tuple = ()  # the other routers of the mesh, tried in order after `router`
+    # TLS to `router` and `more_routers` (their AMQPS listeners), their certificate checked
+    # against this PEM: the clients' passwords the gateway logs in with never cross in clear
+    router_ca: str | None = None
+
+
+def router_context(ca: str) -> ssl.SSLContext:
+    """TLS to the routers: the chain checked against `ca` (the platform's router certificate,
+    self-signed), not the host name, which is whatever address reaches the router here (as
+    qdrouterd checks the auth service)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    context.check_hostname = False
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 async def serve(options: Options, control: GatewayStore) -> int:
     gateway = Gateway(*options.router, control, limits=options.limits,
                       handshake_timeout=options.handshake_timeout,
-                      more_routers=options.more_routers)
+                      more_routers=options.more_routers,
+                      router_tls=router_context(options.router_ca) if options.router_ca else None)
     metrics.serve(options.metrics_host, options.metrics_port)
     await gateway.listen(options.host, options.port)
     cert, key = options.tls_cert or "", options.tls_key or ""
@@ -53,7 +67,8 @@ async def serve(options: Options, control: GatewayStore) -> int:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     logger.info("mqtt.gateway_started", extra={"port": options.port,
                                                "tls_port": options.tls_port,
-                                               "router": f"{options.router[0]}:{options.router[1]}"})
+                                               "router": f"{options.router[0]}:{options.router[1]}",
+                                               "router_tls": bool(options.router_ca)})
     await stop.wait()
     await gateway.close()
     return 0

@@ -18,8 +18,12 @@ HANDSHAKE_TIMEOUT = 5.0  # seconds from accept to CONNECT answered, by default
 class Gateway:
     def __init__(self, router_host: str, router_port: int, control: GatewayStore,
                  book: store.AddressBook | None = None, limits: Limits | None = None,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT, more_routers: tuple = ()):
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT, more_routers: tuple = (),
+                 router_tls: ssl.SSLContext | None = None):
         self.router_host, self.router_port = router_host, router_port
+        # TLS to the router above and the mesh's others (a space's own router, on
+        # Kubernetes, is reached as the control plane names it: plain)
+        self.router_tls = router_tls
         # The other routers of a mesh that serves every space (one machine): where a client
         # goes, in order, when the first does not answer.
         self.more_routers = tuple(more_routers)
@@ -58,13 +62,14 @@ class Gateway:
             self._routers[vhost] = where
         return where
 
-    async def routers_for(self, vhost: str) -> list[tuple[str, int]]:
+    async def routers_for(self, vhost: str) -> tuple[list[tuple[str, int]], ssl.SSLContext | None]:
         """The space's router, then, where that is the mesh every space shares, its other
-        routers: a client's AMQP connection is opened to the first that answers."""
+        routers: a client's AMQP connection is opened to the first that answers; and the TLS
+        to them, if any."""
         first = await self.router_for(vhost)
         if first != (self.router_host, self.router_port):
-            return [first]  # the space's own router (Kubernetes): its Service fails over
-        return [first, *(r for r in self.more_routers if r != first)]
+            return [first], None  # the space's own router (Kubernetes): its Service fails over
+        return [first, *(r for r in self.more_routers if r != first)], self.router_tls
 
     # -- retained messages -----------------------------------------------------------------------
     def retain(self, vhost: str, publish, link, amqp) -> None:

@@ -311,14 +311,15 @@ class MqttSession(asyncio.Protocol):
     async def _open_amqp(self, password: str) -> int:
         loop = self.gw.loop
         try:
-            routers = await self.gw.routers_for(self.vhost)
+            routers, tls = await self.gw.routers_for(self.vhost)
             for i, (host, port) in enumerate(routers):
                 try:
                     _, self.amqp = await asyncio.wait_for(loop.create_connection(
                         lambda: AmqpConnection(self, self.login, password, self.vhost,
                                                f"mqtt-gateway-{uuid.uuid4().hex[:12]}",
                                                self._client_properties()),
-                        host, port), OPEN_TIMEOUT)
+                        host, port, ssl=tls,
+                        server_hostname=host if tls is not None else None), OPEN_TIMEOUT)
                     await asyncio.wait_for(self.amqp.opened, OPEN_TIMEOUT)
                     break
                 except (TimeoutError, OSError):

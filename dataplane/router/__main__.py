@@ -56,6 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--auth-service-ca", default=env("MAAS_AUTH_SERVICE_CA") or None,
                    help="PEM of the CA that certifies the auth service: TLS to it, and only to "
                         "a service that proves that identity for its host name")
+    p.add_argument("--broker-ca", default=env("MAAS_ROUTER_BROKER_CA") or None,
+                   help="PEM CA of the brokers' TLS listeners: the client sslProfile `broker` "
+                        "that connectors name to reach them over TLS")
     p.add_argument("--metrics-port", type=int, default=int(env("MAAS_ROUTER_METRICS_PORT", "0")),
                    help="Prometheus text endpoint; 0 (default) disables it")
     # Loopback by default, apart from --host: a router whose AMQP listener faces the tenants
@@ -103,6 +106,11 @@ def main(argv=None) -> int:
                     admin_user=args.admin_user,
                     sweep_after=args.usage_sweep_after, limits=limits,
                     handshake_timeout=args.handshake_timeout)
+    if args.broker_ca:
+        if not os.path.exists(args.broker_ca):
+            logger.error("router.bad_broker_ca", extra={"ca": args.broker_ca})
+            return 2
+        engine.client_profiles["broker"] = args.broker_ca
     if args.state_dir:
         try:
             engine.ledger.open_journal(args.state_dir)

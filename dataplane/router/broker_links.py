@@ -54,6 +54,10 @@ _REATTACH_MAX = 10.0
 _REFUSED = re.compile(r"no (?:queue|exchange) '([^']*)'")
 
 
+def _bool(value) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() not in ("false", "0", "no")
+
+
 def refused_object(reason) -> str | None:
     """The queue or exchange a broker's link refusal names, if it names one."""
     found = _REFUSED.search(reason[1] or "") if reason else None
@@ -106,10 +110,22 @@ class BrokerLinks:
             return  # deleted meanwhile
         if name in self.conns:
             return
+        profile = ent.get("sslProfile")
+        context = None
+        if profile:
+            context = self.engine.client_tls(profile, _bool(ent.get("verifyHostname", True)))
+            if context is None:  # as qdrouterd: the connector stays, unconnected, and says why
+                ent["connectionStatus"] = "FAILED"
+                ent["connectionMsg"] = f"no sslProfile {profile!r} on this router"
+                logger.error("connector.unknown_ssl_profile",
+                             extra={"connector": name, "sslProfile": profile})
+                return
 
         def setup(conn) -> None:
             conn.connector = name
             conn.kind = "connector"
+            if context is not None:  # the broker's certificate checked against the profile's CA
+                conn.start_tls(context, server_hostname=ent["host"])
             sasl = L.pn_sasl(conn.transport)
             if ent.get("saslUsername"):
                 pn_sasl_allowed_mechs(sasl, ent.get("saslMechanisms") or "PLAIN")
@@ -149,6 +165,8 @@ class BrokerLinks:
         except E.EntityError:
             return
         ent["connectionStatus"] = "FAILED"
+        if conn.failure:  # an untrusted certificate, say: the status says so, as qdrouterd's
+            ent["connectionMsg"] = conn.failure
         up_since = getattr(conn, "connected_at", None)
         if up_since is not None and time.monotonic() - up_since >= _STABLE_AFTER:
             self.backoff.pop(name, None)

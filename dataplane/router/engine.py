@@ -10,6 +10,7 @@ change event by event, and split apart each half would reach into the other's.
 """
 
 import logging
+import ssl
 import time
 
 from cproton import (
@@ -83,6 +84,10 @@ class Engine:
         self.auth_service = auth_service
         self.admin_user = admin_user
         self.broker = BrokerLinks(self)
+        # Connectors' TLS profiles: name -> CA file (`--broker-ca` makes `broker`); their
+        # contexts, by (name, whether the peer's host name is checked), made once.
+        self.client_profiles: dict[str, str] = {}
+        self._client_contexts: dict[tuple[str, bool], ssl.SSLContext] = {}
         self.management = Management(self)
         self._dispatch = {
             L.PN_CONNECTION_REMOTE_OPEN: self._on_conn_open,
@@ -117,6 +122,20 @@ class Engine:
         tick()
 
     # -- listeners ---------------------------------------------------------------------------
+    def client_tls(self, profile: str, verify_hostname: bool = True) -> ssl.SSLContext | None:
+        """The TLS context of client profile `profile` (a connector's sslProfile); None if the
+        router has no such profile."""
+        key = (profile, verify_hostname)
+        if key not in self._client_contexts:
+            ca = self.client_profiles.get(profile)
+            if ca is None:
+                return None
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.check_hostname = verify_hostname
+            self._client_contexts[key] = context
+        return self._client_contexts[key]
+
     def listen(self, host: str, port: int, kind: str, ssl_context=None):
         """Accept connections of `kind` ("client" or "management"), SASL relayed to the auth
         service; `ssl_context`: TLS first."""

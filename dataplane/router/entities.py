@@ -62,6 +62,8 @@ SCHEMAS: dict[str, Schema] = {
         defaults={"host": "127.0.0.1", "port": "5672", "role": "route-container",
                   "saslUsername": None, "saslPassword": None, "saslMechanisms": None,
                   "virtualHost": None, "idleTimeoutSeconds": 16, "maxFrameSize": 16384,
+                  # TLS to the peer: one of the router's client profiles (engine.client_tls)
+                  "sslProfile": None, "verifyHostname": True,
                   "connectionStatus": "CONNECTING", "connectionMsg": None},
         enums={"role": ("route-container", "normal")},
     ),

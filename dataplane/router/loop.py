@@ -56,6 +56,8 @@ class Conn:
         self.relay = None  # the SASL relay until SASL is over (accepted connections)
         self.tls: ssl.SSLObject | None = None
         self.tls_in = self.tls_out = None
+        self.tls_ready = True  # False: a connector's TLS handshake is not over yet
+        self.failure: str | None = None  # why TLS ended it (a connector's connectionMsg)
         self.raw_out = bytearray()  # bytes for the socket not from proton (SASL, TLS records)
         self.pending_in = bytearray()  # bytes for proton it has no room for yet
         self.finishing = False  # close once raw_out is sent
@@ -71,10 +73,22 @@ class Conn:
         self.forced = False  # closed by management, waiting for the peer's close
         self.sasl_mech: str | None = None
 
-    def start_tls(self, context: ssl.SSLContext) -> None:
+    def start_tls(self, context: ssl.SSLContext, server_hostname: str | None = None) -> None:
+        """TLS under the connection: as the server (accepted), or as the client of
+        `server_hostname` (a connector's), whose ClientHello is queued here. A client writes
+        none of proton's bytes until its handshake is over: TLS would refuse them."""
         self.tls_in, self.tls_out = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.tls = context.wrap_bio(self.tls_in, self.tls_out, server_side=True)
+        client = server_hostname is not None
+        self.tls = context.wrap_bio(self.tls_in, self.tls_out, server_side=not client,
+                                    server_hostname=server_hostname)
         self.encrypted = True
+        if client:
+            self.tls_ready = False
+            try:
+                self.tls.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+            self.raw_out += self.tls_out.read()
 
 
 class Loop:
@@ -222,6 +236,9 @@ class Loop:
         """The plain text TLS gives for what came in; None if the connection is over."""
         out = bytearray()
         try:
+            if not conn.tls_ready:  # a connector's handshake: the server's answer
+                conn.tls.do_handshake()
+                conn.tls_ready = True  # proton's output goes out at the next flush
             while chunk := conn.tls.read(_BUF):
                 out += chunk
         except ssl.SSLWantReadError:
@@ -230,6 +247,7 @@ class Loop:
             self._eof(conn)
         except ssl.SSLError as exc:
             logger.info("router.tls_failed", extra={"host": conn.host, "reason": str(exc)})
+            conn.failure = f"TLS failed: {exc}"
             self.close(conn)
             return None
         conn.raw_out += conn.tls_out.read()  # handshake records
@@ -317,7 +335,7 @@ class Loop:
 
     def _write_layered(self, conn: Conn) -> None:
         t = conn.transport
-        if conn.tls is not None and conn.relay is None:
+        if conn.tls is not None and conn.relay is None and conn.tls_ready:
             try:
                 while len(conn.raw_out) < _BUF and (pending := L.pn_transport_pending(t)) > 0:
                     n = min(pending, _BUF)
@@ -347,7 +365,7 @@ class Loop:
             self._write(conn)  # the SASL bytes are out: proton's output goes direct again
             return
         else:
-            want = conn.relay is None and L.pn_transport_pending(t) > 0
+            want = conn.relay is None and conn.tls_ready and L.pn_transport_pending(t) > 0
         if want != conn.want_write and not conn.closed:
             conn.want_write = want
             mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)

@@ -174,11 +174,14 @@ def log_rows(engine) -> list[dict]:
 
 
 def ssl_profile_rows(engine) -> list[dict]:
-    """The TLS listener's profile (its files come from the command line and are not shown)."""
+    """The TLS listener's profile and the connectors' (their files come from the command line
+    and are not shown)."""
+    rows = [{"name": name, "identity": name, "type": SSL_PROFILE, "certFile": None,
+             "privateKeyFile": None, "caCertFile": None} for name in engine.client_profiles]
     if not any(e["sslProfile"] for e in engine.listeners):
-        return []
+        return rows
     return [{"name": "maas-tls", "identity": "maas-tls", "type": SSL_PROFILE,
-             "certFile": None, "privateKeyFile": None}]
+             "certFile": None, "privateKeyFile": None, "caCertFile": None}, *rows]
 
 
 _ROWS = {ROUTER_ADDRESS: address_rows, CONNECTION: connection_rows, LINK: link_rows,
@@ -214,5 +217,6 @@ def attribute_names(engine) -> dict[str, list[str]]:
              LISTENER: ["name", "identity", "type", "host", "port", "role", "authenticatePeer",
                         "saslMechanisms", "requireSsl", "sslProfile"],
              LOG: list(log_rows(engine)[0]),
-             SSL_PROFILE: ["name", "identity", "type", "certFile", "privateKeyFile"]}
+             SSL_PROFILE: ["name", "identity", "type", "certFile", "privateKeyFile",
+                           "caCertFile"]}
     return {t: list(dict.fromkeys(n)) for t, n in names.items()}

@@ -26,13 +26,19 @@ def host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def listen_address(text: str) -> tuple[str, int] | None:
+    """`HOST:PORT`, or `none`: no plain listener."""
+    return None if text == "none" else host_port(text)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(prog="python -m dataplane.vhost_relay", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--listen", type=host_port, metavar="HOST:PORT", default=host_port(
+    p.add_argument("--listen", type=listen_address, metavar="HOST:PORT", default=host_port(
         f"{env('MAAS_VHOST_RELAY_HOST', '127.0.0.1')}:{env('MAAS_VHOST_RELAY_PORT', '5677')}"),
-        help="where routers connect (MAAS_VHOST_RELAY_HOST/_PORT; 127.0.0.1:5677)")
+        help="where routers connect (MAAS_VHOST_RELAY_HOST/_PORT; 127.0.0.1:5677); `none`: "
+             "only the TLS listener")
     p.add_argument("--broker", type=host_port, metavar="HOST:PORT", default=host_port(
         f"{env('RABBITMQ_AMQP_HOST', '127.0.0.1')}:{env('RABBITMQ_AMQP_PORT', '5672')}"),
         help="RabbitMQ's AMQP listener (RABBITMQ_AMQP_HOST/_PORT; 127.0.0.1:5672)")
@@ -47,6 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(docs/storage.md)")
     p.add_argument("--tls-listen", type=host_port, metavar="HOST:PORT",
                    help="also listen here with TLS (AMQPS, MQTTS), with --tls-cert/--tls-key")
+    p.add_argument("--broker-ca", default=env("MAAS_VHOST_RELAY_BROKER_CA", ""),
+                   help="connect to the broker (and its other nodes) with TLS, its certificate "
+                        "checked against this PEM CA and the broker's host; their ports are "
+                        "then its TLS listeners'")
     p.add_argument("--tls-cert", default=env("MAAS_VHOST_RELAY_TLS_CERT", ""),
                    help="PEM certificate chain of the TLS listener")
     p.add_argument("--tls-key", default=env("MAAS_VHOST_RELAY_TLS_KEY", ""),
@@ -97,6 +107,15 @@ def tls_context(args: argparse.Namespace, lookup: Lookup | None = None) -> ssl.S
     return context
 
 
+def broker_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """TLS to the broker, checked against `--broker-ca`; None: plain."""
+    if not args.broker_ca:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=args.broker_ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def api_password() -> str:
     """RABBITMQ_API_PASSWORD, or the file RABBITMQ_API_PASSWORD_FILE names (as the settings)."""
     path = os.environ.get("RABBITMQ_API_PASSWORD_FILE")
@@ -116,9 +135,12 @@ async def serve(args: argparse.Namespace, lookup: Lookup | None = None) -> None:
                   handshake_timeout=args.handshake_timeout if tenants else 0.0,
                   kinds=Kinds(args.api_url, env("RABBITMQ_API_USER", "guest"), api_password())
                   if args.protocol == "brokered-amqp" else None,
-                  more_brokers=tuple(args.more_brokers))
+                  more_brokers=tuple(args.more_brokers), broker_tls=broker_context(args))
     tls = tls_context(args, lookup)
-    await relay.start(*args.listen)
+    if args.listen is None and tls is None:
+        raise OSError("--listen none needs the TLS listener and its certificate")
+    if args.listen is not None:
+        await relay.start(*args.listen)
     if tls is not None:
         await relay.start(*args.tls_listen, tls=tls)
     stopping = asyncio.Event()
@@ -126,10 +148,12 @@ async def serve(args: argparse.Namespace, lookup: Lookup | None = None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     logger.info("vhost_relay.started", extra={"protocol": args.protocol,
-                                              "listen": "{}:{}".format(*args.listen),
+                                              "listen": "{}:{}".format(*args.listen)
+                                              if args.listen else None,
                                               "tls_listen": "{}:{}".format(*args.tls_listen)
                                               if args.tls_listen else None,
-                                              "broker": "{}:{}".format(*args.broker)})
+                                              "broker": "{}:{}".format(*args.broker),
+                                              "broker_tls": bool(args.broker_ca)})
     await stopping.wait()
     relay.stop()
     await asyncio.sleep(0.1)  # let the closing transports send what they hold

@@ -132,11 +132,14 @@ class Pair:
         brokers = self.relay.brokers()
         for i, (host, port) in enumerate(brokers):
             try:
-                await asyncio.wait_for(loop.create_connection(lambda: self.broker, host, port),
-                                       self.relay.connect_timeout)
+                tls = self.relay.broker_tls
+                await asyncio.wait_for(loop.create_connection(
+                    lambda: self.broker, host, port, ssl=tls,
+                    server_hostname=host if tls is not None else None),
+                    self.relay.connect_timeout)
                 self.relay.answered(i)
                 break
-            except (TimeoutError, OSError) as exc:
+            except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
                 if i < len(brokers) - 1:  # a node of a cluster gone: the next one serves
                     logger.info("vhost_relay.broker_failover", extra={
                         "peer": self.peer, "broker": f"{host}:{port}",
@@ -262,8 +265,11 @@ class Relay:
     def __init__(self, broker_host: str, broker_port: int, connect_timeout: float = 10.0,
                  protocol: str = "amqp", admission: Admission | None = None,
                  handshake_timeout: float = 0.0, kinds: Kinds | None = None,
-                 more_brokers: tuple = ()):
+                 more_brokers: tuple = (), broker_tls: ssl.SSLContext | None = None):
         self.broker_host, self.broker_port = broker_host, broker_port
+        # TLS to the broker (its certificate checked against the platform's internal CA):
+        # what crosses this link is a login, the router's or a tenant's.
+        self.broker_tls = broker_tls
         # The other nodes of a RabbitMQ cluster ((host, port), ...): a connection goes to the
         # node that answered last, then to the others in turn.
         self._brokers = [(broker_host, broker_port), *more_brokers]

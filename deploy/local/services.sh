@@ -7,6 +7,10 @@ set -euo pipefail
 
 DB_NAME="${MAAS_DB_NAME:-maas}"
 RABBITMQ_MQTT_PORT="${MAAS_RABBITMQ_MQTT_PORT:-1884}"   # 1883 usually belongs to Mosquitto
+# RabbitMQ's TLS listeners; also read as the platform reads them (maas/settings.py). MQTTS is not
+# 8883: that and 8886 are other MQTTS listeners of ours.
+RABBITMQ_AMQPS_PORT="${MAAS_RABBITMQ_AMQPS_PORT:-${RABBITMQ_AMQPS_PORT:-5671}}"
+RABBITMQ_MQTTS_PORT="${MAAS_RABBITMQ_MQTTS_PORT:-${RABBITMQ_MQTTS_PORT:-8884}}"
 
 log() { printf '[services] %s\n' "$*" >&2; }
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -108,6 +112,79 @@ fi
 if [ -w /etc/rabbitmq ] && ! grep -q '^prometheus.tcp.ip' "$conf" 2>/dev/null; then
   printf 'prometheus.tcp.ip = 127.0.0.1\n' >> "$conf"
 fi
+# TLS: the platform's internal links to RabbitMQ (the routers' connectors, the relays) check its
+# certificate against the platform's internal CA, so that no login crosses them in clear text.
+# The CA is var/internal-tls/{ca.pem,ca-key.pem} (MAAS_INTERNAL_TLS_DIR), made here or by the
+# router agent (workers/agents/router/certificates.py), whichever comes first: both EC P-256,
+# the key in PKCS8, and either uses the other's. RabbitMQ's certificate is for localhost and
+# 127.0.0.1, the address also as a DNS name (qpid-proton 0.37 compares a peer's name with DNS
+# names only); it is made again when missing, signed by another CA (a new var/) or 30 days
+# before it expires. The broker reads it as the rabbitmq user; the pool's nodes serve the same
+# files (deploy/local/rabbitmq-nodes.sh).
+need_pkg openssl openssl
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+internal_tls="${MAAS_INTERNAL_TLS_DIR:-$repo/var/internal-tls}"
+if [ ! -s "$internal_tls/ca.pem" ] || [ ! -s "$internal_tls/ca-key.pem" ]; then
+  log "making the platform's internal CA in $internal_tls"
+  mkdir -p "$internal_tls"
+  (umask 077; openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$internal_tls/ca-key.pem.tmp")
+  openssl req -new -x509 -sha256 -days 3650 -key "$internal_tls/ca-key.pem.tmp" -out "$internal_tls/ca.pem.tmp" \
+    -config <(printf '%s\n' '[req]' 'prompt = no' 'distinguished_name = dn' 'x509_extensions = ca' \
+      '[dn]' 'CN = maas-internal-ca' \
+      '[ca]' 'basicConstraints = critical, CA:true, pathlen:0' 'keyUsage = critical, keyCertSign, cRLSign' \
+      'subjectKeyIdentifier = hash')
+  mv "$internal_tls/ca-key.pem.tmp" "$internal_tls/ca-key.pem"  # the key first: the pair is whole once ca.pem is
+  mv "$internal_tls/ca.pem.tmp" "$internal_tls/ca.pem"
+fi
+rabbitmq_tls=/etc/rabbitmq/maas-tls
+tls_renewed=""
+if [ -w /etc/rabbitmq ]; then
+  [ -d "$rabbitmq_tls" ] || install -d -o rabbitmq -g rabbitmq -m 0750 "$rabbitmq_tls"
+  cmp -s "$internal_tls/ca.pem" "$rabbitmq_tls/ca.pem" ||
+    install -o rabbitmq -g rabbitmq -m 0644 "$internal_tls/ca.pem" "$rabbitmq_tls/ca.pem"
+  if ! { [ -s "$rabbitmq_tls/cert.pem" ] && [ -s "$rabbitmq_tls/key.pem" ] &&
+         openssl verify -CAfile "$internal_tls/ca.pem" "$rabbitmq_tls/cert.pem" >/dev/null 2>&1 &&
+         openssl x509 -checkend $((30 * 86400)) -noout -in "$rabbitmq_tls/cert.pem" >/dev/null &&
+         [ "$(openssl x509 -noout -pubkey -in "$rabbitmq_tls/cert.pem")" = "$(openssl pkey -pubout -in "$rabbitmq_tls/key.pem" 2>/dev/null)" ]; }; then
+    log "signing RabbitMQ's certificate with the internal CA ($rabbitmq_tls)"
+    tls_tmp=$(mktemp -d)
+    # (openssl's chatter is shown only when it fails)
+    if ! out=$( { openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+          -keyout "$tls_tmp/key.pem" -out "$tls_tmp/req.pem" &&
+        openssl x509 -req -sha256 -days 825 -in "$tls_tmp/req.pem" -out "$tls_tmp/cert.pem" \
+          -CA "$internal_tls/ca.pem" -CAkey "$internal_tls/ca-key.pem" -CAserial "$tls_tmp/ca.srl" -CAcreateserial \
+          -extfile <(printf '%s\n' 'basicConstraints = critical, CA:false' 'keyUsage = critical, digitalSignature' \
+            'extendedKeyUsage = serverAuth' 'subjectAltName = DNS:localhost, IP:127.0.0.1, DNS:127.0.0.1'); } 2>&1 ); then
+      log "RabbitMQ's certificate could not be made: $out"; rm -rf "$tls_tmp"; exit 1
+    fi
+    install -o rabbitmq -g rabbitmq -m 0600 "$tls_tmp/key.pem" "$rabbitmq_tls/key.pem"
+    install -o rabbitmq -g rabbitmq -m 0644 "$tls_tmp/cert.pem" "$rabbitmq_tls/cert.pem"
+    rm -rf "$tls_tmp"
+    tls_renewed=1
+  fi
+fi
+# The listeners, on loopback only: AMQPS (AMQP 0-9-1 and 1.0) and the MQTT plugin's MQTTS, with
+# RabbitMQ's TLS settings (verify_none: clients show no certificate, they log in). Not written
+# while another program holds a port: the broker would not start again.
+tls_conf="listeners.ssl.default = 127.0.0.1:$RABBITMQ_AMQPS_PORT
+ssl_options.cacertfile = $rabbitmq_tls/ca.pem
+ssl_options.certfile = $rabbitmq_tls/cert.pem
+ssl_options.keyfile = $rabbitmq_tls/key.pem
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
+mqtt.listeners.ssl.default = 127.0.0.1:$RABBITMQ_MQTTS_PORT"
+tls_keys='^(listeners\.ssl\.default|ssl_options\.(cacertfile|certfile|keyfile|verify|fail_if_no_peer_cert)|mqtt\.listeners\.ssl\.default) '
+if [ -w /etc/rabbitmq ] && [ -s "$rabbitmq_tls/cert.pem" ] &&
+    [ "$(grep -E "$tls_keys" "$conf" 2>/dev/null)" != "$tls_conf" ]; then
+  for port in "$RABBITMQ_AMQPS_PORT" "$RABBITMQ_MQTTS_PORT"; do
+    if listening "$port" && ! ss -ltnpH "sport = :$port" 2>/dev/null | grep -q '"beam.smp"'; then
+      log "port $port is taken by something else: give RabbitMQ another (MAAS_RABBITMQ_AMQPS_PORT, MAAS_RABBITMQ_MQTTS_PORT)"
+      exit 1
+    fi
+  done
+  sed -i -E -e '/^# MaaS: TLS listeners/d' -e "/$tls_keys/d" "$conf" 2>/dev/null || true
+  { echo "# MaaS: TLS listeners, a certificate of the internal CA (deploy/local/services.sh)"; echo "$tls_conf"; } >> "$conf"
+fi
 # Open files: RabbitMQ keeps two open per started vhost (its message stores) besides a socket
 # per connection, so Debian's default of 1024 runs out at a few hundred spaces
 # (docs/scale.md). rabbitmq-env.conf, which every start sources as the rabbitmq user (after
@@ -184,10 +261,28 @@ if grep -q '^prometheus.tcp.ip = 127.0.0.1' "$conf" 2>/dev/null \
     && ss -ltnH 'sport = :15692' 2>/dev/null | grep -qv '127.0.0.1:15692'; then
   why="${why:+$why, }to serve its Prometheus figures on loopback only"
 fi
+# The same for the TLS listeners: a broker started before their lines were in rabbitmq.conf.
+tls_ports=""
+grep -q '^listeners\.ssl\.default' "$conf" 2>/dev/null && tls_ports="$RABBITMQ_AMQPS_PORT $RABBITMQ_MQTTS_PORT"
+for port in $tls_ports; do
+  if ! listening "$port"; then
+    why="${why:+$why, }to open its TLS listeners (AMQPS $RABBITMQ_AMQPS_PORT, MQTTS $RABBITMQ_MQTTS_PORT)"
+    break
+  fi
+done
 if [ -n "$why" ] && [ "$(id -u)" = 0 ]; then
   log "restarting RabbitMQ $why"
   restart_rabbitmq
   wait_port 15672 60
+  for port in $tls_ports; do wait_port "$port" 60; done
+fi
+# A certificate made again above: the running nodes, the pool's too, serve it from their next TLS
+# connection on (Erlang's ssl keeps the files it read in a cache of its own).
+if [ -n "$tls_renewed" ]; then
+  node_host=$(rabbitmqctl -q eval 'node().' 2>/dev/null | tr -d "'\"" || true)
+  for name in $(epmd -names 2>/dev/null | awk '$1 == "name" && $2 !~ /^rabbitmqcli/ {print $2}'); do
+    rabbitmqctl -n "$name@${node_host#*@}" -q eval 'ssl:clear_pem_cache().' >/dev/null 2>&1 || true
+  done
 fi
 # MaaS's topic exchange type x-maas-topic (deploy/rabbitmq/rabbitmq_maas_topic, docs/storage.md):
 # compiled against the running RabbitMQ into its plugins directory and enabled; a changed source
@@ -235,6 +330,14 @@ fi
 
 # --- mosquitto_pub/sub: the MQTT gateway's tests use them as real MQTT clients (tests/mqtt) ------
 need_pkg mosquitto_sub mosquitto-clients
+
+# --- tshark: what crosses loopback, read as the wire has it (that an internal link is TLS, not
+# plain AMQP or MQTT). wireshark-common asks whether users other than root may capture: answered
+# "no" beforehand, so that no installer stops to ask it.
+if ! command -v tshark >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
+fi
+need_pkg tshark tshark
 
 # --- Java for Spark (usage jobs) and Chromium for the browser tests ------------------------------
 need_pkg java openjdk-17-jre-headless

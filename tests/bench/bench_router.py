@@ -1,7 +1,9 @@
 """Benchmark of the routers: throughput and router CPU per 100-byte message, for the embedded
 router and, when `QDROUTERD` names a qdrouterd 1.19 build, for qdrouterd and for a mesh of two
 qdrouterd interior routers (mutual TLS between them, as `runplatform` meshes them; senders on
-one, receivers on the other, the CPU of both routers per message) in the same run.
+one, receivers on the other, the CPU of both routers per message) in the same run; and
+`embedded-tls`, a second embedded router whose connector reaches RabbitMQ's TLS listener as
+`make run`'s does (where deploy/local/services.sh made the internal CA).
 
 Cases: anycast pre-settled, anycast unsettled, a queue through the router (waypoint +
 autoLinks to RabbitMQ) and the same queue straight on RabbitMQ. Each router gets over
@@ -46,6 +48,8 @@ from tests.bench.common import cpu_seconds  # noqa: E402
 from workers.clients.qdr import Management  # noqa: E402
 
 RABBIT_API = "http://127.0.0.1:15672/api"
+AMQPS_PORT = 5671  # its TLS listener (deploy/local/services.sh)
+INTERNAL_CA = ROOT / "var" / "internal-tls" / "ca.pem"  # what signed it
 GUEST = ("guest", "guest")
 ADMIN, ADMIN_PASSWORD = "admin", "bench-admin"
 # The bench's messaging user (on the routers) and the routers' login on the broker vhost.
@@ -242,15 +246,22 @@ class Router:
             self.proc.wait()
 
 
-def start_embedded(auth_port: int) -> Router:
+def internal_ca() -> str:
+    return str(INTERNAL_CA) if INTERNAL_CA.exists() else ""
+
+
+def start_embedded(auth_port: int, broker_ca: str | None = None) -> Router:
+    """The embedded router; `broker_ca`: its connector reaches RabbitMQ's TLS listener, the
+    certificate checked against this CA (kind `embedded-tls`)."""
     amqp_port, mgmt_port = free_port(), free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    tls = ["--broker-ca", broker_ca] if broker_ca else []
     proc = subprocess.Popen([sys.executable, "-m", "dataplane.router", "--amqp-port",
                              str(amqp_port), "--management-port", str(mgmt_port),
                              "--admin-user", ADMIN, "--auth-service", f"127.0.0.1:{auth_port}",
-                             "--log-level", "WARNING"], cwd=ROOT, env=env)
+                             "--log-level", "WARNING", *tls], cwd=ROOT, env=env)
     wait_port(mgmt_port, proc, "the embedded router")
-    return Router("embedded", proc, amqp_port, mgmt_port)
+    return Router("embedded-tls" if broker_ca else "embedded", proc, amqp_port, mgmt_port)
 
 
 def start_qdrouterd(auth_port: int, workdir: Path, name: str = "qdrouterd",
@@ -276,10 +287,10 @@ def start_mesh(auth_port: int, workdir: Path) -> Router:
     certificates of a CA of their own (workers/agents/router/certificates.py), as runplatform
     meshes MAAS_ROUTER_MESH routers; returns the first, its `peer` the second, once each sees
     the other."""
-    from workers.agents.router.certificates import ensure_mesh_certificates
+    from workers.agents.router.certificates import ensure_internal_certificates
 
     ids = ["maas-mesh-1", "maas-mesh-2"]
-    certs = ensure_mesh_certificates(str(workdir / "mesh-tls"), ids)
+    certs = ensure_internal_certificates(str(workdir / "mesh-tls"), ids)
     port = free_port()
     first = start_qdrouterd(auth_port, workdir, "mesh-1", {
         "mode": "interior", "inter_router_port": port,
@@ -319,8 +330,10 @@ def space_entities(router: Router, vhost: str, broker_port: int, queue: str) -> 
     connector = {"host": "127.0.0.1", "port": str(broker_port), "role": "route-container",
                  "saslUsername": f"{USER}@{vhost}", "saslPassword": BROKER_PASSWORD}
     entities = []
-    if router.kind == "embedded":
+    if router.kind.startswith("embedded"):
         connector["virtualHost"] = f"vhost:{vhost}"
+    if router.kind == "embedded-tls":
+        connector["sslProfile"] = "broker"
     autolink = {"address": f"{vhost}/bq", "connection": f"{owner}broker",
                 "externalAddress": f"/amq/queue/{queue}"}
     return entities + [
@@ -374,7 +387,7 @@ def print_table(medians: dict, rounds: int) -> None:
         return f"{row[key]:.1f}" if key in row else "-"
 
     print(f"\nmedians of {rounds} round(s)")
-    print(f"{'case':<28} {'router':<10} {'received':>8} {'msgs/s':>8} {'router us/msg':>14} "
+    print(f"{'case':<28} {'router':<12} {'received':>8} {'msgs/s':>8} {'router us/msg':>14} "
           f"{'RabbitMQ us/msg':>16} {'relay us/msg':>13} {'qdr/emb msgs/s':>15} "
           f"{'qdr/emb CPU':>12}")
     for (case, kind), row in medians.items():
@@ -383,7 +396,7 @@ def print_table(medians: dict, rounds: int) -> None:
         if kind != "embedded" and embedded:
             ratios = (f"{row['rate'] / embedded['rate']:>15.2f} "
                       f"{row['router_us_per_msg'] / embedded['router_us_per_msg']:>12.2f}")
-        print(f"{case:<28} {kind:<10} {row['msgs']:>8.0f} {row['rate']:>8.0f} "
+        print(f"{case:<28} {kind:<12} {row['msgs']:>8.0f} {row['rate']:>8.0f} "
               f"{us(row, 'router_us_per_msg'):>14} "
               f"{us(row, 'rabbit_us_per_msg'):>16} {us(row, 'relay_us_per_msg'):>13} "
               f"{ratios}".rstrip())
@@ -394,7 +407,7 @@ def print_table(medians: dict, rounds: int) -> None:
                   f"{mesh['rate'] / one['rate']:.2f} x msgs/s, "
                   f"{mesh['router_us_per_msg'] / one['router_us_per_msg']:.2f} x router CPU/msg")
     direct = medians.get(("queue direct to RabbitMQ", "none"))
-    for kind in ("embedded", "qdrouterd", "mesh"):
+    for kind in ("embedded", "embedded-tls", "qdrouterd", "mesh"):
         routed = medians.get(("queue via router", kind))
         if routed and direct and direct["rate"]:
             print(f"queue via {kind} / direct throughput ratio: "
@@ -418,13 +431,20 @@ def main():
         rabbit("PUT", f"/users/{broker_user}", {"password": BROKER_PASSWORD, "tags": ""})
         rabbit("PUT", f"/permissions/{vhost}/{broker_user}",
                {"configure": ".*", "write": ".*", "read": ".*"})
-        for queue in ("bq-embedded", "bq-qdrouterd", "bq-mesh", "dq"):
+        for queue in ("bq-embedded", "bq-embedded-tls", "bq-qdrouterd", "bq-mesh", "dq"):
             rabbit("PUT", f"/queues/{vhost}/{queue}", {"durable": True})
 
         auth = AuthServer(("127.0.0.1", free_port()), bench_verifier(vhost))
         threading.Thread(target=auth.serve_forever, daemon=True).start()
         routers.append(start_embedded(auth.server_address[1]))
         configure(routers[0], space_entities(routers[0], vhost, 5672, "bq-embedded"))
+        ca = internal_ca()
+        if ca:  # make run's connector: RabbitMQ's TLS listener (services.sh), checked
+            routers.append(start_embedded(auth.server_address[1], ca))
+            configure(routers[-1], space_entities(routers[-1], vhost, AMQPS_PORT,
+                                                  "bq-embedded-tls"))
+        else:
+            print(f"no internal CA at {INTERNAL_CA}: the embedded router over TLS is left out")
         if qdrouterd.binary():
             relay_port = free_port()
             relay = subprocess.Popen([sys.executable, "-m", "dataplane.vhost_relay", "--listen",
@@ -466,7 +486,8 @@ def main():
                     if address == "bq":
                         rabbit("DELETE", f"/queues/{vhost}/bq-{router.kind}/contents")
                         pids.update({"rabbit": beam} if beam else {})
-                        pids.update({"relay": relay.pid} if router.kind != "embedded" else {})
+                        pids.update({"relay": relay.pid}
+                                    if not router.kind.startswith("embedded") else {})
                     target = (f"amqp://127.0.0.1:{router.amqp_port}", client, address)
                     source = (f"amqp://127.0.0.1:{receiving.amqp_port}", client, address)
                     results.setdefault((case, router.kind), []).append(run_case(

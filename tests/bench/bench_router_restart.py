@@ -250,7 +250,7 @@ def main():
     auth = AuthService()  # reads messaging users from the bench's database
     relay = None
     if args.router == "qdrouterd":
-        relay = VhostRelay(broker_port=settings.RABBITMQ_AMQP_PORT)
+        relay = VhostRelay()
         os.environ["MAAS_VHOST_RELAY_PORT"] = str(relay.port)
     journal = None
     if args.router == "embedded" and not args.no_journal:

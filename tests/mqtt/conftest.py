@@ -38,11 +38,12 @@ class GatewayProcess:
     restarted on the same ports."""
 
     def __init__(self, router_port: int, tls_cert: str | None = None, tls_key: str | None = None,
-                 more_routers: tuple = ()):
+                 more_routers: tuple = (), router_ca: str | None = None):
         self.port, self.tls_port, self.metrics_port = free_port(), free_port(), free_port()
         self.router_port = router_port
         self.more_routers = more_routers  # AMQP ports of a mesh's other routers
         self.tls = (tls_cert, tls_key)
+        self.router_ca = router_ca  # TLS to the router (router_port: its AMQPS listener)
         self.proc = None
 
     def start(self) -> None:
@@ -56,6 +57,8 @@ class GatewayProcess:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
         for port in self.more_routers:
             cmd += ["--more-router", f"127.0.0.1:{port}"]
+        if self.router_ca:
+            cmd += ["--router-ca", self.router_ca]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
         wait_port(self.port)
 

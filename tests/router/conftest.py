@@ -106,6 +106,15 @@ def terminate(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def broker_ca_args() -> list[str]:
+    """The brokers' TLS profile, as runplatform gives the router: the agent's broker
+    connectors name it where the brokers have TLS listeners (config_service.brokers)."""
+    from config_service.brokers import internal_ca
+
+    ca = internal_ca()
+    return ["--broker-ca", ca] if ca else []
+
+
 class RouterProcess:
     """`python -m dataplane.router` on free ports; restartable on the same ports. It relays SASL
     to the auth service on `auth_port`, or to a FixedAuthService of its own."""
@@ -135,7 +144,8 @@ class RouterProcess:
                    "--amqps-port", str(self.amqps_port), "--management-port",
                    str(self.mgmt_port), "--metrics-port", str(self.metrics_port),
                    "--log-level", "WARNING", "--admin-user", ADMIN_USER,
-                   "--auth-service", f"127.0.0.1:{self.auth_port}", *self.extra_args]
+                   "--auth-service", f"127.0.0.1:{self.auth_port}", *broker_ca_args(),
+                   *self.extra_args]
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
             try:
                 wait_port(self.amqp_port, process=self.proc)

@@ -13,7 +13,7 @@ import pytest
 
 from dataplane import qdrouterd
 
-from .conftest import ADDRESS, ADMIN_PASSWORD, ADMIN_USER, add_tenant
+from .conftest import ADDRESS, ADMIN_PASSWORD, ADMIN_USER, add_tenant, broker_ca_args
 
 PREFIX = "org.apache.qpid.dispatch."
 # What qdstat -g, -c, -l and -a read of each type (qpid-dispatch 1.19 tools/qdstat)
@@ -85,8 +85,10 @@ def test_the_router_reads_as_self_and_listeners_logs_profiles_query(mgmt, router
     ports = {int(row["port"]): row["requireSsl"] for row in listeners}
     assert ports[router.amqp_port] is False and ports[router.mgmt_port] is False
     assert logs == [{"module": "DEFAULT", "enable": "info+"}]
-    # this router has no TLS listener (tests/router/test_tls.py starts one that has)
-    assert True not in ports.values() and profiles == []
+    # this router has no TLS listener (tests/router/test_tls.py starts one that has); its one
+    # profile is the connectors' to the brokers' TLS listeners, where they have them
+    assert True not in ports.values()
+    assert profiles == ([{"name": "broker"}] if broker_ca_args() else [])
 
 
 def test_query_pages_with_count_and_offset(mgmt):

@@ -60,10 +60,14 @@ class Relay:
     node, then the others (--more-broker)."""
 
     def __init__(self, protocol: str, port: int, broker: brokers.BrokerEndpoint):
-        cmd = [sys.executable, "-m", "dataplane.vhost_relay", "--protocol", protocol,
-               "--listen", f"127.0.0.1:{port}", "--broker", f"127.0.0.1:{broker.amqp_port}"]
-        for amqp_port, _ in broker.more_nodes:
-            cmd += ["--more-broker", f"127.0.0.1:{amqp_port}"]
+        from maas.management.commands.runplatform import relay_to_broker_args, router_facing_args
+
+        # facing the routers as runplatform has it (TLS where the nodes have it); the
+        # tenants' relay plain on this side, as the test's clients connect
+        listen = (router_facing_args("127.0.0.1", port, broker) if protocol == "amqp"
+                  else ["--listen", f"127.0.0.1:{port}"])
+        cmd = [sys.executable, "-m", "dataplane.vhost_relay", "--protocol", protocol, *listen,
+               *relay_to_broker_args(broker, "amqp")]
         if protocol == "brokered-amqp":
             cmd += ["--api-url", broker.api_url]
         self.port = port

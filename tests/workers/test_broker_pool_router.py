@@ -29,8 +29,16 @@ def relay_to_second(router, second_broker):
     if router.kind != "qdrouterd":
         yield None
         return
-    proc = subprocess.Popen([sys.executable, "-m", "dataplane.vhost_relay", "--listen",
-                             "127.0.0.1:5691", "--broker", "127.0.0.1:5681"], cwd=settings.BASE_DIR)
+    from django.test import override_settings
+
+    from config_service.brokers import broker_pool
+    from maas.management.commands.runplatform import relay_to_broker_args, router_facing_args
+
+    with override_settings(MAAS_RABBITMQ_NODES=2):
+        maas1 = broker_pool()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "dataplane.vhost_relay",
+                             *router_facing_args("127.0.0.1", maas1.relay_port, maas1, tls=False),
+                             *relay_to_broker_args(maas1, "amqp")], cwd=settings.BASE_DIR)
     wait_for(lambda: port_open(5691), 10, what="the vhost relay of maas1")
     yield proc
     proc.terminate()

@@ -358,9 +358,9 @@ def test_the_routers_links_take_only_the_mesh_cas_certificates(mesh_space, tmp_p
     with pytest.raises(ConnectionException):  # plain text: refused
         BlockingConnection(f"amqp://127.0.0.1:{port}", timeout=5)
     # A certificate of another CA, however well formed, is refused too.
-    from workers.agents.router.certificates import ensure_mesh_certificates
+    from workers.agents.router.certificates import ensure_internal_certificates
 
-    ca, cert, key = ensure_mesh_certificates(str(tmp_path / "other-ca"), ["intruder"])["intruder"]
+    ca, cert, key = ensure_internal_certificates(str(tmp_path / "other-ca"), ["intruder"])["intruder"]
     domain = SSLDomain(SSLDomain.MODE_CLIENT)
     domain.set_credentials(cert, key, None)
     domain.set_trusted_ca_db(mesh.routers[0].mesh_tls.ca)

@@ -19,9 +19,19 @@ def _host_port(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _mesh(host: str) -> list[tuple[str, int]]:
-    """The AMQP listeners of the local mesh's routers after the first, at `host`."""
-    return [(host, r.amqp_port) for r in routers.local_routers()[1:]]
+def _mesh(host: str, tls: bool) -> list[tuple[str, int]]:
+    """The AMQP (`tls`: AMQPS) listeners of the local mesh's routers after the first, at
+    `host`."""
+    return [(host, r.amqps_port if tls else r.amqp_port) for r in routers.local_routers()[1:]]
+
+
+def _router_ca() -> str | None:
+    """The routers' certificate the gateway checks, where it reaches them over TLS: the
+    platform's (MAAS_ROUTER_TLS_CERT, which make run's routers present on AMQPS)."""
+    cert = settings.MAAS_ROUTER_TLS_CERT
+    if settings.MAAS_MQTT_GATEWAY_ROUTER_TLS and cert and os.path.exists(cert):
+        return cert
+    return None
 
 
 class Command(BaseCommand):
@@ -34,10 +44,13 @@ class Command(BaseCommand):
                             help="MQTTS; started when the certificate and key exist")
         parser.add_argument("--tls-cert", default=settings.MAAS_ROUTER_TLS_CERT)
         parser.add_argument("--tls-key", default=settings.MAAS_ROUTER_TLS_KEY)
-        parser.add_argument("--router", type=_host_port,
-                            default=(settings.MAAS_MQTT_GATEWAY_ROUTER_HOST,
-                                     settings.MAAS_ROUTER_AMQP_PORT),
-                            help="HOST:PORT of the router's AMQP listener")
+        parser.add_argument("--router", type=_host_port, default=None,
+                            help="HOST:PORT of the router's AMQP listener (AMQPS with "
+                                 "--router-ca); default: the settings' router, on AMQPS where "
+                                 "MAAS_MQTT_GATEWAY_ROUTER_TLS and its certificate say so")
+        parser.add_argument("--router-ca", default=None,
+                            help="PEM the routers' certificate is checked against: TLS to "
+                                 "--router and --more-router")
         # The other routers of the local mesh (MAAS_ROUTER_MESH, config_service.routers).
         parser.add_argument("--more-router", type=_host_port, action="append",
                             dest="more_routers", default=None,
@@ -59,10 +72,16 @@ class Command(BaseCommand):
                         pending_total=settings.MAAS_PENDING_TOTAL,
                         rate_per_source=settings.MAAS_CONNECT_RATE_PER_HOST,
                         burst_per_source=settings.MAAS_CONNECT_BURST_PER_HOST)
-        options = Options(host=o["host"], port=o["port"], router=o["router"],
+        router, router_ca = o["router"], o["router_ca"]
+        if router is None:  # the settings' router: over TLS unless they say otherwise
+            router_ca = router_ca or _router_ca()
+            router = (settings.MAAS_MQTT_GATEWAY_ROUTER_HOST,
+                      settings.MAAS_ROUTER_AMQPS_PORT if router_ca else
+                      settings.MAAS_ROUTER_AMQP_PORT)
+        options = Options(host=o["host"], port=o["port"], router=router, router_ca=router_ca,
                           tls_port=o["tls_port"], tls_cert=o["tls_cert"], tls_key=o["tls_key"],
                           metrics_host=o["metrics_host"], metrics_port=o["metrics_port"],
                           limits=limits, handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT,
                           more_routers=tuple(o["more_routers"] if o["more_routers"] is not None
-                                             else _mesh(o["router"][0])))
+                                             else _mesh(router[0], bool(router_ca))))
         sys.exit(asyncio.run(serve(options, GatewayStore())))

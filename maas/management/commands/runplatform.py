@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from config_service import routers
+from config_service.brokers import internal_ca
 from dataplane import qdrouterd
 from maas.supervisor import Supervisor
 from workers import endpoints
@@ -97,37 +98,59 @@ def processes(bind: str) -> dict[str, list[str]]:
             if qdrouterd.binary() or broker.cluster:
                 procs["-".join(filter(None, ("vhost-relay", broker.name)))] = [
                     py, "-m", "dataplane.vhost_relay",
-                    "--listen", f"{settings.MAAS_VHOST_RELAY_HOST}:{broker.relay_port}",
-                    "--broker", f"{broker.amqp_host}:{broker.amqp_port}",
-                    *_more_nodes(broker, 0),
+                    *router_facing_args(settings.MAAS_VHOST_RELAY_HOST, broker.relay_port, broker,
+                                        tls=not qdrouterd.binary()),
+                    *relay_to_broker_args(broker, "amqp"),
                 ]
     # Brokered spaces' MQTT: RabbitMQ's listener behind the relay that scopes client ids to
     # their vhost (RabbitMQ 3.10 tracks them across vhosts; docs/storage.md); their AMQP:
     # the relay that takes the space from the login and the address names bare. Both serve
-    # TLS with the platform's certificate.
+    # TLS with the platform's certificate, and reach RabbitMQ over TLS where it has it.
     for broker in endpoints.broker_pool():
         host = settings.MAAS_MQTT_RELAY_HOST
         procs["-".join(filter(None, ("mqtt-relay", broker.name)))] = [
             py, "-m", "dataplane.vhost_relay", "--protocol", "mqtt",
-            "--listen", f"{host}:{broker.mqtt_port}",
-            "--broker", f"{broker.amqp_host}:{broker.broker_mqtt_port}",
-            *_more_nodes(broker, 1), *_relay_tls(host, broker.mqtts_port),
+            "--listen", f"{host}:{broker.mqtt_port}", *relay_to_broker_args(broker, "mqtt"),
+            *_relay_tls(host, broker.mqtts_port),
         ]
         if broker.tenant_amqp_port:
             procs["-".join(filter(None, ("amqp-relay", broker.name)))] = [
                 py, "-m", "dataplane.vhost_relay", "--protocol", "brokered-amqp",
-                "--listen", f"{host}:{broker.tenant_amqp_port}",
-                "--broker", f"{broker.amqp_host}:{broker.amqp_port}", *_more_nodes(broker, 0),
+                "--listen", f"{host}:{broker.tenant_amqp_port}", *relay_to_broker_args(broker, "amqp"),
                 "--api-url", broker.api_url, *_relay_tls(host, broker.tenant_amqps_port),
             ]
     procs.update(settings.MAAS_EXTRA_PROCESSES)
     return procs
 
 
-def _more_nodes(broker, which: int) -> list[str]:
-    """A relay's other nodes of a clustered broker: their AMQP (`which` 0) or MQTT (1) port."""
-    return [arg for ports in broker.more_nodes
-            for arg in ("--more-broker", f"{broker.amqp_host}:{ports[which]}")]
+def relay_to_broker_args(broker, protocol: str) -> list[str]:
+    """A relay's broker, its `protocol` listener ("amqp" or "mqtt"), and a cluster's other
+    nodes: their TLS listeners, checked against the internal CA, where the broker has them."""
+    ca = broker.broker_ca
+    if protocol == "amqp":
+        port, which = (broker.amqps_port, 2) if ca else (broker.amqp_port, 0)
+    else:
+        port, which = (broker.broker_mqtts_port, 3) if ca else (broker.broker_mqtt_port, 1)
+    args = ["--broker", f"{broker.amqp_host}:{port}"]
+    for ports in broker.more_nodes:
+        args += ["--more-broker", f"{broker.amqp_host}:{ports[which]}"]
+    return args + (["--broker-ca", ca] if ca else [])
+
+
+def router_facing_args(host: str, port: int, broker, tls: bool = True) -> list[str]:
+    """The vhost relay's listener for the routers: TLS only, with a certificate of the
+    internal CA, when the broker is reached over TLS (the routers' logins cross it) and the
+    router is the embedded one; else plain. qdrouterd 1.19's connectors stay plain to it: one
+    whose TLS connection ended in error after the agent deleted it crashed the router
+    (docs/security.md, "Internal links")."""
+    if not (tls and broker.broker_ca):
+        return ["--listen", f"{host}:{port}"]
+    from workers.agents.router.certificates import ensure_internal_certificates
+
+    _, cert, key = ensure_internal_certificates(
+        settings.MAAS_INTERNAL_TLS_DIR, ["vhost-relay"], host)["vhost-relay"]
+    return ["--listen", "none", "--tls-listen", f"{host}:{port}", "--tls-cert", cert,
+            "--tls-key", key]
 
 
 def _relay_tls(host: str, port: int) -> list[str]:
@@ -152,10 +175,10 @@ def qdrouterd_command(router: routers.LocalRouter, mesh: list[routers.LocalRoute
     index = mesh.index(router)
     tls = None
     if router.inter_router_port:
-        from workers.agents.router.certificates import ensure_mesh_certificates
+        from workers.agents.router.certificates import ensure_internal_certificates
 
-        ca, cert, key = ensure_mesh_certificates(
-            settings.MAAS_ROUTER_MESH_TLS_DIR, [r.id for r in mesh], router.host)[router.id]
+        ca, cert, key = ensure_internal_certificates(
+            settings.MAAS_INTERNAL_TLS_DIR, [r.id for r in mesh], router.host)[router.id]
         tls = qdrouterd.MeshTls(ca, cert, key)
     where = qdrouterd.Listeners(
         host=router.host, amqp_port=router.amqp_port,
@@ -211,6 +234,8 @@ def embedded_router_command(mgmt) -> list[str]:
         # Its usage counters and configuration journal, read back at each start.
         "--state-dir", settings.MAAS_ROUTER_STATE_DIR,
         *(["--auth-service-ca", ca] if ca else []),
+        # The brokers' TLS listeners' CA: the sslProfile the agent's connectors name.
+        *(["--broker-ca", internal_ca()] if internal_ca() else []),
     ]
 
 

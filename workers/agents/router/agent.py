@@ -241,15 +241,21 @@ class RouterAgent(Agent):
         user, password = credentials.router_broker(space.vhost)
         where = where or endpoints.of(space)
         broker = where.broker
-        host, port = broker.amqp_host, broker.amqp_port
+        # Over TLS where the broker has it (its listener's, or its relay's, certificate is the
+        # internal CA's): the router's login never crosses in clear text. Not from qdrouterd,
+        # which reaches its brokers through the relay: a TLS connector of qdrouterd 1.19 whose
+        # connection ended in error after the connector was deleted crashed the router.
+        tls = bool(broker.broker_ca) and features.connector_virtual_host
+        host, port = broker.amqp_host, broker.amqps_port if tls else broker.amqp_port
         relayed = not features.connector_virtual_host or broker.cluster
         if relayed and settings.MAAS_INFRA_BACKEND != "kubernetes":
             # The shared RabbitMQ of one machine: only the vhost relay puts a router without
             # the virtualHost extension into the space's vhost (docs/router.md); and a
-            # cluster's relay takes the router to another node when one is gone.
+            # cluster's relay takes the router to another node when one is gone. It listens
+            # with TLS only when it reaches the broker with TLS (runplatform).
             host = settings.MAAS_VHOST_RELAY_HOST
             port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
-        login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password)
+        login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password, tls)
         # Read at every reconcile, so an operator's change of the plan reaches the routers at
         # the next resync without a config event.
         throttled, plan_policy = statements.throttle_and_plan_policy(space)

@@ -1,6 +1,8 @@
 """The certificates of the routers on one machine: a self-signed one for the AMQPS listener
 (EnMasse's `selfsigned` provider; its PEM is what address spaces report as `status.caCert`),
-and the mesh's CA with a certificate per router for their links to each other."""
+and the internal CA with a certificate per party of the internal links: each router of the mesh,
+the vhost relays the routers reach RabbitMQ through (deploy/local/services.sh signs RabbitMQ's
+own with the same CA)."""
 import datetime
 from pathlib import Path
 
@@ -37,17 +39,17 @@ def ca_cert_pem(cert_path: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def ensure_mesh_certificates(directory: str, router_ids: list[str],
-                             host: str = "127.0.0.1") -> dict[str, tuple[str, str, str]]:
-    """The mesh's CA (made once, kept in `directory`) and a certificate of it per router,
-    made if missing, for `host` (the routers' inter-router listeners); {router id: (CA,
+def ensure_internal_certificates(directory: str, router_ids: list[str],
+                                 host: str = "127.0.0.1") -> dict[str, tuple[str, str, str]]:
+    """The internal CA (made once, kept in `directory`) and a certificate of it per party
+    (a router, a relay), made if missing, for `host` (where it listens); {id: (CA,
     certificate, key) paths}. A router presents its own to each peer and accepts only peers
     whose certificate this CA signed."""
     where = Path(directory)
     ca_cert, ca_key = where / "ca.pem", where / "ca-key.pem"
     if not (ca_cert.exists() and ca_key.exists()):
         key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "maas-mesh-ca")])
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "maas-internal-ca")])
         now = datetime.datetime.now(datetime.UTC)
         cert = (x509.CertificateBuilder()
                 .subject_name(name).issuer_name(name).public_key(key.public_key())

@@ -112,6 +112,11 @@ class BrokerLogin(NamedTuple):
     port: int
     username: str
     password: str
+    tls: bool = False  # over TLS, the listener's certificate checked (BROKER_SSL_PROFILE)
+
+
+# The embedded router's client TLS profile for the brokers' listeners (its --broker-ca).
+BROKER_SSL_PROFILE = "broker"
 
 
 def desired_entities(space, addresses, users, broker: BrokerLogin,
@@ -183,7 +188,7 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
         vhost_choice = {"virtualHost": f"vhost:{vhost}"} if features.connector_virtual_host else {}
         add(CONNECTOR, "broker", host=broker.host, port=str(broker.port),
             role="route-container", saslUsername=broker.username, saslPassword=broker.password,
-            **vhost_choice)
+            **vhost_choice, **({"sslProfile": BROKER_SSL_PROFILE} if broker.tls else {}))
     connection = prefix + "broker"
     for a in addresses:
         qualified = f"{vhost}/{a.address}"

@@ -73,6 +73,8 @@ class Listeners:
     # the peers ((host, port), ...) whose inter-router listeners this router connects to.
     mesh_tls: MeshTls | None = None
     peers: tuple = ()
+    # The management listener requires TLS with tls_cert/tls_key (the agents' `amqps://`)
+    management_tls: bool = False
 
 
 # Link routes to a container that never connects: an attach to a router-internal address
@@ -152,9 +154,13 @@ def router_config(router_id: str, where: Listeners) -> list:
         ["listener", {"name": "management", "host": where.management_host,
                       "port": str(where.management_port), "role": "normal",
                       "policyVhost": MANAGEMENT_VHOST,
-                      "idleTimeoutSeconds": MANAGEMENT_IDLE_SECONDS, **sasl}],
+                      "idleTimeoutSeconds": MANAGEMENT_IDLE_SECONDS, **sasl,
+                      **({"sslProfile": "tls", "requireSsl": True}
+                         if where.management_tls else {})}],
         *internal_address_guards(one_space=bool(where.tenant_vhost)),
     ]
+    if where.management_tls and not (where.amqps_port and where.tls_cert and where.tls_key):
+        raise ValueError("a TLS management listener needs the AMQPS listener's certificate")
     if where.amqps_port and where.tls_cert and where.tls_key:
         config += [
             # TLS 1.2 or newer only, as EnMasse's external listeners. Entity names are unique

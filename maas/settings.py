@@ -383,7 +383,9 @@ MAAS_RUN_EMBEDDED_ROUTER = env_bool("MAAS_RUN_EMBEDDED_ROUTER", True)
 # (runtime state, never in git). A platform on a database of its own (a bench) gives it a
 # directory of its own: a journal restores the spaces of the database it was written for.
 MAAS_ROUTER_STATE_DIR = env("MAAS_ROUTER_STATE_DIR", str(BASE_DIR / "var" / "router-state"))
-MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqp://127.0.0.1:5675")
+# amqps://: over TLS, the router presenting the platform's certificate (MAAS_ROUTER_TLS_CERT),
+# which the agents check, so the admin's password never crosses in clear (docs/security.md).
+MAAS_ROUTER_MANAGEMENT_URL = env("MAAS_ROUTER_MANAGEMENT_URL", "amqps://127.0.0.1:5675")
 MAAS_ROUTER_ADMIN_USER = env("MAAS_ROUTER_ADMIN_USER", "admin")
 # Router management: random per installation unless set; internal to the control plane.
 MAAS_ROUTER_ADMIN_PASSWORD = env("MAAS_ROUTER_ADMIN_PASSWORD") or ""

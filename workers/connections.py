@@ -157,7 +157,8 @@ class _management:
     def __enter__(self) -> Management:
         try:
             self.mgmt = Management(self.router.management_url, self.router.admin_user,
-                                   self.router.admin_password, timeout=TIMEOUT_SECONDS)
+                                   self.router.admin_password, timeout=TIMEOUT_SECONDS,
+                                   ca=self.router.management_ca)
         except RouterUnreachable as exc:
             raise Unavailable("The space's router did not answer; try again") from exc
         return self.mgmt

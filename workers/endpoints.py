@@ -36,6 +36,8 @@ class RouterEndpoint:
     # A router of a space's own mesh (Kubernetes): the inter-router listeners ((host, port))
     # of the routers before it, which the router agent connects it to.
     peers: tuple = ()
+    # What an `amqps://` management listener's certificate is checked against
+    management_ca: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,15 @@ def shared_router() -> RouterEndpoint:
 def shared_routers() -> tuple[RouterEndpoint, ...]:
     """Every router of this machine: one, or each of the mesh."""
     return tuple(RouterEndpoint(r.management_url, settings.MAAS_ROUTER_ADMIN_USER,
-                                settings.MAAS_ROUTER_ADMIN_PASSWORD, r.id) for r in local_routers())
+                                settings.MAAS_ROUTER_ADMIN_PASSWORD, r.id,
+                                management_ca=management_ca(r.management_url))
+                 for r in local_routers())
+
+
+def management_ca(url: str) -> str | None:
+    """The certificate this machine's routers present on an `amqps://` management listener:
+    the platform's (MAAS_ROUTER_TLS_CERT), which runplatform gives them."""
+    return settings.MAAS_ROUTER_TLS_CERT if url.startswith("amqps:") else None
 
 
 def _kubernetes(space) -> SpaceEndpoints:

@@ -54,7 +54,7 @@ class WorkersReadings:
 def _router_rows(router: endpoints.RouterEndpoint, vhost: str) -> dict:
     try:
         mgmt = Management(router.management_url, router.admin_user, router.admin_password,
-                          timeout=TIMEOUT_SECONDS)
+                          timeout=TIMEOUT_SECONDS, ca=router.management_ca)
     except RouterUnreachable:
         return {}
     try:

@@ -56,6 +56,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--auth-service-ca", default=env("MAAS_AUTH_SERVICE_CA") or None,
                    help="PEM of the CA that certifies the auth service: TLS to it, and only to "
                         "a service that proves that identity for its host name")
+    p.add_argument("--management-tls", action="store_true",
+                   default=env("MAAS_ROUTER_MANAGEMENT_TLS", "").lower() in ("1", "true"),
+                   help="the management listener requires TLS, with --tls-cert/--tls-key: the "
+                        "router admin's password never crosses in clear text")
     p.add_argument("--broker-ca", default=env("MAAS_ROUTER_BROKER_CA") or None,
                    help="PEM CA of the brokers' TLS listeners: the client sslProfile `broker` "
                         "that connectors name to reach them over TLS")
@@ -119,6 +123,7 @@ def main(argv=None) -> int:
             logger.exception("router.bad_state_dir", extra={"state_dir": args.state_dir})
             return 2
     engine.listen(args.host, args.amqp_port, "client")
+    management_tls = None
     if args.tls_cert and args.tls_key:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
@@ -126,10 +131,17 @@ def main(argv=None) -> int:
         except (OSError, ssl.SSLError):
             logger.error("router.bad_tls_credentials", extra={"cert": args.tls_cert})
             return 2
+        if args.management_tls:  # the platform's own certificate, never a space's by SNI
+            management_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            management_tls.load_cert_chain(args.tls_cert, args.tls_key)
         if args.space_tls_dir:
             ServerNames(args.space_tls_dir).install(context)
         engine.listen(args.host, args.amqps_port, "client", ssl_context=context)
-    engine.listen(args.management_host, args.management_port, "management")
+    elif args.management_tls:
+        logger.error("router.management_tls_without_certificate")
+        return 2
+    engine.listen(args.management_host, args.management_port, "management",
+                  ssl_context=management_tls)
     if args.metrics_port:
         serve(engine, args.metrics_host, args.metrics_port)
 

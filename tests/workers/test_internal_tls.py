@@ -1,10 +1,11 @@
 """No credential crosses an internal link in clear text (docs/security.md, "Internal links"): a
 capture with tshark on the loopback, while tenants log in and exchange messages as `make run`
-lays the links out, holds neither a tenant's password nor the router's broker password.
+lays the links out, holds neither a tenant's password, nor the router's broker password, nor the router admin's.
 
 - a standard space on the embedded router: an AMQPS client (the router relays its login to the
   auth service over TLS, and its queue reaches RabbitMQ over the router's TLS connector), and an
   MQTTS client through the MQTT gateway (which logs in to the router's AMQPS listener);
+- the router agent applying a change over the router's management listener (TLS, `amqps://`);
 - a brokered space: an AMQPS client through the brokered-amqp relay and an MQTTS device through
   the MQTT relay, both reaching RabbitMQ's TLS listeners.
 
@@ -40,6 +41,7 @@ from tests.storage.mqtt_device import Device
 from tests.storage.relays import Front, self_signed
 from tests.workers.conftest import sync
 from workers import credentials
+from workers.agents.router.agent import close_pooled
 from workers.naming import broker_username
 
 # The auth service reads messaging users on its own database connection: the data is committed.
@@ -129,7 +131,7 @@ def router(tls_files):
     thread = threading.Thread(target=auth.serve_forever, daemon=True)
     thread.start()
     proc = RouterProcess(auth_port=auth.server_address[1], extra_args=[
-        "--tls-cert", cert, "--tls-key", key, "--auth-service-ca", cert])
+        "--tls-cert", cert, "--tls-key", key, "--auth-service-ca", cert, "--management-tls"])
     proc.kind, proc.relay = "embedded", None
     proc.start()
     wait_port(proc.amqps_port, process=proc.proc)
@@ -161,8 +163,10 @@ def gone(space) -> None:
 
 
 @pytest.fixture
-def standard(tenant, router, settings, redis_server):
-    settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{router.mgmt_port}"
+def standard(tenant, router, settings, redis_server, tls_files):
+    # the agents manage the router over TLS, checking its certificate (workers/endpoints.py)
+    settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqps://127.0.0.1:{router.mgmt_port}"
+    settings.MAAS_ROUTER_TLS_CERT = tls_files[0]
     settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD = "admin", ADMIN_PASSWORD
     settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
     space = make_space(tenant, "standard", "standard-medium", {
@@ -243,6 +247,12 @@ def test_a_capture_of_the_loopback_holds_no_credential_of_an_internal_link(
             device.round_trip()
         finally:
             device.close()
+        # the router agent at work: a change reaches the router over its management listener,
+        # on a connection (and a login) of its own: the kept ones are closed first
+        close_pooled()
+        services.create_address(ctx=CTX, space=standard, address="later", type="anycast",
+                                plan="standard-small-anycast")
+        sync(standard)
         # the control: a login in clear text on the router's plain port (refused)
         with pytest.raises(ConnectionException):
             BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
@@ -264,6 +274,7 @@ def test_a_capture_of_the_loopback_holds_no_credential_of_an_internal_link(
     assert seen(STANDARD_PASSWORD) == []
     assert seen(BROKERED_PASSWORD) == []
     assert seen(router_password) == []
+    assert seen(ADMIN_PASSWORD) == []  # the router admin's, on the management link
     # and the links to RabbitMQ were TLS links that carried the traffic
     for port in (settings.RABBITMQ_AMQPS_PORT, settings.RABBITMQ_MQTTS_PORT):
         assert any(dst == port for _, dst in streams), f"nothing went to RabbitMQ's {port}"

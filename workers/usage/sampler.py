@@ -80,7 +80,7 @@ def read_router(router: endpoints.RouterEndpoint) -> RouterReading | None:
     url = router.management_url
     run = None
     mgmt = Management(url, router.admin_user, router.admin_password,
-                      timeout=ROUTER_ANSWER_SECONDS)
+                      timeout=ROUTER_ANSWER_SECONDS, ca=router.management_ca)
     try:
         has = mgmt.schema().get(ROUTER_ADDRESS, frozenset())
         addresses = mgmt.query(ROUTER_ADDRESS, address_attributes(has))

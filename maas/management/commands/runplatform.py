@@ -188,6 +188,7 @@ def qdrouterd_command(router: routers.LocalRouter, mesh: list[routers.LocalRoute
         auth_host=settings.MAAS_AUTH_SERVICE_HOST, auth_port=settings.MAAS_AUTH_SERVICE_PORT,
         metrics_host=settings.MAAS_ROUTER_METRICS_HOST, metrics_port=router.metrics_port,
         handshake_timeout=settings.MAAS_HANDSHAKE_TIMEOUT, auth_ca=_auth_service_ca(),
+        management_tls=mgmt.scheme == "amqps",
         mode="interior" if tls else "standalone",
         inter_router_port=router.inter_router_port or None, mesh_tls=tls,
         peers=tuple((p.host, p.inter_router_port) for p in mesh[:index]) if tls else ())
@@ -226,6 +227,8 @@ def embedded_router_command(mgmt) -> list[str]:
         "--space-tls-dir", settings.MAAS_SPACE_TLS_DIR,
         "--management-host", mgmt.hostname or "127.0.0.1",
         "--management-port", str(mgmt.port or 5675),
+        # amqps://: the agents check the platform's certificate there (workers/endpoints.py)
+        *(["--management-tls"] if mgmt.scheme == "amqps" else []),
         "--admin-user", settings.MAAS_ROUTER_ADMIN_USER,
         # Every listener relays SASL to the auth service started beside it (processes()).
         "--auth-service", f"{settings.MAAS_AUTH_SERVICE_HOST}:{settings.MAAS_AUTH_SERVICE_PORT}",

@@ -42,7 +42,8 @@ AUTOLINK_WAIT_SECONDS = 3.0
 def management_client(router: endpoints.RouterEndpoint | None = None) -> Management:
     """A management connection to `router` (default: the shared one of the settings)."""
     router = router or endpoints.shared_router()
-    return Management(router.management_url, router.admin_user, router.admin_password)
+    return Management(router.management_url, router.admin_user, router.admin_password,
+                      ca=router.management_ca)
 
 
 def entity_types(mgmt: Management) -> list[str]:

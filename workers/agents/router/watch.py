@@ -42,7 +42,7 @@ from django.utils import timezone
 
 from config_service.models import AddressSpace, AgentState, RouterIncarnation
 from config_service.routers import meshed
-from workers import dispatch
+from workers import dispatch, endpoints
 from workers.agents import runner
 from workers.agents.router import desired as rc
 from workers.agents.router import tables, touched
@@ -95,7 +95,8 @@ def detect(url: str) -> tuple[bool, int] | None:
     key = public_url(url)
     try:
         mgmt = Management(url, settings.MAAS_ROUTER_ADMIN_USER,
-                          settings.MAAS_ROUTER_ADMIN_PASSWORD, timeout=5.0)
+                          settings.MAAS_ROUTER_ADMIN_PASSWORD, timeout=5.0,
+                          ca=endpoints.management_ca(url))
     except RouterUnreachable:
         logger.info("router.unreachable", extra={"router": key})
         return None

@@ -48,14 +48,36 @@ def read_samples(spark: SparkSession, base: str, day: date) -> DataFrame:
     Reads the files written on day-1, day and day+1 (late readings land a day later); a series
     whose last earlier reading is older than that has no baseline on `day`.
     """
-    dates = ",".join((day + timedelta(days=n)).isoformat() for n in (-1, 0, 1))
+    paths = [f"{base.rstrip('/')}/date={(day + timedelta(days=n)).isoformat()}"
+             for n in (-1, 0, 1)]
+    # A day without samples (the next one, not written yet; the store's first day) is an
+    # expected case: only the directories that exist are read, so that Spark logs no
+    # FileNotFoundException for the others.
+    paths = _existing(spark, paths)
     try:
-        raw = spark.read.schema(SPARK_SCHEMA).parquet(f"{base.rstrip('/')}/date={{{dates}}}")
+        raw = spark.read.schema(SPARK_SCHEMA).parquet(*paths) if paths else None
     except AnalysisException as error:
         if error.getCondition() != "PATH_NOT_FOUND":
             raise
+        raw = None
+    if raw is None:
         raw = spark.createDataFrame([], SPARK_SCHEMA)
     return select_day(raw, day)
+
+
+def _existing(spark: SparkSession, paths: list[str]) -> list[str]:
+    """The `paths` that exist, asked of the store's own file system (local, HDFS, S3) through
+    Hadoop; all of them where the session has no JVM at hand (Spark Connect)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return paths
+    conf = spark._jsc.hadoopConfiguration()
+    found = []
+    for path in paths:
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        if hadoop_path.getFileSystem(conf).exists(hadoop_path):
+            found.append(path)
+    return found
 
 
 def window_start(day: date) -> datetime:

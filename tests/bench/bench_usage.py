@@ -4,7 +4,9 @@ Generates N readings of one day (vectorised, numpy + pyarrow; 1,000 tenants x 5 
 100,000 addresses, one broker per space, 1% of the series restarting once) into a temporary
 sample store, then times on local[2]: the whole nightly job (every table written as Parquet,
 as the CLI does) and the daily_address rollup alone, and the same daily_address in DuckDB
-on the same files. Prints figures; asserts nothing. Deletes the data unless --keep.
+on the same files, by the rules of docs/usage.md written again in SQL: the two daily_address
+tables must be equal row for row, or the bench says DIFFERENT and exits 1. Prints figures.
+Deletes the data unless --keep.
 
     .venv/bin/python tests/bench/bench_usage.py [--size 1m|10m|30m] [--dir /tmp]
 """
@@ -126,52 +128,100 @@ def bench_spark(base: str, out: str) -> tuple[float, float, tuple]:
     return whole, alone, tuple(check)
 
 
+# daily_address by the rules of docs/usage.md ("Definitions"), as spark/usage.py applies them:
+# gaps (null counters) are no reading; each series' baseline is its last reading before the day,
+# with the highest counters of that reading's epoch; copies of a reading count once; a delta is
+# what a counter grew beyond the highest earlier reading of its epoch (never negative), all of a
+# new epoch's first reading, and for a series' first reading all of it only when its epoch began
+# (`since`) within the window read (from the day before), else nothing.
 DUCKDB_DAILY_ADDRESS = """
 COPY (
-  WITH s AS (
-    SELECT * FROM read_parquet([{files}])
-    WHERE ts < TIMESTAMPTZ '{end}'),
-  b AS (
-    SELECT *, max(CASE WHEN ts < TIMESTAMPTZ '{start}' THEN ts END)
-              OVER (PARTITION BY source, tenant, space, kind, address) AS base_ts
-    FROM s),
-  k AS (
-    SELECT DISTINCT ON (source, tenant, space, kind, address, sample_id) *
-    FROM b WHERE ts >= TIMESTAMPTZ '{start}' OR ts = base_ts),
+  WITH raw AS (
+    SELECT sample_id, ts, source, tenant, space, kind, address, coalesce(epoch, '') AS epoch,
+           since, {counters}, stored_messages, stored_bytes
+    FROM read_parquet([{files}], union_by_name = true)
+    WHERE messages_in IS NOT NULL AND ts < TIMESTAMPTZ '{end}'),
+  earlier AS (
+    SELECT *, {highest_in_epoch},
+           row_number() OVER (PARTITION BY {series}, epoch ORDER BY ts DESC, sample_id DESC)
+             AS nth_in_epoch
+    FROM raw WHERE ts < TIMESTAMPTZ '{start}'),
+  baselines AS (
+    SELECT sample_id, ts, {series}, epoch, since, {epoch_highest}, stored_messages, stored_bytes
+    FROM earlier WHERE nth_in_epoch = 1
+    QUALIFY row_number() OVER (PARTITION BY {series} ORDER BY ts DESC, sample_id DESC) = 1),
+  readings AS (
+    SELECT sample_id, ts, {series}, epoch, since, {counters}, stored_messages, stored_bytes
+    FROM raw WHERE ts >= TIMESTAMPTZ '{start}'
+    UNION ALL SELECT sample_id, ts, {series}, epoch, since, {counters}, stored_messages,
+                     stored_bytes FROM baselines),
+  once AS (
+    SELECT * FROM readings
+    QUALIFY lag(sample_id) OVER (PARTITION BY {series} ORDER BY ts, sample_id)
+            IS DISTINCT FROM sample_id),
   d AS (
-    SELECT *, {lags} FROM k
-    WINDOW w AS (PARTITION BY source, tenant, space, kind, address ORDER BY ts, sample_id))
+    SELECT *, lag(epoch) OVER (PARTITION BY {series} ORDER BY ts, sample_id) AS p_epoch,
+           {highest_before}
+    FROM once),
+  deltas AS (
+    SELECT *, {deltas} FROM d WHERE ts >= TIMESTAMPTZ '{start}')
   SELECT tenant, space, address, {sums},
          max(stored_messages) AS stored_messages, max(stored_bytes) AS stored_bytes
-  FROM d WHERE kind = 'address' AND ts >= TIMESTAMPTZ '{start}'
+  FROM deltas WHERE kind = 'address' OR (kind = 'space' AND {moved} > 0)
   GROUP BY tenant, space, address
 ) TO '{out}' (FORMAT parquet)
 """
+COUNTERS = ("messages_in", "messages_out", "bytes_in", "bytes_out")
+SERIES = "source, tenant, space, kind, address"
+COMPARED = "tenant, space, address, " + ", ".join(COUNTERS) + ", stored_messages, stored_bytes"
+
+
+def duckdb_daily_address_sql(base: str, out: str) -> str:
+    dates = [DAY + timedelta(days=n) for n in (-1, 0, 1)]
+    existing = [d for d in dates if (Path(base) / f"date={d}").is_dir()]
+    window_start = START - timedelta(days=1)  # spark.usage.window_start
+    return DUCKDB_DAILY_ADDRESS.format(
+        files=", ".join(f"'{base}/date={d}/*.parquet'" for d in existing),
+        start=START.isoformat(), end=(START + timedelta(days=1)).isoformat(), out=out,
+        series=SERIES, counters=", ".join(COUNTERS),
+        highest_in_epoch=", ".join(f"max({c}) OVER (PARTITION BY {SERIES}, epoch) AS h_{c}"
+                                   for c in COUNTERS),
+        epoch_highest=", ".join(f"h_{c} AS {c}" for c in COUNTERS),
+        highest_before=", ".join(
+            f"max({c}) OVER (PARTITION BY {SERIES}, epoch ORDER BY ts, sample_id ROWS BETWEEN "
+            f"UNBOUNDED PRECEDING AND 1 PRECEDING) AS h_{c}" for c in COUNTERS),
+        deltas=", ".join(
+            f"CASE WHEN p_epoch IS NULL THEN (CASE WHEN since IS NOT NULL AND since >= "
+            f"TIMESTAMPTZ '{window_start.isoformat()}' THEN {c} ELSE 0 END) "
+            f"WHEN h_{c} IS NULL THEN {c} ELSE greatest({c} - h_{c}, 0) END AS d_{c}"
+            for c in COUNTERS),
+        sums=", ".join(f"sum(d_{c}) AS {c}" for c in COUNTERS),
+        moved=" + ".join(f"d_{c}" for c in COUNTERS),
+    )
 
 
 def bench_duckdb(base: str, out: str) -> tuple[float, tuple]:
     import duckdb
 
-    counters = ("messages_in", "messages_out", "bytes_in", "bytes_out")
-    dates = [DAY + timedelta(days=n) for n in (-1, 0, 1)]
-    existing = [d for d in dates if (Path(base) / f"date={d}").is_dir()]
-    sql = DUCKDB_DAILY_ADDRESS.format(
-        files=", ".join(f"'{base}/date={d}/*.parquet'" for d in existing),
-        start=START.isoformat(), end=(START + timedelta(days=1)).isoformat(), out=out,
-        lags=", ".join(["lag(epoch) OVER w AS p_epoch",
-                        *(f"lag({c}) OVER w AS p_{c}" for c in counters)]),
-        sums=", ".join(f"sum(CASE WHEN p_{c} IS NULL THEN 0 WHEN epoch <> p_epoch THEN {c} "
-                       f"WHEN {c} >= p_{c} THEN {c} - p_{c} ELSE 0 END) AS {c}"
-                       for c in counters),
-    )
     con = duckdb.connect()
     con.execute("SET threads = 2; SET TimeZone = 'UTC'")
     started = time.monotonic()
-    con.execute(sql)
+    con.execute(duckdb_daily_address_sql(base, out))
     elapsed = time.monotonic() - started
     check = con.execute(f"SELECT count(*), sum(messages_in), sum(bytes_out), sum(stored_bytes) "
                         f"FROM '{out}'").fetchone()
     return elapsed, tuple(int(v) for v in check)
+
+
+def rows_differing(spark_out: str, duck_out: str) -> int:
+    """Rows of one daily_address that the other lacks, both ways (0: the same table)."""
+    import duckdb
+
+    con = duckdb.connect()
+    spark_rows = f"SELECT {COMPARED} FROM read_parquet('{spark_out}/**/*.parquet')"
+    duck_rows = f"SELECT {COMPARED} FROM '{duck_out}'"
+    return con.execute(f"SELECT (SELECT count(*) FROM ({spark_rows} EXCEPT ALL {duck_rows})) + "
+                       f"(SELECT count(*) FROM ({duck_rows} EXCEPT ALL {spark_rows}))").fetchone()[0]
 
 
 def main() -> None:
@@ -187,6 +237,7 @@ def main() -> None:
     os.environ.setdefault("SPARK_DRIVER_MEMORY", "8g")
     work = tempfile.mkdtemp(prefix="bench-usage-", dir=args.dir)
     base, out = f"{work}/samples", f"{work}/out"
+    failed = False
     try:
         started = time.monotonic()
         n = generate(base, SIZES[args.size], args.tenants, args.addresses)
@@ -198,13 +249,19 @@ def main() -> None:
         print(f"spark local[2] daily_address only:      {alone:.1f} s, {n / alone:,.0f} samples/s")
         print(f"  check (rows, messages_in, bytes_out, stored_bytes): {spark_check}")
         if not args.skip_duckdb:
-            elapsed, duck_check = bench_duckdb(base, f"{work}/duckdb_daily_address.parquet")
+            duck_out = f"{work}/duckdb_daily_address.parquet"
+            elapsed, duck_check = bench_duckdb(base, duck_out)
             print(f"duckdb (2 threads) daily_address:       {elapsed:.1f} s, "
                   f"{n / elapsed:,.0f} samples/s; spark/duckdb = {alone / elapsed:.1f}x")
-            print(f"  check: {duck_check} ({'equal' if duck_check == spark_check else 'DIFFERENT'})")
+            differing = rows_differing(f"{out}/daily_address_only", duck_out)
+            print(f"  check: {duck_check}; rows that differ from Spark's: {differing:,}")
+            if differing or duck_check != spark_check:
+                print("DIFFERENT: DuckDB's daily_address is not Spark's", file=sys.stderr)
+                failed = True
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

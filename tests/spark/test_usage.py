@@ -9,7 +9,7 @@ import pytest
 
 from spark.jobs import nightly
 from spark.samples import gap, write_samples
-from spark.usage import daily_address, read_samples, with_deltas
+from spark.usage import _existing, daily_address, read_samples, with_deltas
 
 from . import generate
 from .generate import DAY, START, TENANTS
@@ -230,6 +230,23 @@ def test_a_gap_is_refused_unless_it_is_whole(tmp_path):
 
 def test_an_empty_store_reads_as_no_samples(spark, tmp_path):
     assert read_samples(spark, str(tmp_path / "nothing"), DAY).count() == 0
+
+
+def test_only_the_days_that_exist_are_read(spark, tmp_path):
+    """The store's first day (no day before) and today (no day after yet): the day's readings,
+    the missing neighbours asked of the file system first rather than failed on."""
+    base = str(tmp_path / "store")
+    row = {"tenant": "acme", "space": "shop", "address": "q", "source": "broker:b",
+           "kind": "address", "epoch": "e1", "since": None, "messages_out": 0, "bytes_in": 0,
+           "bytes_out": 0, "stored_messages": 0, "stored_bytes": 0, "connections": 0,
+           "senders": 0, "receivers": 0}
+    write_samples([row | {"sample_id": f"s{h}", "ts": START + timedelta(hours=h),
+                          "messages_in": n} for h, n in ((1, 10), (2, 25))],
+                  base, START + timedelta(hours=2))
+    days = [f"{base}/date={DAY + timedelta(days=n)}" for n in (-1, 0, 1)]
+    assert _existing(spark, days) == [days[1]]
+    rows = daily_address(with_deltas(read_samples(spark, base, DAY), DAY), DAY).collect()
+    assert [(row["address"], row["messages_in"]) for row in rows] == [("q", 15)]
 
 
 def test_a_cli_rerun_replaces_the_days_partitions(spark, samples, results, tmp_path):

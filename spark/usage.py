@@ -53,7 +53,7 @@ def read_samples(spark: SparkSession, base: str, day: date) -> DataFrame:
     # A day without samples (the next one, not written yet; the store's first day) is an
     # expected case: only the directories that exist are read, so that Spark logs no
     # FileNotFoundException for the others.
-    paths = _existing(spark, paths)
+    paths = existing_paths(spark, paths)
     try:
         raw = spark.read.schema(SPARK_SCHEMA).parquet(*paths) if paths else None
     except AnalysisException as error:
@@ -65,7 +65,7 @@ def read_samples(spark: SparkSession, base: str, day: date) -> DataFrame:
     return select_day(raw, day)
 
 
-def _existing(spark: SparkSession, paths: list[str]) -> list[str]:
+def existing_paths(spark: SparkSession, paths: list[str]) -> list[str]:
     """The `paths` that exist, asked of the store's own file system (local, HDFS, S3) through
     Hadoop; all of them where the session has no JVM at hand (Spark Connect)."""
     jvm = getattr(spark, "_jvm", None)

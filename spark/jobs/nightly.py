@@ -127,9 +127,13 @@ def write(results: dict[str, DataFrame], out: str, day: date) -> None:
 
 
 def read_history(spark: SparkSession, out: str) -> DataFrame:
-    """Earlier tenant_daily partitions written by this CLI (none before it ever ran)."""
+    """Earlier tenant_daily partitions written by this CLI (none before it ever ran: then
+    nothing is read, and Spark logs no FileNotFoundException)."""
+    path = f"{out.rstrip('/')}/tenant_daily"
+    if not usage.existing_paths(spark, [path]):
+        return spark.createDataFrame([], HISTORY_SCHEMA)
     try:
-        df = spark.read.parquet(f"{out.rstrip('/')}/tenant_daily")
+        df = spark.read.parquet(path)
     except AnalysisException as error:
         if error.getCondition() not in ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA"):
             raise

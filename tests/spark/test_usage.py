@@ -9,7 +9,7 @@ import pytest
 
 from spark.jobs import nightly
 from spark.samples import gap, write_samples
-from spark.usage import _existing, daily_address, read_samples, with_deltas
+from spark.usage import daily_address, existing_paths, read_samples, with_deltas
 
 from . import generate
 from .generate import DAY, START, TENANTS
@@ -244,7 +244,7 @@ def test_only_the_days_that_exist_are_read(spark, tmp_path):
                           "messages_in": n} for h, n in ((1, 10), (2, 25))],
                   base, START + timedelta(hours=2))
     days = [f"{base}/date={DAY + timedelta(days=n)}" for n in (-1, 0, 1)]
-    assert _existing(spark, days) == [days[1]]
+    assert existing_paths(spark, days) == [days[1]]
     rows = daily_address(with_deltas(read_samples(spark, base, DAY), DAY), DAY).collect()
     assert [(row["address"], row["messages_in"]) for row in rows] == [("q", 15)]
 

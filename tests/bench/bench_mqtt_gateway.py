@@ -15,6 +15,8 @@ QoS 0 and QoS 1:
 - amqtt (with `--amqtt-port`): the same through an amqtt broker started beforehand (the
   library the gateway did not use: docs/mqtt.md);
 - gateway multicast: paho -> gateway -> router (`events`) -> gateway -> paho;
+- gateway multicast (TLS to router): the same with the gateway on the router's AMQPS listener,
+  as `make run` has it (MAAS_MQTT_GATEWAY_ROUTER_TLS);
 - gateway topic: the same through RabbitMQ (`sensors/room<i>`, subscriber `sensors/#`);
 - gateway mqtt->amqp: paho -> gateway -> router (`rpc`) -> a proton receiver (credit 500,
   accepting each message).
@@ -27,9 +29,11 @@ import argparse
 import base64
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -46,6 +50,7 @@ from tests.router.conftest import (  # noqa: E402
     terminate,
     wait_port,  # noqa: E402
 )
+from workers.agents.router.certificates import ensure_self_signed  # noqa: E402
 
 PASSWORD = "bench-password"
 MOSQUITTO_PORT = 1883
@@ -196,7 +201,12 @@ def main():
     args = parser.parse_args()
     leftovers = Leftovers()
     url = leftovers.ensure_database(args.database)
-    router = RouterProcess(auth_port=0)  # its auth port is set below, before it starts
+    # The router's AMQPS listener, which make run's gateway logs in on (--router-ca): the
+    # `gateway ... (TLS to router)` cases; the others go to its plain listener.
+    tls_dir = tempfile.mkdtemp(prefix="bench-gateway-tls-")
+    cert, key = f"{tls_dir}/cert.pem", f"{tls_dir}/key.pem"
+    ensure_self_signed(cert, key, "127.0.0.1")
+    router = RouterProcess(auth_port=0, extra_args=["--tls-cert", cert, "--tls-key", key])
     os.environ.update({
         "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "maas.settings",
         "MAAS_ROUTER_MANAGEMENT_URL": f"amqp://127.0.0.1:{router.mgmt_port}",
@@ -214,9 +224,16 @@ def main():
     gw_port = free_port()
     gateway = subprocess.Popen(
         [sys.executable, "manage.py", "run_mqtt_gateway", "--port", str(gw_port), "--tls-port",
-         "0", "--router", f"127.0.0.1:{router.amqp_port}", "--log-level", "WARNING"],
+         "0", "--router", f"127.0.0.1:{router.amqp_port}", "--metrics-port", "0",
+         "--log-level", "WARNING"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     wait_port(gw_port)
+    tls_gw_port = free_port()
+    tls_gateway = subprocess.Popen(
+        [sys.executable, "manage.py", "run_mqtt_gateway", "--port", str(tls_gw_port),
+         "--tls-port", "0", "--router", f"127.0.0.1:{router.amqps_port}", "--router-ca", cert,
+         "--metrics-port", "0", "--log-level", "WARNING"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    wait_port(tls_gw_port)
     login = f"bench@{space.vhost}"
     rooms = [f"sensors/room{i}" for i in range(10)]
     cases = {
@@ -226,6 +243,8 @@ def main():
                       (args.amqtt_port, None, "bench/#"))} if args.amqtt_port else {}),
         "gateway multicast": (gw_port, login, ["events"], mqtt_subscriber,
                               (gw_port, login, "events")),
+        "gateway multicast (TLS to router)": (tls_gw_port, login, ["events"], mqtt_subscriber,
+                                              (tls_gw_port, login, "events")),
         "gateway topic": (gw_port, login, rooms, mqtt_subscriber, (gw_port, login, "sensors/#")),
         "gateway mqtt->amqp": (gw_port, login, ["rpc"], amqp_subscriber,
                                (router.amqp_port, login, space.vhost, "rpc")),
@@ -243,10 +262,12 @@ def main():
             print(f"MQTT QoS {qos}, {args.messages} x 100 bytes, medians of {args.rounds}:")
             for name, values in rates.items():
                 median = statistics.median(values)
-                print(f"  {name:20s} {median:8,.0f} msgs/s   ratio to mosquitto "
+                print(f"  {name:36s} {median:8,.0f} msgs/s   ratio to mosquitto "
                       f"{median / ref:.2f}   (runs: {[round(v) for v in values]})")
     finally:
         terminate(gateway)
+        terminate(tls_gateway)
+        shutil.rmtree(tls_dir, ignore_errors=True)
         teardown_space(space)
         router.stop()
         auth.stop()

@@ -44,6 +44,9 @@ def test_plain_text_and_an_untrusted_certificate_are_refused(tls_router, tmp_pat
     with pytest.raises(RouterUnreachable):
         Management(f"amqps://127.0.0.1:{router.mgmt_port}", ADMIN_USER, ADMIN_PASSWORD,
                    ca=other, timeout=5)
+    with pytest.raises(RouterUnreachable, match="cannot use"):  # no CA file: said, not a crash
+        Management(f"amqps://127.0.0.1:{router.mgmt_port}", ADMIN_USER, ADMIN_PASSWORD,
+                   ca=str(tmp_path / "missing.pem"), timeout=5)
 
 
 def test_qdrouterds_management_listener_requires_tls_when_asked():

@@ -12,7 +12,14 @@ import time
 import uuid
 from collections import defaultdict
 
-from proton import ConnectionException, Message, SSLDomain, SSLUnavailable, Timeout
+from proton import (
+    ConnectionException,
+    Message,
+    SSLDomain,
+    SSLException,
+    SSLUnavailable,
+    Timeout,
+)
 from proton.reactor import Container
 from proton.utils import BlockingConnection, LinkDetached
 
@@ -99,7 +106,11 @@ class Management:
                  timeout: float = 10.0, ca: str | None = None):
         """`ca`: what an `amqps://` router's certificate is checked against."""
         began = time.monotonic()
-        tls = {"ssl_domain": client_domain(ca)} if ca and url.startswith("amqps:") else {}
+        try:
+            tls = {"ssl_domain": client_domain(ca)} if ca and url.startswith("amqps:") else {}
+        except SSLException as exc:  # a CA file missing or unreadable: nothing to check with
+            raise RouterUnreachable(f"router management at {url}: cannot use {ca} to check "
+                                    f"its certificate ({exc})") from exc
         try:
             self.conn = BlockingConnection(url, user=user, password=password, timeout=timeout,
                                            container=SharedSslContainer(), **tls,

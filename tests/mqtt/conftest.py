@@ -97,6 +97,21 @@ def space(tenant, redis_server, router, settings):  # noqa: F811
         sync(s)
 
 
+def broker_connected(on, space) -> bool:
+    """Whether the connector of `space` on router `on` is connected to its broker. An address
+    that is link-routed there (a topic) reports Active before that (its status waits for autoLinks
+    only): a subscription made at once may be refused while the connector still connects."""
+    from workers.clients.qdr import Management
+
+    mgmt = Management(f"amqp://127.0.0.1:{on.mgmt_port}", "admin", ADMIN_PASSWORD)
+    try:
+        rows = mgmt.query("org.apache.qpid.dispatch.connector", ["name", "connectionStatus"])
+    finally:
+        mgmt.close()
+    return any(row["name"] == f"maas:{space.vhost}:broker"
+               and row["connectionStatus"] == "SUCCESS" for row in rows)
+
+
 def add(space, address, type_, plan):
     return services.create_address(ctx=CTX, space=space, address=address, type=type_, plan=plan)
 

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from dataplane.gateway import codec
-from tests.mqtt.conftest import PASSWORD, Client, add, user
+from tests.conftest import wait_for
+from tests.mqtt.conftest import PASSWORD, Client, add, broker_connected, user
 from tests.router.conftest import ADMIN_PASSWORD
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import wait_for_bindings
@@ -25,10 +26,11 @@ def raw_client(gateway, space, will, keep_alive=60) -> socket.socket:
 
 
 @pytest.fixture
-def watcher(gateway, space):
+def watcher(gateway, space, router):
     add(space, "status", "topic", "standard-small-topic")
     user(space)
     sync(space)
+    wait_for(lambda: broker_connected(router, space), 15, what="the space's broker connector")
     c = Client(gateway, space)
     assert c.subscribe("status/#", qos=1) == [1]
     wait_for_bindings(space, "status", 1)  # the receiver of `status/#` (the fanout)

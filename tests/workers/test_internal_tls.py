@@ -1,6 +1,7 @@
 """No credential crosses an internal link in clear text (docs/security.md, "Internal links"): a
 capture with tshark on the loopback, while tenants log in and exchange messages as `make run`
-lays the links out, holds neither a tenant's password, nor the router's broker password, nor the router admin's.
+lays the links out, holds neither a tenant's password, nor the router's broker password, nor
+the router admin's.
 
 - a standard space on the embedded router: an AMQPS client (the router relays its login to the
   auth service over TLS, and its queue reaches RabbitMQ over the router's TLS connector), and an
@@ -13,7 +14,6 @@ A login in clear text on the router's plain port, captured beside them, shows th
 sees a password wherever one crosses unencrypted. Real processes: the embedded router, the
 gateway, the relays, the test RabbitMQ node with the TLS listeners deploy/local/services.sh
 gives it, tshark (installed by services.sh)."""
-import base64
 import os
 import secrets
 import shutil
@@ -34,7 +34,7 @@ from config_service import services
 from config_service.brokers import internal_ca
 from dataplane.authservice.server import AuthServer
 from maas import bindings
-from tests.conftest import CTX, wait_for
+from tests.conftest import CTX, b64, wait_for
 from tests.mqtt.conftest import GatewayProcess
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, free_port, wait_port
 from tests.storage.mqtt_device import Device
@@ -99,10 +99,6 @@ class Capture:
             src, dst, payload = line.split("\t")
             streams[(int(src), int(dst))] += bytes.fromhex(payload.replace(":", ""))
         return {key: bytes(value) for key, value in streams.items()}
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
 
 
 def client_domain(ca: str) -> SSLDomain:

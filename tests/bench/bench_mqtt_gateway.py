@@ -221,19 +221,34 @@ def main():
     router.auth_port = auth.port
     router.start()
     space = setup_space(router)
-    gw_port = free_port()
-    gateway = subprocess.Popen(
-        [sys.executable, "manage.py", "run_mqtt_gateway", "--port", str(gw_port), "--tls-port",
-         "0", "--router", f"127.0.0.1:{router.amqp_port}", "--metrics-port", "0",
-         "--log-level", "WARNING"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
-    wait_port(gw_port)
-    tls_gw_port = free_port()
-    tls_gateway = subprocess.Popen(
-        [sys.executable, "manage.py", "run_mqtt_gateway", "--port", str(tls_gw_port),
-         "--tls-port", "0", "--router", f"127.0.0.1:{router.amqps_port}", "--router-ca", cert,
-         "--metrics-port", "0", "--log-level", "WARNING"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
-    wait_port(tls_gw_port)
+    gateways = []  # stopped at the end, whatever happens from here on
+
+    def start_gateway(router_port: int, *options: str) -> int:
+        port = free_port()
+        gateways.append(subprocess.Popen(
+            [sys.executable, "manage.py", "run_mqtt_gateway", "--port", str(port),
+             "--tls-port", "0", "--router", f"127.0.0.1:{router_port}", *options,
+             "--metrics-port", "0", "--log-level", "WARNING"],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT)))
+        wait_port(port)
+        return port
+
+    try:
+        gw_port = start_gateway(router.amqp_port)
+        tls_gw_port = start_gateway(router.amqps_port, "--router-ca", cert)
+        measure(args, router, space, gw_port, tls_gw_port)
+    finally:
+        for gateway in gateways:
+            terminate(gateway)
+        shutil.rmtree(tls_dir, ignore_errors=True)
+        teardown_space(space)
+        router.stop()
+        auth.stop()
+        leftovers.clean_up(keep=args.keep)
+
+
+def measure(args, router, space, gw_port: int, tls_gw_port: int) -> None:
+    """Every case, QoS 0 then 1, ROUNDS times; prints the medians."""
     login = f"bench@{space.vhost}"
     rooms = [f"sensors/room{i}" for i in range(10)]
     cases = {
@@ -249,29 +264,20 @@ def main():
         "gateway mqtt->amqp": (gw_port, login, ["rpc"], amqp_subscriber,
                                (router.amqp_port, login, space.vhost, "rpc")),
     }
-    try:
-        for qos in (0, 1):
-            rates = {name: [] for name in cases}
-            for _ in range(args.rounds):
-                for name, case in cases.items():
-                    rate, received = run(case, qos, args.messages)
-                    rates[name].append(rate)
-                    if received < args.messages:
-                        print(f"  QoS {qos} {name}: {received}/{args.messages} received")
-            ref = statistics.median(rates["mosquitto"])
-            print(f"MQTT QoS {qos}, {args.messages} x 100 bytes, medians of {args.rounds}:")
-            for name, values in rates.items():
-                median = statistics.median(values)
-                print(f"  {name:36s} {median:8,.0f} msgs/s   ratio to mosquitto "
-                      f"{median / ref:.2f}   (runs: {[round(v) for v in values]})")
-    finally:
-        terminate(gateway)
-        terminate(tls_gateway)
-        shutil.rmtree(tls_dir, ignore_errors=True)
-        teardown_space(space)
-        router.stop()
-        auth.stop()
-        leftovers.clean_up(keep=args.keep)
+    for qos in (0, 1):
+        rates = {name: [] for name in cases}
+        for _ in range(args.rounds):
+            for name, case in cases.items():
+                rate, received = run(case, qos, args.messages)
+                rates[name].append(rate)
+                if received < args.messages:
+                    print(f"  QoS {qos} {name}: {received}/{args.messages} received")
+        ref = statistics.median(rates["mosquitto"])
+        print(f"MQTT QoS {qos}, {args.messages} x 100 bytes, medians of {args.rounds}:")
+        for name, values in rates.items():
+            median = statistics.median(values)
+            print(f"  {name:36s} {median:8,.0f} msgs/s   ratio to mosquitto "
+                  f"{median / ref:.2f}   (runs: {[round(v) for v in values]})")
 
 
 if __name__ == "__main__":

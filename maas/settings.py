@@ -332,9 +332,10 @@ RABBITMQ_AMQP_HOST = env("RABBITMQ_AMQP_HOST", "127.0.0.1")
 RABBITMQ_AMQP_PORT = env_int("RABBITMQ_AMQP_PORT", 5672)
 RABBITMQ_MQTT_PORT = env_int("RABBITMQ_MQTT_PORT", 1884)  # its own MQTT listener: the relay's
 # Its TLS listeners (deploy/local/services.sh; node k of the pool: AMQPS 5660+k, MQTTS 8870+k),
-# certificate signed by the internal CA below. The routers' connectors and the relays reach
-# RabbitMQ on these, checking that certificate: a router's login and a tenant's relayed one
-# never cross in clear text. 0, or no internal CA: plain, on the ports above.
+# certificate signed by the internal CA below. The embedded router's connectors and the relays
+# reach RabbitMQ on these, checking that certificate: a router's login and a tenant's relayed
+# one never cross in clear text (qdrouterd reaches them through its vhost relay). 0, or no
+# internal CA: plain, on the ports above.
 RABBITMQ_AMQPS_PORT = env_int("RABBITMQ_AMQPS_PORT", 5671)
 RABBITMQ_MQTTS_PORT = env_int("RABBITMQ_MQTTS_PORT", 8884)
 # Brokered spaces' MQTT clients reach RabbitMQ through the vhost relay in MQTT mode, which

@@ -54,10 +54,6 @@ _REATTACH_MAX = 10.0
 _REFUSED = re.compile(r"no (?:queue|exchange) '([^']*)'")
 
 
-def _bool(value) -> bool:
-    return value if isinstance(value, bool) else str(value).lower() not in ("false", "0", "no")
-
-
 def refused_object(reason) -> str | None:
     """The queue or exchange a broker's link refusal names, if it names one."""
     found = _REFUSED.search(reason[1] or "") if reason else None
@@ -113,7 +109,7 @@ class BrokerLinks:
         profile = ent.get("sslProfile")
         context = None
         if profile:
-            context = self.engine.client_tls(profile, _bool(ent.get("verifyHostname", True)))
+            context = self.engine.client_tls(profile, ent.get("verifyHostname", True))
             if context is None:  # as qdrouterd: the connector stays, unconnected, and says why
                 ent["connectionStatus"] = "FAILED"
                 ent["connectionMsg"] = f"no sslProfile {profile!r} on this router"

@@ -5,7 +5,7 @@ opens pick the vhost and policy group, session and link opens enforce qdrouterd-
 and source/target lists, and links are attached to address nodes (see forwarder), link routes
 or the management node (see broker_links, management).
 
-One module of 500-odd lines: the handlers share the connection, session and link state they
+One module of 600-odd lines: the handlers share the connection, session and link state they
 change event by event, and split apart each half would reach into the other's.
 """
 

@@ -290,6 +290,7 @@ class EntityStore:
         if etype == AUTO_LINK and ent.get("phase") is not None:
             ent["phase"] = int(ent["phase"])
         if etype == CONNECTOR:
+            ent["verifyHostname"] = _bool(ent["verifyHostname"])
             try:
                 ent["port"] = str(int(ent["port"]))
             except (TypeError, ValueError):

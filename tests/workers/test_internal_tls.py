@@ -101,6 +101,17 @@ class Capture:
         return {key: bytes(value) for key, value in streams.items()}
 
 
+def queue_round_trip(conn: BlockingConnection, queue: str, body: str) -> None:
+    """A durable message to `queue` and back on `conn`, which is closed then."""
+    try:
+        receiver = conn.create_receiver(queue)
+        conn.create_sender(queue).send(Message(body=body, durable=True))
+        assert receiver.receive(10).body == body
+        receiver.accept()
+    finally:
+        conn.close()
+
+
 def client_domain(ca: str) -> SSLDomain:
     domain = SSLDomain(SSLDomain.MODE_CLIENT)
     domain.set_trusted_ca_db(ca)
@@ -160,11 +171,10 @@ def gone(space) -> None:
 
 @pytest.fixture
 def standard(tenant, router, settings, redis_server, tls_files):
-    # the agents manage the router over TLS, checking its certificate (workers/endpoints.py)
+    # the rest of the router settings: tests/workers/conftest.py's router_settings; the agents
+    # manage this router over TLS, checking its certificate (workers/endpoints.py)
     settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqps://127.0.0.1:{router.mgmt_port}"
     settings.MAAS_ROUTER_TLS_CERT = tls_files[0]
-    settings.MAAS_ROUTER_ADMIN_USER, settings.MAAS_ROUTER_ADMIN_PASSWORD = "admin", ADMIN_PASSWORD
-    settings.MAAS_ROUTER_AMQP_PORT = router.amqp_port
     space = make_space(tenant, "standard", "standard-medium", {
         "orders": ("queue", "standard-small-queue"),
         "news": ("topic", "standard-small-topic")}, STANDARD_PASSWORD)
@@ -200,13 +210,7 @@ def test_a_capture_of_the_loopback_holds_no_credential_of_an_internal_link(
                                   user=f"app@{standard.vhost}", password=STANDARD_PASSWORD,
                                   ssl_domain=client_domain(cert), allowed_mechs="PLAIN",
                                   virtual_host=standard.vhost, timeout=10)
-        try:
-            conn.create_sender("orders").send(Message(body="via the broker", durable=True))
-            receiver = conn.create_receiver("orders")
-            assert receiver.receive(10).body == "via the broker"
-            receiver.accept()
-        finally:
-            conn.close()
+        queue_round_trip(conn, "orders", "via the broker")
         # standard: MQTTS through the gateway, which logs in to the router's AMQPS
         got, subscribed = threading.Event(), threading.Event()
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="capture",
@@ -230,13 +234,7 @@ def test_a_capture_of_the_loopback_holds_no_credential_of_an_internal_link(
                                   user=broker_username(brokered.vhost, "app"),
                                   password=BROKERED_PASSWORD, ssl_domain=client_domain(cert),
                                   allowed_mechs="PLAIN", timeout=10)
-        try:
-            receiver = conn.create_receiver("jobs")
-            conn.create_sender("jobs").send(Message(body="brokered", durable=True))
-            assert receiver.receive(10).body == "brokered"
-            receiver.accept()
-        finally:
-            conn.close()
+        queue_round_trip(conn, "jobs", "brokered")
         device = Device(mqtts.tls_port, brokered.vhost, "capture-device", tls_ca=cert,
                         password=BROKERED_PASSWORD)
         try:

@@ -217,7 +217,7 @@ def _auth_service_ca() -> str | None:
 
 def embedded_router_command(mgmt) -> list[str]:
     py = sys.executable
-    ca = _auth_service_ca()
+    ca, broker_ca = _auth_service_ca(), internal_ca()
     return [
         py, "-m", "dataplane.router", "--host", settings.MAAS_ROUTER_HOST,
         "--amqp-port", str(settings.MAAS_ROUTER_AMQP_PORT),
@@ -238,7 +238,7 @@ def embedded_router_command(mgmt) -> list[str]:
         "--state-dir", settings.MAAS_ROUTER_STATE_DIR,
         *(["--auth-service-ca", ca] if ca else []),
         # The brokers' TLS listeners' CA: the sslProfile the agent's connectors name.
-        *(["--broker-ca", internal_ca()] if internal_ca() else []),
+        *(["--broker-ca", broker_ca] if broker_ca else []),
     ]
 
 

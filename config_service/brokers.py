@@ -57,7 +57,9 @@ class BrokerEndpoint:
 
     @property
     def cluster(self) -> bool:
-        return bool(self.more_nodes)
+        """Several nodes (more_nodes on one machine, several APIs on Kubernetes): its queues
+        are quorum queues, replicated on the nodes."""
+        return bool(self.more_nodes) or len(self.api_urls) > 1
 
     @property
     def api_urls(self) -> list[str]:

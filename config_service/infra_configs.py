@@ -6,8 +6,12 @@ only what it changes from the platform's sizes (MAAS_BROKER_STORAGE and the defa
 workers/infra/manifests.py):
 
     {"router": {"minReplicas": 1, "resources": {"memory": "256Mi", "cpu": "100m"}},
-     "broker": {"resources": {"memory": "1Gi", "cpu": "250m", "storage": "2Gi"},
-                "storageClassName": "fast"}}
+     "broker": {"minReplicas": 3, "resources": {"memory": "1Gi", "cpu": "250m",
+                "storage": "2Gi"}, "storageClassName": "fast"}}
+
+`broker.minReplicas` is the nodes of each broker of the space (MAAS_BROKER_REPLICAS by
+default): from 2 on a broker is a RabbitMQ cluster whose queues are quorum queues, so a node
+lost loses no acknowledged message (docs/deploy.md).
 
 A plan that names an unknown config is refused (400). On one machine every space shares the
 platform's router and broker, so the configs size nothing there (docs/api.md, "Plans")."""
@@ -26,7 +30,8 @@ BUILT_IN = {
                         "broker": {"resources": {"memory": "512Mi", "storage": "1Gi"}}},
 }
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
-_KEYS = {"router": {"minReplicas", "resources"}, "broker": {"resources", "storageClassName"}}
+_KEYS = {"router": {"minReplicas", "resources"},
+         "broker": {"minReplicas", "resources", "storageClassName"}}
 _RESOURCES = {"router": {"memory", "cpu"}, "broker": {"memory", "cpu", "storage"}}
 MAX_MIN_REPLICAS = 16
 
@@ -81,10 +86,11 @@ def _problem(config) -> str:
         for key, value in resources.items():
             if not isinstance(value, str) or not _QUANTITY.match(value):
                 return f"{part}.resources.{key} must be a Kubernetes quantity such as 512Mi"
-    replicas = config.get("router", {}).get("minReplicas", 1)
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or not (
-            1 <= replicas <= MAX_MIN_REPLICAS):
-        return f"router.minReplicas must be an integer from 1 to {MAX_MIN_REPLICAS}"
+    for part in ("router", "broker"):
+        replicas = config.get(part, {}).get("minReplicas", 1)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or not (
+                1 <= replicas <= MAX_MIN_REPLICAS):
+            return f"{part}.minReplicas must be an integer from 1 to {MAX_MIN_REPLICAS}"
     storage_class = config.get("broker", {}).get("storageClassName", "")
     if not isinstance(storage_class, str):
         return "broker.storageClassName must be a string"

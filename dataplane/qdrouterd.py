@@ -32,13 +32,22 @@ def binary() -> str | None:
 
 
 @dataclass(frozen=True)
-class MeshTls:
-    """The files of a router's mutual TLS with its peers: the mesh's CA and its own
-    certificate (its host name in the subject alternative names) and key."""
+class TlsFiles:
+    """The files of one TLS identity of the router: the CA (bundle) it trusts, and its own
+    certificate (its host names in the subject alternative names) and key."""
 
     ca: str
     cert: str
     key: str
+
+
+MeshTls = TlsFiles  # the router's mutual TLS with its peers
+
+# The sslProfile the router agent's broker connectors name (workers/agents/router/desired.py,
+# BROKER_SSL_PROFILE), and the embedded router's client profile of the same name.
+BROKER_PROFILE = "broker"
+# The internal certificate's (entity names are unique across types: not its listener's name)
+INTERNAL_PROFILE = "internal-tls"
 
 
 @dataclass(frozen=True)
@@ -73,8 +82,16 @@ class Listeners:
     # the peers ((host, port), ...) whose inter-router listeners this router connects to.
     mesh_tls: MeshTls | None = None
     peers: tuple = ()
-    # The management listener requires TLS with tls_cert/tls_key (the agents' `amqps://`)
+    # The management listener requires TLS: with internal_tls's certificate where given, else
+    # with tls_cert/tls_key (the agents' `amqps://`)
     management_tls: bool = False
+    # The platform's internal certificate (Kubernetes: the internal CA's, not the tenants'):
+    # the management listener's, and that of `internal_port`, a tenant listener for the
+    # platform's own clients (the MQTT gateway), TLS only.
+    internal_tls: TlsFiles | None = None
+    internal_port: int | None = None
+    # The CA of the brokers' TLS listeners: the profile the agent's connectors name
+    broker_ca: str | None = None
 
 
 # Link routes to a container that never connects: an attach to a router-internal address
@@ -155,12 +172,31 @@ def router_config(router_id: str, where: Listeners) -> list:
                       "port": str(where.management_port), "role": "normal",
                       "policyVhost": MANAGEMENT_VHOST,
                       "idleTimeoutSeconds": MANAGEMENT_IDLE_SECONDS, **sasl,
-                      **({"sslProfile": "tls", "requireSsl": True}
-                         if where.management_tls else {})}],
+                      **({"sslProfile": INTERNAL_PROFILE if where.internal_tls else "tls",
+                          "requireSsl": True} if where.management_tls else {})}],
         *internal_address_guards(one_space=bool(where.tenant_vhost)),
     ]
-    if where.management_tls and not (where.amqps_port and where.tls_cert and where.tls_key):
+    if where.management_tls and not where.internal_tls and not (
+            where.amqps_port and where.tls_cert and where.tls_key):
         raise ValueError("a TLS management listener needs the AMQPS listener's certificate")
+    if where.internal_port and not where.internal_tls:
+        raise ValueError("the internal listener needs the internal certificate")
+    if where.internal_tls:
+        config.append(["sslProfile", {"name": INTERNAL_PROFILE,
+                                      "caCertFile": where.internal_tls.ca,
+                                      "certFile": where.internal_tls.cert,
+                                      "privateKeyFile": where.internal_tls.key,
+                                      "protocols": "TLSv1.2 TLSv1.3"}])
+    if where.internal_port:
+        config.append(["listener", {"name": "internal", "host": where.host,
+                                    "port": str(where.internal_port), "role": "normal",
+                                    "sslProfile": INTERNAL_PROFILE, "requireSsl": True,
+                                    **tenant}])
+    if where.broker_ca:
+        # Checked against the brokers' CA and their host names (a connector's verifyHostname
+        # is on by default): only the space's brokers get the router's broker login.
+        config.append(["sslProfile", {"name": BROKER_PROFILE, "caCertFile": where.broker_ca,
+                                      "protocols": "TLSv1.2 TLSv1.3"}])
     if where.amqps_port and where.tls_cert and where.tls_key:
         config += [
             # TLS 1.2 or newer only, as EnMasse's external listeners. Entity names are unique

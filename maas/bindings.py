@@ -253,8 +253,9 @@ class GatewayStore:
             invalidated="").exists()
 
     def router_of(self, vhost: str, default: tuple[str, int]) -> tuple[str, int]:
-        """On Kubernetes the Service of the space's own router (workers/infra), otherwise the
-        one router of the machine (`default`)."""
+        """On Kubernetes the space's own routers' internal listener, TLS with a certificate of
+        the internal CA for their headless Service's name (workers/infra), otherwise the one
+        router of the machine (`default`)."""
         if settings.MAAS_INFRA_BACKEND != "kubernetes":
             return default
         from workers.infra import manifests as m
@@ -266,8 +267,8 @@ class GatewayStore:
             .values_list("uid", flat=True).first()
         if uid is None:
             return default  # no such space: the router refuses the login anyway
-        return m.service_host(m.router_name(m.infra_id(str(uid))), infra_settings()), \
-            m.ROUTER_AMQP_PORT
+        internal = f"{m.router_name(m.infra_id(str(uid)))}-internal"
+        return m.service_host(internal, infra_settings()), m.ROUTER_INTERNAL_PORT
 
     def save_retained(self, vhost: str, topic: str, payload: bytes, qos: int) -> None:
         """An empty payload removes the topic's retained message (3.1.1 section 3.3.1.3)."""

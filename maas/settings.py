@@ -441,6 +441,8 @@ MAAS_ROUTER_MESH_PORT_BASE = env_int("MAAS_ROUTER_MESH_PORT_BASE", 5720)
 # The internal links' CA (ca.pem, ca-key.pem; deploy/local/services.sh makes it, or the first
 # process that needs it) and the certificates it signed: each router's of the mesh, the vhost
 # relays' facing the routers, RabbitMQ's TLS listeners' (docs/security.md, "Internal links").
+# On Kubernetes only the bundle, ca.pem, mounted from the Secret maas-internal-ca (the CA's key
+# is read through the API: workers/infra/internal_ca.py).
 MAAS_INTERNAL_TLS_DIR = env("MAAS_INTERNAL_TLS_DIR", str(BASE_DIR / "var" / "internal-tls"))
 # The MQTT gateway of standard spaces (dataplane/gateway, docs/mqtt.md): 1883 is Mosquitto's
 # and 1884 RabbitMQ's MQTT; it reaches the router's AMQP listener as each client's user.
@@ -494,8 +496,14 @@ MAAS_INFRA_BACKEND = env("MAAS_INFRA_BACKEND", "local")
 MAAS_INFRA_NAMESPACE = env("MAAS_INFRA_NAMESPACE", "maas")
 # Qpid Dispatch Router (not skupper-router: no link routes, no vhost policies; docs/deploy.md).
 MAAS_ROUTER_IMAGE = env("MAAS_ROUTER_IMAGE", "quay.io/interconnectedcloud/qdrouterd:1.17.1")
-MAAS_BROKER_IMAGE = env("MAAS_BROKER_IMAGE", "rabbitmq:3.13-management")
+MAAS_BROKER_IMAGE = env("MAAS_BROKER_IMAGE", "ghcr.io/maas-project/maas-rabbitmq:0.1.0")  # deploy/rabbitmq/Dockerfile
 MAAS_CONTROL_PLANE_IMAGE = env("MAAS_CONTROL_PLANE_IMAGE", "ghcr.io/maas-project/maas:0.1.0")
+# Nodes of each Kubernetes broker of a standard space (a plan's infra config may say more):
+# from 2 on a RabbitMQ cluster with quorum queues, which loses no acknowledged message with a
+# node (docs/deploy.md); 1 for a cluster where a broker's restart may pause its queues.
+MAAS_BROKER_REPLICAS = env_int("MAAS_BROKER_REPLICAS", 3)
+if not 1 <= MAAS_BROKER_REPLICAS <= 16:
+    raise RuntimeError("MAAS_BROKER_REPLICAS must be between 1 and 16")
 MAAS_BROKER_STORAGE = env("MAAS_BROKER_STORAGE", "2Gi")
 MAAS_BROKER_STORAGE_CLASS = env("MAAS_BROKER_STORAGE_CLASS", "")
 # The infra configs plans name in infraConfigRef, as JSON beyond the built-in `default` and
@@ -508,9 +516,9 @@ MAAS_INFRA_SECRET = env("MAAS_INFRA_SECRET", "maas-secrets")
 # in MAAS_INFRA_NAMESPACE unless a host is set.
 MAAS_INFRA_AUTH_SERVICE_HOST = env("MAAS_INFRA_AUTH_SERVICE_HOST", "")
 MAAS_INFRA_AUTH_SERVICE_PORT = env_int("MAAS_INFRA_AUTH_SERVICE_PORT", 5676)
-# The CA (PEM file) that certifies the auth service's TLS certificate (the maas-authservice-tls
-# Secret, deploy/base): the spaces' routers then relay SASL to it over TLS, checking it. A file
-# that is not there: plain, as the auth service then serves.
+# The CA (PEM file) that certifies an auth service elsewhere (MAAS_INFRA_AUTH_SERVICE_HOST):
+# the spaces' routers check it against this. Unset or not there: the internal CA bundle, or the
+# ca.crt of an operator's own maas-authservice-tls Secret. The link is TLS either way.
 MAAS_INFRA_AUTH_SERVICE_CA = env("MAAS_INFRA_AUTH_SERVICE_CA", "")
 # The host clients are told to connect to (endpoints in address space status).
 MAAS_PUBLIC_HOST = env("MAAS_PUBLIC_HOST", "127.0.0.1")

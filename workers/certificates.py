@@ -24,14 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from django.conf import settings
 
 from config_service import space_endpoints
 from core import secrets
-from workers import credentials
+from workers import credentials, pki
 from workers.models import InfraCredential
 
 CA_DAYS, SERVER_DAYS, RENEW_DAYS = 3650, 825, 30
@@ -63,8 +60,7 @@ def served(space) -> list[Served]:
                                        "(SECRET_KEY changed); give the bundle again")
             chain = base64.b64decode(cert["tlsCert"]).decode()
             last = x509.load_pem_x509_certificates(chain.encode())[-1]
-            out.append(Served(endpoint["name"], host, chain, key,
-                              last.public_bytes(serialization.Encoding.PEM).decode()))
+            out.append(Served(endpoint["name"], host, chain, key, _pem(last)))
         else:
             ca = ca or _space_ca(space)  # read once for all the space's endpoints
             ca_cert, ca_key = ca
@@ -179,20 +175,8 @@ def _space_ca(space) -> tuple[str, str]:
     row = InfraCredential.objects.filter(name=name).first()
     pair = _open(row)
     if pair is None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "MaaS"),
-                             x509.NameAttribute(NameOID.COMMON_NAME,
-                                                f"{space.vhost} CA"[:64])])
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
-                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(False, False, False, False, False, True, True,
-                                             False, False), critical=True)
-                .sign(key, hashes.SHA256()))
-        made = {"cert": _pem(cert), "key": _key_pem(key)}
+        cert, key = pki.new_ca(f"{space.vhost} CA", days=CA_DAYS, organization="MaaS")
+        made = {"cert": cert, "key": key}
         row, _ = InfraCredential.objects.get_or_create(
             name=name, defaults={"ciphertext": credentials.encrypt(json.dumps(made))})
         pair = _open(row)  # another process may have made it first: theirs wins
@@ -212,21 +196,8 @@ def _server(space, endpoint: str, host: str, ca_pem: str, ca_key_pem: str) -> tu
         cert = x509.load_pem_x509_certificate(pair["cert"].encode())
         if cert.not_valid_after_utc - now > datetime.timedelta(days=RENEW_DAYS):
             return pair["cert"], pair["key"]
-    ca = x509.load_pem_x509_certificate(ca_pem.encode())
-    ca_key = serialization.load_pem_private_key(ca_key_pem.encode(), password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host[:64])]))
-            .issuer_name(ca.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=SERVER_DAYS))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    made = {"cert": _pem(cert), "key": _key_pem(key), "host": host, "ca": ca_pem}
+    cert, key = pki.issue(ca_pem, ca_key_pem, [host], days=SERVER_DAYS, usages=(pki.SERVER,))
+    made = {"cert": cert, "key": key, "host": host, "ca": ca_pem}
     InfraCredential.objects.update_or_create(
         name=name, defaults={"ciphertext": credentials.encrypt(json.dumps(made))})
     return made["cert"], made["key"]
@@ -240,9 +211,4 @@ def _open(row) -> dict | None:
 
 
 def _pem(cert: x509.Certificate) -> str:
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def _key_pem(key) -> str:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
+    return pki.cert_pem(cert)

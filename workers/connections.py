@@ -253,7 +253,7 @@ def _principal(user, vhost: str) -> str:
 def _api(broker) -> RabbitMQApi:
     """A client of the space's broker for one read or close (closed after it)."""
     return RabbitMQApi(broker.api_url, broker.api_user, broker.api_password,
-                       timeout=TIMEOUT_SECONDS)
+                       timeout=TIMEOUT_SECONDS, ca=broker.broker_ca or None)
 
 
 def _broker_connections(api: RabbitMQApi, broker, vhost: str) -> list[Connection]:

@@ -19,6 +19,7 @@ from django.utils.module_loading import import_string
 from config_service.brokers import (  # noqa: F401 - this module's interface too
     BrokerEndpoint,
     broker_pool,
+    internal_ca,
     pooled_broker,
     shared_broker,
 )
@@ -45,16 +46,44 @@ class SpaceEndpoints:
     broker: BrokerEndpoint
     # Every router of the space, each brought to its desired state; none: a brokered space.
     routers: tuple[RouterEndpoint, ...] = ()
+    # A space with brokers of its own (Kubernetes): each by the clusterId its addresses'
+    # placements name, `broker` the first. Empty: `broker` holds every address of the space.
+    placed: tuple[tuple[str, BrokerEndpoint], ...] = ()
 
     @property
     def router(self) -> RouterEndpoint | None:
         """The first router: the one a single-router reader (the portal's stats) asks."""
         return self.routers[0] if self.routers else None
 
+    @property
+    def brokers(self) -> tuple[BrokerEndpoint, ...]:
+        """Every broker of the space, each configured with the addresses placed on it."""
+        return tuple(b for _, b in self.placed) or (self.broker,)
+
+    def brokers_of(self, placement) -> list[BrokerEndpoint]:
+        """The brokers an address's placement ([{"clusterId": ...}]) puts it on (a queue's
+        partitions, a deadletter queue on every broker in use); the first broker for a
+        placement that names none of the space's (one machine: no placement counts)."""
+        by_cluster = dict(self.placed)
+        found = [by_cluster[c] for c in dict.fromkeys(p.get("clusterId") for p in placement or ())
+                 if c in by_cluster]
+        return found or [self.broker]
+
+    def partition(self, addresses, placement_of=lambda a: a.placement) -> list[tuple]:
+        """Each broker of the space with the addresses placed on it (`placement_of(address)`),
+        a broker with none included: it still holds the space's vhost and router login."""
+        if not self.placed:
+            return [(self.broker, list(addresses))]
+        groups: dict = {b: [] for b in self.brokers}
+        for a in addresses:
+            for broker in self.brokers_of(placement_of(a)):
+                groups[broker].append(a)
+        return list(groups.items())
+
     def on(self, router: RouterEndpoint) -> "SpaceEndpoints":
         """These endpoints with `router` as the space's one router: what a reconcile of one
         router of the mesh works on."""
-        return SpaceEndpoints(self.broker, (router,))
+        return SpaceEndpoints(self.broker, (router,), self.placed)
 
 
 def of(space) -> SpaceEndpoints:
@@ -94,19 +123,39 @@ def _kubernetes(space) -> SpaceEndpoints:
     from workers.infra.backend import infra_secret, infra_settings, space_infra_of
 
     cfg, infra = infra_settings(), space_infra_of(space)
-    active = [b for b in infra.brokers if b.state == "Active"] or list(infra.brokers)
-    host = m.service_host(m.broker_name(infra.infra, active[0].cluster_id), cfg) if active else ""
-    broker = BrokerEndpoint(f"http://{host}:{m.BROKER_MANAGEMENT_PORT}/api",
-                            m.BROKER_ADMIN_USER, infra_secret("broker-admin", infra.infra),
-                            host, m.BROKER_AMQP_PORT)
+    password = infra_secret("broker-admin", infra.infra)
+    # Every broker its addresses are placed on; a leaving one (Migrating, Draining) holds
+    # none any more and is the drainer's.
+    placed = tuple((b.cluster_id, _kubernetes_broker(m, cfg, infra, b, password))
+                   for b in infra.brokers if b.state == "Active")
+    broker = placed[0][1] if placed else BrokerEndpoint(
+        m.broker_api_url(""), m.BROKER_ADMIN_USER, password, "", m.BROKER_AMQPS_PORT,
+        amqps_port=m.BROKER_AMQPS_PORT)
     # The management listener admits the router admin only (through the auth service), and
     # only the space's agent may reach it (the router's NetworkPolicy). Each replica by its
     # own name: the agent configures every router of the space's mesh, and connects each to
     # the ones before it.
     pods = m.router_pod_hosts(infra, cfg)
+    # Over TLS, the router's internal certificate checked against the internal CA bundle
+    # (MAAS_INTERNAL_TLS_DIR/ca.pem, mounted in the agent's pod and the worker's).
     routers = tuple(RouterEndpoint(
-        f"amqp://{host}:{m.ROUTER_MANAGEMENT_PORT}", settings.MAAS_ROUTER_ADMIN_USER,
+        f"amqps://{host}:{m.ROUTER_MANAGEMENT_PORT}", settings.MAAS_ROUTER_ADMIN_USER,
         settings.MAAS_ROUTER_ADMIN_PASSWORD, host.split(".", 1)[0],
-        tuple((peer, m.ROUTER_INTER_ROUTER_PORT) for peer in pods[:i]))
+        tuple((peer, m.ROUTER_INTER_ROUTER_PORT) for peer in pods[:i]),
+        management_ca=internal_ca() or None)
         for i, host in enumerate(pods))
-    return SpaceEndpoints(broker=broker, routers=routers)
+    return SpaceEndpoints(broker=broker, routers=routers, placed=placed)
+
+
+def _kubernetes_broker(m, cfg, infra, broker, password: str) -> BrokerEndpoint:
+    """One broker StatefulSet of a space: reached through its Service (any ready node), and
+    through each node's management API when it is a cluster (any node answers for the whole
+    cluster, and its queues are then quorum queues: `BrokerEndpoint.cluster`)."""
+    name = m.broker_name(infra.infra, broker.cluster_id)
+    host = m.service_host(name, cfg)
+    nodes = [f"{name}-{i}.{host}" for i in range(broker.replicas)] if broker.replicas > 1 \
+        else [host]
+    # TLS only (its certificate of the internal CA: `broker_ca`)
+    return BrokerEndpoint(",".join(m.broker_api_url(n) for n in nodes),
+                          m.BROKER_ADMIN_USER, password, host, m.BROKER_AMQPS_PORT,
+                          name=broker.cluster_id, amqps_port=m.BROKER_AMQPS_PORT)

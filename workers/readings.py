@@ -28,7 +28,10 @@ class WorkersReadings:
                 total = router.setdefault(name, dict.fromkeys(row, 0))
                 for key, value in row.items():
                     total[key] += value
-        return AddressCounters(router=router, broker=_broker_rows(where.broker, space.vhost))
+        broker: dict = {}
+        for one in where.brokers:  # each holds the addresses placed on it
+            broker.update(_broker_rows(one, space.vhost))
+        return AddressCounters(router=router, broker=broker)
 
     def ca_cert(self, space) -> str:
         # Its endpoints' own CAs (spec.endpoints), and the platform's where a protocol has no

@@ -22,6 +22,7 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 
+from .. import tls_files
 from ..control import Identity, Verifier
 from . import sasl
 
@@ -88,8 +89,12 @@ class AuthServer:
                  ssl_context: ssl.SSLContext | None = None, handshake_timeout: float = 5.0,
                  max_connections: int = 4096, workers: int = 4, queue: int = 64,
                  verify_timeout: float = 5.0, refusals: Refusals | None = None,
-                 known: Known | None = None, container_id: str = "maas-auth-service"):
+                 known: Known | None = None, container_id: str = "maas-auth-service",
+                 certificate: "tls_files.ServerCertificate | None" = None):
+        """`certificate`: the TLS context's certificate files, loaded again when they change
+        (a re-signed certificate of a Kubernetes Secret)."""
         self.verify, self.ssl_context = verify, ssl_context
+        self.certificate = certificate
         self.handshake_timeout, self.verify_timeout = handshake_timeout, verify_timeout
         self.max_connections, self.queue = max_connections, queue
         self.container_id = container_id
@@ -142,8 +147,17 @@ class AuthServer:
         server = await asyncio.start_server(
             self._client, sock=self.socket, ssl=self.ssl_context,
             ssl_handshake_timeout=self.handshake_timeout if self.ssl_context else None)
+        reloading = asyncio.create_task(self._reload()) if self.certificate else None
         async with server:
             await self._stop.wait()
+        if reloading:
+            reloading.cancel()
+
+    async def _reload(self) -> None:
+        """In the loop's thread, so no handshake sees the context half changed."""
+        while True:
+            await asyncio.sleep(tls_files.RECHECK)
+            self.certificate.reload_if_changed()
 
     # -- one peer ------------------------------------------------------------------------------
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

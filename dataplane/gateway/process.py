@@ -10,6 +10,7 @@ import signal
 import ssl
 from dataclasses import dataclass
 
+from .. import tls_files
 from ..admission import Limits
 from ..control import GatewayStore
 from ..server_names import ServerNames
@@ -37,21 +38,19 @@ class Options:
     router_ca: str | None = None
 
 
-def router_context(ca: str) -> ssl.SSLContext:
-    """TLS to the routers: the chain checked against `ca` (the platform's router certificate,
-    self-signed), not the host name, which is whatever address reaches the router here (as
-    qdrouterd checks the auth service)."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-    context.check_hostname = False
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
-
-
 async def serve(options: Options, control: GatewayStore) -> int:
+    # TLS to the routers: the chain checked against `router_ca` (one machine: the platform's
+    # router certificate, self-signed), not the host name, which is whatever address reaches
+    # the router here (as qdrouterd checks the auth service)
+    ca = options.router_ca
     gateway = Gateway(*options.router, control, limits=options.limits,
                       handshake_timeout=options.handshake_timeout,
                       more_routers=options.more_routers,
-                      router_tls=router_context(options.router_ca) if options.router_ca else None)
+                      router_tls=tls_files.ClientContext(ca) if ca else None,
+                      # a space's own router (Kubernetes) by its internal Service's name, which
+                      # its certificate of the internal CA names
+                      space_router_tls=tls_files.ClientContext(ca, check_hostname=True)
+                      if ca else None)
     metrics.serve(options.metrics_host, options.metrics_port)
     await gateway.listen(options.host, options.port)
     cert, key = options.tls_cert or "", options.tls_key or ""

@@ -5,6 +5,7 @@ import asyncio
 import logging
 import ssl
 
+from .. import tls_files
 from ..admission import Admission, Limits
 from ..control import GatewayStore
 from . import store
@@ -19,11 +20,13 @@ class Gateway:
     def __init__(self, router_host: str, router_port: int, control: GatewayStore,
                  book: store.AddressBook | None = None, limits: Limits | None = None,
                  handshake_timeout: float = HANDSHAKE_TIMEOUT, more_routers: tuple = (),
-                 router_tls: ssl.SSLContext | None = None):
+                 router_tls: "tls_files.ClientContext | None" = None,
+                 space_router_tls: "tls_files.ClientContext | None" = None):
         self.router_host, self.router_port = router_host, router_port
-        # TLS to the router above and the mesh's others (a space's own router, on
-        # Kubernetes, is reached as the control plane names it: plain)
-        self.router_tls = router_tls
+        # TLS to the router above and the mesh's others, and to a space's own router
+        # (Kubernetes: its internal listener, the name checked); each context made again when
+        # its CA file changes (a rotated bundle)
+        self.router_tls, self.space_router_tls = router_tls, space_router_tls
         # The other routers of a mesh that serves every space (one machine): where a client
         # goes, in order, when the first does not answer.
         self.more_routers = tuple(more_routers)
@@ -68,8 +71,10 @@ class Gateway:
         to them, if any."""
         first = await self.router_for(vhost)
         if first != (self.router_host, self.router_port):
-            return [first], None  # the space's own router (Kubernetes): its Service fails over
-        return [first, *(r for r in self.more_routers if r != first)], self.router_tls
+            # the space's own router (Kubernetes): its Service's pods are the failover
+            return [first], self.space_router_tls.get() if self.space_router_tls else None
+        return [first, *(r for r in self.more_routers if r != first)], \
+            self.router_tls.get() if self.router_tls else None
 
     # -- retained messages -----------------------------------------------------------------------
     def retain(self, vhost: str, publish, link, amqp) -> None:

@@ -112,6 +112,11 @@ fi
 if [ -w /etc/rabbitmq ] && ! grep -q '^prometheus.tcp.ip' "$conf" 2>/dev/null; then
   printf 'prometheus.tcp.ip = 127.0.0.1\n' >> "$conf"
 fi
+# The management API: HTTP with basic auth (the platform logs in as guest), so on loopback only,
+# as every other listener of this machine's RabbitMQ (docs/security.md, "Internal links").
+if [ -w /etc/rabbitmq ] && ! grep -q '^management.tcp.ip' "$conf" 2>/dev/null; then
+  printf 'management.tcp.ip = 127.0.0.1\n' >> "$conf"
+fi
 # TLS: the platform's internal links to RabbitMQ (the routers' connectors, the relays) check its
 # certificate against the platform's internal CA, so that no login crosses them in clear text.
 # The CA is var/internal-tls/{ca.pem,ca-key.pem} (MAAS_INTERNAL_TLS_DIR), made here or by the
@@ -138,12 +143,18 @@ if [ ! -s "$internal_tls/ca.pem" ] || [ ! -s "$internal_tls/ca-key.pem" ]; then
 fi
 rabbitmq_tls=/etc/rabbitmq/maas-tls
 tls_renewed=""
+# ca.pem is the trust bundle: the signing CA first, then, while a rotation is under way
+# (manage.py rotate_secrets --internal-ca), the one before it. RabbitMQ's certificate must be
+# the signing CA's: one of the previous CA is signed again.
+signing_ca=$(mktemp)
+trap 'rm -f "$signing_ca"' EXIT
+openssl x509 -in "$internal_tls/ca.pem" -out "$signing_ca"
 if [ -w /etc/rabbitmq ]; then
   [ -d "$rabbitmq_tls" ] || install -d -o rabbitmq -g rabbitmq -m 0750 "$rabbitmq_tls"
   cmp -s "$internal_tls/ca.pem" "$rabbitmq_tls/ca.pem" ||
     install -o rabbitmq -g rabbitmq -m 0644 "$internal_tls/ca.pem" "$rabbitmq_tls/ca.pem"
   if ! { [ -s "$rabbitmq_tls/cert.pem" ] && [ -s "$rabbitmq_tls/key.pem" ] &&
-         openssl verify -CAfile "$internal_tls/ca.pem" "$rabbitmq_tls/cert.pem" >/dev/null 2>&1 &&
+         openssl verify -CAfile "$signing_ca" "$rabbitmq_tls/cert.pem" >/dev/null 2>&1 &&
          openssl x509 -checkend $((30 * 86400)) -noout -in "$rabbitmq_tls/cert.pem" >/dev/null &&
          [ "$(openssl x509 -noout -pubkey -in "$rabbitmq_tls/cert.pem")" = "$(openssl pkey -pubout -in "$rabbitmq_tls/key.pem" 2>/dev/null)" ]; }; then
     log "signing RabbitMQ's certificate with the internal CA ($rabbitmq_tls)"
@@ -152,7 +163,7 @@ if [ -w /etc/rabbitmq ]; then
     if ! out=$( { openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
           -keyout "$tls_tmp/key.pem" -out "$tls_tmp/req.pem" &&
         openssl x509 -req -sha256 -days 825 -in "$tls_tmp/req.pem" -out "$tls_tmp/cert.pem" \
-          -CA "$internal_tls/ca.pem" -CAkey "$internal_tls/ca-key.pem" -CAserial "$tls_tmp/ca.srl" -CAcreateserial \
+          -CA "$signing_ca" -CAkey "$internal_tls/ca-key.pem" -CAserial "$tls_tmp/ca.srl" -CAcreateserial \
           -extfile <(printf '%s\n' 'basicConstraints = critical, CA:false' 'keyUsage = critical, digitalSignature' \
             'extendedKeyUsage = serverAuth' 'subjectAltName = DNS:localhost, IP:127.0.0.1, DNS:127.0.0.1'); } 2>&1 ); then
       log "RabbitMQ's certificate could not be made: $out"; rm -rf "$tls_tmp"; exit 1
@@ -260,6 +271,10 @@ fi
 if grep -q '^prometheus.tcp.ip = 127.0.0.1' "$conf" 2>/dev/null \
     && ss -ltnH 'sport = :15692' 2>/dev/null | grep -qv '127.0.0.1:15692'; then
   why="${why:+$why, }to serve its Prometheus figures on loopback only"
+fi
+if grep -q '^management.tcp.ip = 127.0.0.1' "$conf" 2>/dev/null \
+    && ss -ltnH 'sport = :15672' 2>/dev/null | grep -qv '127.0.0.1:15672'; then
+  why="${why:+$why, }to serve its management API on loopback only"
 fi
 # The same for the TLS listeners: a broker started before their lines were in rabbitmq.conf.
 tls_ports=""

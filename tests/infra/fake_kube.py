@@ -11,8 +11,9 @@ etcd), so this stands in for one, with the behaviour the controller relies on:
   release `kubernetes-validate` knows (strict: unknown fields are errors);
 - owner references: an object whose owners (by uid) are all gone is garbage-collected, in
   cascade, as the garbage collector does with background propagation;
-- readiness simulation: a workload's status follows its spec on `settle()`, unless it was
-  held with `hold(kind, name)`; `auto_ready=True` settles after every apply;
+- readiness simulation: a workload's status (ready, updated replicas and, for a StatefulSet,
+  its current and update revisions) follows its spec on `settle()`, unless it was held with
+  `hold(kind, name)`; `auto_ready=True` settles after every apply;
 - `calls` records every call, for idempotence checks.
 """
 import copy
@@ -113,10 +114,16 @@ class FakeKubernetes:
                 continue
             replicas = obj["spec"].get("replicas", 1)
             ready = min(self.held.get((kind, name), replicas), replicas)
+            # A held workload is also one whose pods have not all moved to its template yet.
+            revision = f"{name}-{obj['metadata']['generation']}"
             status = {"observedGeneration": obj["metadata"]["generation"], "replicas": replicas,
-                      "readyReplicas": ready}
+                      "readyReplicas": ready, "updatedReplicas": ready}
             if kind == "Deployment":
                 status["availableReplicas"] = ready
+            else:
+                status["updateRevision"] = revision
+                status["currentRevision"] = revision if ready == replicas else \
+                    obj["status"].get("currentRevision", "")
             obj["status"] = status
 
     def hold(self, kind: str, name: str, ready: int = 0) -> None:

@@ -69,6 +69,23 @@ MESH_CERT = m.Certificate("-----BEGIN CERTIFICATE-----\nMESH\n-----END CERTIFICA
                           "-----BEGIN PRIVATE KEY-----\nMESH\n-----END PRIVATE KEY-----\n")
 
 
+def _fake(name: str) -> m.Certificate:
+    return m.Certificate(f"-----BEGIN CERTIFICATE-----\n{name}\n-----END CERTIFICATE-----\n",
+                         f"-----BEGIN PRIVATE KEY-----\n{name}\n-----END PRIVATE KEY-----\n")
+
+
+TRUST = "-----BEGIN CERTIFICATE-----\nINTERNAL CA\n-----END CERTIFICATE-----\n"
+
+
+def certificates(space: m.SpaceInfra, *more_brokers: str) -> m.Certificates:
+    """Stand-in PEMs (the golden files stay stable): the controller's real ones are tested
+    in test_internal_tls.py."""
+    clusters = [b.cluster_id for b in space.brokers] + list(more_brokers)
+    return m.Certificates(tls=CERT, mesh=MESH_CERT, internal=_fake("INTERNAL"),
+                          brokers={c: _fake(c.upper()) for c in clusters}, trust=TRUST,
+                          auth_ca=TRUST)
+
+
 def all_manifests(space: m.SpaceInfra) -> list[dict]:
     return [m.owner_manifest(space, CFG)] + m.space_manifests(
-        space, CFG, OWNER_UID, CERT, MESH_CERT, "broker-password", "erlang-cookie")
+        space, CFG, OWNER_UID, certificates(space), "broker-password", "erlang-cookie")

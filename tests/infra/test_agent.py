@@ -4,6 +4,7 @@ The Kubernetes API is the in-process fake (no API server can run on these machin
 space, its addresses and the agents' states are real rows (pytest-django, PostgreSQL).
 """
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 from config_service import services
@@ -11,7 +12,7 @@ from config_service.models import AgentState
 from core.context import Context
 from workers.agents import infra as infra_agent
 from workers.agents.runner import TransientError
-from workers.infra import backend
+from workers.infra import backend, internal_ca
 from workers.infra import manifests as m
 from workers.infra.controller import InfraController
 
@@ -67,7 +68,8 @@ def test_reconcile_reports_readiness_into_the_space_status(space, agent, kube):
     kube.hold("StatefulSet", f"broker-1-{infra}", ready=0)
     kube.settle()
     report = agent.reconcile(space)
-    assert report.space_error == "Broker broker-1 0/1 ready"
+    # each broker a cluster of MAAS_BROKER_REPLICAS nodes
+    assert report.space_error == f"Broker broker-1 0/{settings.MAAS_BROKER_REPLICAS} ready"
     broker1 = [n for n, e in report.address_errors.items()]
     assert len(broker1) == 1
     assert report.address_errors[broker1[0]]["message"] == "Broker broker-1 is not ready"
@@ -85,7 +87,7 @@ def test_teardown_waits_for_the_space_agents_then_collects_everything(space, age
     assert kube.objects
     AgentState.objects.filter(space_uid=space.uid).update(torn_down=True)
     agent.teardown(space)
-    assert kube.objects == {}
+    assert kube.names() == {internal_ca.SECRET}  # the platform's CA outlives every space
 
 
 def test_brokered_spaces_need_no_infra(tenant, agent, kube):
@@ -143,7 +145,7 @@ def test_the_plan_s_infra_config_sizes_the_router_and_brokers(tenant, kube, agen
     assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
 
     own = {"big": {"router": {"minReplicas": 3, "resources": {"cpu": "2"}},
-                   "broker": {"storageClassName": "fast-ssd"}}}
+                   "broker": {"storageClassName": "fast-ssd", "minReplicas": 5}}}
     AddressSpacePlan.objects.filter(name="standard-medium").update(infra_config_ref="big")
     with override_settings(MAAS_INFRA_CONFIGS=json.dumps(own)):
         agent.reconcile(s)
@@ -152,13 +154,16 @@ def test_the_plan_s_infra_config_sizes_the_router_and_brokers(tenant, kube, agen
     container = router["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["requests"]["cpu"] == "2"
     assert container["resources"]["limits"]["memory"] == "256Mi"  # the platform's
-    (claim,) = kube.find("StatefulSet", f"broker-0-{infra}")["spec"]["volumeClaimTemplates"]
+    broker = kube.find("StatefulSet", f"broker-0-{infra}")
+    (claim,) = broker["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert broker["spec"]["replicas"] == 5  # a RabbitMQ cluster of the plan's size
 
 
 @pytest.mark.parametrize("configs, problem", [
     ("{nope", "is not JSON"),
     ('{"x": {"router": {"minReplicas": 0}}}', "router.minReplicas"),
+    ('{"x": {"broker": {"minReplicas": true}}}', "broker.minReplicas"),
     ('{"x": {"broker": {"resources": {"memory": "lots"}}}}', "broker.resources.memory"),
     ('{"x": {"disk": {}}}', "takes router and broker"),
 ])

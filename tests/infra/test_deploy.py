@@ -181,23 +181,18 @@ def test_the_auth_service_runs_where_the_space_routers_look_for_it(rendered, tar
     pod = by(docs, "Deployment", "maas-authservice")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     tls = "/etc/maas/authservice-tls"
+    # TLS only: no --tls-optional, and the pod waits for its Secret (the internal CA's
+    # certificate, which the migrations Job makes, or the operator's own)
     assert container["command"] == ["python", "manage.py", "run_authservice",
                                     "--host", "0.0.0.0", "--port", str(m.AUTH_SERVICE_PORT),
-                                    "--tls-cert", f"{tls}/tls.crt", "--tls-key", f"{tls}/tls.key",
-                                    "--tls-optional"]
+                                    "--tls-cert", f"{tls}/tls.crt", "--tls-key", f"{tls}/tls.key"]
     assert container["envFrom"] == [{"configMapRef": {"name": "maas-config"}}]
-    # its certificate where the Secret exists; the worker reads that Secret's CA from where the
-    # ConfigMap says, and gives it to every space's routers (test_router_config.py)
     mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
     volumes = {v["name"]: v.get("secret", {}) for v in pod["volumes"]}
-    assert mounts["tls"] == tls and volumes["tls"] == {"secretName": "maas-authservice-tls",
-                                                       "optional": True}
-    worker = by(docs, "Deployment", "maas-worker")["spec"]["template"]["spec"]
-    (worker_container,) = worker["containers"]
-    ca_dir = {v["name"]: v["mountPath"] for v in worker_container["volumeMounts"]}[
-        "authservice-tls"]
+    assert mounts["tls"] == tls and volumes["tls"] == {"secretName": "maas-authservice-tls"}
+    # The infra controller reads which CA certifies it through the API; nothing names a file
     config = by(docs, "ConfigMap", "maas-config")["data"]
-    assert config["MAAS_INFRA_AUTH_SERVICE_CA"] == f"{ca_dir}/ca.crt"
+    assert "MAAS_INFRA_AUTH_SERVICE_CA" not in config
     assert pod["automountServiceAccountToken"] is False
     service = by(docs, "Service", m.AUTH_SERVICE_NAME)
     assert [p["port"] for p in service["spec"]["ports"]] == [m.AUTH_SERVICE_PORT]
@@ -271,17 +266,19 @@ def test_the_mqtt_gateway_finds_a_space_s_own_router_on_kubernetes(settings, ten
     settings.MAAS_INFRA_BACKEND = "kubernetes"
     settings.MAAS_INFRA_NAMESPACE = "maas-spaces"
     host, port = router_of(space.vhost, local)
-    assert host == f"router-{m.infra_id(str(space.uid))}.maas-spaces.svc"
-    assert port == m.ROUTER_AMQP_PORT
-    # the router Service the infra controller renders for the space has that name and port
+    assert host == f"router-{m.infra_id(str(space.uid))}-internal.maas-spaces.svc"
+    assert port == m.ROUTER_INTERNAL_PORT
+    # the routers' headless Service the infra controller renders for the space has that name
+    # and port, and their internal certificate names it
     infra = m.space_infra(space.uid, tenant.slug, "iot", space.plan, [])
     cfg = m.InfraSettings(namespace="maas-spaces")
+    cert = m.Certificate("c", "k")
     router_service = next(d for d in m.router_manifests(infra, cfg, "uid",
-                                                        m.Certificate("c", "k"),
-                                                        m.Certificate("c", "k"))
-                          if d["kind"] == "Service" and "internal" not in d["metadata"]["name"])
+                                                        m.Certificates(cert, cert, cert))
+                          if d["kind"] == "Service" and "internal" in d["metadata"]["name"])
     assert m.service_host(router_service["metadata"]["name"], cfg) == host
     assert port in [p["port"] for p in router_service["spec"]["ports"]]
+    assert host in m.internal_hosts(infra.infra, cfg)
     assert router_of("acme.nowhere", local) == local
 
 
@@ -322,3 +319,52 @@ def test_brokered_clients_reach_rabbitmq_only_through_the_relays(rendered):
             config["MAAS_BROKERED_AMQP_PORT"], config["MAAS_BROKERED_AMQPS_PORT"]) == (
         "1883", "8883", "5672", "5671")
     assert config["MAAS_SPACE_TLS_DIR"] == ""  # no files: the listeners look hosts up
+
+
+def test_the_migrations_job_makes_the_internal_ca_with_a_token_of_its_own(rendered):
+    """`manage.py internal_ca` in an init container, with a projected token of the
+    ServiceAccount maas-internal-ca, whose Role reaches two Secrets only; the migrations run
+    without a token."""
+    docs = rendered["overlays/production"]
+    pod = by(docs, "Job", "maas-migrate")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "maas-internal-ca"
+    (init,) = pod["initContainers"]
+    (migrate,) = pod["containers"]
+    assert init["command"] == ["python", "manage.py", "internal_ca"]
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert token in {v["mountPath"] for v in init["volumeMounts"]}
+    assert token not in {v["mountPath"] for v in migrate["volumeMounts"]}
+    env = {e["name"]: e for e in init["env"]}
+    assert env["MAAS_INFRA_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.namespace"
+    role = by(docs, "Role", "maas-internal-ca")
+    granted = set()
+    for rule in role["rules"]:
+        assert rule["apiGroups"] == [""] and rule["resources"] == ["secrets"]
+        for verb in rule["verbs"]:
+            granted.add((verb, tuple(rule.get("resourceNames", ()))))
+    assert granted == {("create", ()), ("get", ("maas-internal-ca", "maas-authservice-tls")),
+                       ("patch", ("maas-internal-ca", "maas-authservice-tls"))}
+    binding = by(docs, "RoleBinding", "maas-internal-ca")
+    assert binding["subjects"][0]["name"] == "maas-internal-ca"
+
+
+@pytest.mark.parametrize("target", ["overlays/dev", "overlays/production"])
+def test_the_worker_and_the_gateway_mount_the_internal_ca_bundle_only(rendered, target):
+    docs = rendered[target]
+    config = by(docs, "ConfigMap", "maas-config")["data"]
+    for name in ("maas-worker", "maas-mqtt-gateway"):
+        pod = by(docs, "Deployment", name)["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "internal-ca")
+        # the bundle as ca.pem where MAAS_INTERNAL_TLS_DIR says; never the CA's key; no
+        # `optional`: the pods wait for the migrations Job to make it
+        assert volume["secret"] == {"secretName": "maas-internal-ca",
+                                    "items": [{"key": "ca.crt", "path": "ca.pem"}]}
+        mount = next(v for v in container["volumeMounts"] if v["name"] == "internal-ca")
+        assert mount["mountPath"] == config["MAAS_INTERNAL_TLS_DIR"]
+    gateway = by(docs, "Deployment", "maas-mqtt-gateway")["spec"]["template"]["spec"]
+    command = gateway["containers"][0]["command"]
+    assert command[command.index("--router-ca") + 1] == \
+        f"{config['MAAS_INTERNAL_TLS_DIR']}/ca.pem"

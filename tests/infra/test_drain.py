@@ -27,8 +27,9 @@ API_URL = broker.API_URL
 USER = os.environ.get("RABBITMQ_API_USER", "guest")
 PASSWORD = os.environ.get("RABBITMQ_API_PASSWORD", "guest")
 HOST, _, MANAGEMENT_PORT = API_URL.split("//", 1)[1].split("/", 1)[0].rpartition(":")
-# The test node's ports, where the broker pods listen on RabbitMQ's defaults.
-PORTS = {"management_port": int(MANAGEMENT_PORT), "amqp_port": broker.AMQP_PORT}
+# The test node's ports, where the broker pods listen on RabbitMQ's defaults; plain, as the
+# test node's API is (the pods' TLS is checked in test_internal_tls.py).
+PORTS = {"management_port": int(MANAGEMENT_PORT), "amqp_port": broker.AMQP_PORT, "tls": False}
 
 
 @pytest.fixture
@@ -121,3 +122,32 @@ def test_an_unreachable_broker_is_unknown(space):
     drainer = RabbitMQDrainer(spaces.CFG, lambda infra: "x", timeout=2,
                               host_of=lambda sp, cluster: "broker.invalid")
     assert drainer.drain(s, "broker-1", ("broker-0",)) == -1
+
+
+def test_each_queue_s_messages_go_to_the_broker_its_address_is_placed_on_now(space):
+    """A space of several brokers: a queue re-placed on broker-2 is moved there, where the
+    storage controller keeps it (on the first remaining broker it would be an unknown queue);
+    a queue no address wants any more goes to the first. The shovels are read as the drainer
+    asks the broker for them (this broker has no shovel plugin to run them)."""
+    s, api = space
+    asked = {}
+
+    class Recording(RabbitMQDrainer):
+        @staticmethod
+        def _shovel(api, space, cluster_id, queue, src, dest):
+            asked[queue] = dest
+
+    drainer = Recording(spaces.CFG, lambda infra: PASSWORD, user=USER,
+                        host_of=lambda sp, cluster: HOST if cluster == "broker-1"
+                        else f"{cluster}.example", **PORTS,
+                        placed=lambda sp, queue: ("broker-2",) if queue == "orders" else ())
+    api.put_vhost(s.vhost)
+    api.put_permissions(s.vhost, USER, ".*", ".*", ".*")
+    for queue in ("orders", "gone"):
+        api.put_queue(s.vhost, queue, {})
+        api.request("POST", f"/exchanges/{quote(s.vhost, safe='')}/amq.default/publish", body={
+            "properties": {"delivery_mode": 2}, "routing_key": queue, "payload": "m",
+            "payload_encoding": "string"})
+    wait_for(lambda: drainer.drain(s, "broker-1", ("broker-0", "broker-2")) == 2,
+             timeout=2 * BROKER_STATS_LAG, interval=0.5, what="both stored messages to show")
+    assert "@broker-2.example:" in asked["orders"] and "@broker-0.example:" in asked["gone"]

@@ -3,6 +3,7 @@
 Golden files are in tests/infra/golden/; after an intended change regenerate them with
 `MAAS_UPDATE_GOLDEN=1 .venv/bin/pytest tests/infra/test_manifests.py` and review the diff.
 """
+import dataclasses
 import os
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def test_generated_manifests_validate_against_the_kubernetes_schemas(case):
     # And with Broker states of a scale-down in progress.
     space = CASES[case]()
     leaving = m.Broker("broker-9", 1, "Draining")
-    for doc in m.broker_manifests(space, spaces.CFG, spaces.OWNER_UID, leaving):
+    for doc in m.broker_manifests(space, spaces.CFG, spaces.OWNER_UID, leaving,
+                                  spaces.certificates(space, "broker-9")):
         kubernetes_validate.validate(doc, version, strict=True)
 
 
@@ -64,7 +66,7 @@ def test_small_space_has_one_router_one_broker_and_its_agent():
                                         spaces.SMALL_UID]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["MAAS_AGENT_MODE"] == "process"
-    assert env["RABBITMQ_API_URL"] == f"http://broker-0-{infra}.maas.svc:15672/api"
+    assert env["RABBITMQ_API_URL"] == f"https://broker-0-{infra}.maas.svc:15671/api"
 
 
 def test_every_object_but_the_owner_is_owned_by_it_and_labelled_with_its_space():
@@ -96,17 +98,21 @@ def test_brokers_are_the_distinct_clusters_of_the_placements():
         "broker-0", "broker-1", "broker-2", "broker-3"]
 
 
-def test_config_changes_roll_the_router_pods():
-    a = m.router_manifests(spaces.small(), spaces.CFG, "u", spaces.CERT,
-                           spaces.MESH_CERT)
+def test_config_and_certificate_changes_roll_the_router_pods():
+    space = spaces.small()
+    certs = spaces.certificates(space)
     other = m.Certificate("other", spaces.CERT.key_pem)
-    b = m.router_manifests(spaces.small(), spaces.CFG, "u", other, spaces.MESH_CERT)
 
-    def digest(docs):
+    def digest(changed, annotation=m.ANNOTATION_CONFIG_HASH):
+        docs = m.router_manifests(space, spaces.CFG, "u", dataclasses.replace(certs, **changed))
         sts = next(d for d in docs if d["kind"] == "StatefulSet")
-        return sts["spec"]["template"]["metadata"]["annotations"][m.ANNOTATION_CONFIG_HASH]
+        return sts["spec"]["template"]["metadata"]["annotations"][annotation]
 
-    assert digest(a) != digest(b)
+    for field in ("tls", "mesh", "internal"):
+        assert digest({field: other}) != digest({})
+    assert digest({"auth_ca": "another CA"}) != digest({})
+    # a new internal CA bundle changes what the pods trust: they roll through that annotation
+    assert digest({"trust": "new bundle"}, m.ANNOTATION_TRUST) != digest({}, m.ANNOTATION_TRUST)
 
 
 def test_names_fit_kubernetes_limits():

@@ -6,24 +6,24 @@ import dataclasses
 import json
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from dataplane import qdrouterd
 from tests.qdrouterd import needs_qdrouterd
 from tests.router import qdrouter_schema
-from tests.router.conftest import free_port, wait_port
+from tests.router.conftest import wait_port
 from workers.agents.router import agent as router_agent
 from workers.infra import manifests as m
-from workers.infra.controller import make_certificate
+from workers.infra.controller import InfraController
 
-from . import spaces
+from . import pods, spaces
+from .fake_kube import FakeKubernetes
 
 
 def router_objects(space=None, cfg=spaces.CFG):
-    docs = m.router_manifests(space or spaces.small(), cfg, spaces.OWNER_UID, spaces.CERT,
-                              spaces.MESH_CERT)
+    space = space or spaces.small()
+    docs = m.router_manifests(space, cfg, spaces.OWNER_UID, spaces.certificates(space))
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
     return config_map, statefulset
@@ -33,24 +33,21 @@ def entities(config: list, etype: str) -> dict[str, dict]:
     return {attrs.get("name", etype): attrs for t, attrs in config if t == etype}
 
 
-def test_the_routers_relay_logins_over_tls_where_the_auth_service_s_ca_is_given():
-    """MAAS_INFRA_AUTH_SERVICE_CA (the maas-authservice-tls Secret's CA, in the worker): each
-    space's router Secret carries it and the routers check the auth service against it;
-    without it the link is plain, as the auth service then serves."""
+def test_the_routers_always_relay_logins_over_tls_to_the_auth_service():
+    """The routers check the auth service against `certs.auth_ca` (the internal CA bundle, or
+    an operator's own CA: test_internal_tls.py), which the router's internal Secret carries."""
+    space = spaces.small()
     pem = "-----BEGIN CERTIFICATE-----\nAUTH CA\n-----END CERTIFICATE-----\n"
-    cfg = dataclasses.replace(spaces.CFG, auth_service_ca=pem)
-    docs = m.router_manifests(spaces.small(), cfg, spaces.OWNER_UID, spaces.CERT,
-                              spaces.MESH_CERT)
+    certs = dataclasses.replace(spaces.certificates(space), auth_ca=pem)
+    docs = m.router_manifests(space, spaces.CFG, spaces.OWNER_UID, certs)
     config = json.loads(next(d for d in docs if d["kind"] == "ConfigMap")["data"][
         m.ROUTER_CONFIG_FILE])
     (plugin,) = entities(config, "authServicePlugin").values()
     profile = entities(config, "sslProfile")[plugin["sslProfile"]]
-    assert profile["caCertFile"] == f"{m.ROUTER_CERTS_DIR}/{m.AUTH_CA_FILE}"
-    secret = next(d for d in docs if d["metadata"]["name"] == m.tls_secret_name(
-        spaces.small().infra))
+    assert profile["caCertFile"] == f"{m.ROUTER_INTERNAL_DIR}/{m.AUTH_CA_FILE}"
+    secret = next(d for d in docs if d["metadata"]["name"] == m.internal_secret_name(
+        space.infra))
     assert base64.b64decode(secret["data"][m.AUTH_CA_FILE]).decode() == pem
-    plain = json.loads(router_objects()[0]["data"][m.ROUTER_CONFIG_FILE])
-    assert "sslProfile" not in next(iter(entities(plain, "authServicePlugin").values()))
 
 
 def test_the_router_runs_qdrouterd_not_skupper_router():
@@ -182,31 +179,22 @@ def test_every_configured_entity_and_attribute_exists_in_qdrouterd():
 
 @needs_qdrouterd
 def test_qdrouterd_starts_on_the_config_map(tmp_path):
-    """The ConfigMap's configuration, with free local ports, a throw-away certificate and the
-    id the image would expand, runs qdrouterd 1.19: every listener comes up."""
-    config_map, _ = router_objects()
-    text = config_map["data"][m.ROUTER_CONFIG_FILE].replace("${HOSTNAME}", "router-test-0")
-    config = json.loads(text)
-    ports = {}
-    for etype, attrs in config:
-        if etype == "listener":
-            attrs["host"] = "127.0.0.1"
-            ports[attrs["name"]] = attrs["port"] = str(free_port())
-        if etype == "sslProfile":  # the clients' and the mesh's (which trusts itself)
-            attrs["certFile"], attrs["privateKeyFile"] = _certificate(tmp_path)
-            if "caCertFile" in attrs:
-                attrs["caCertFile"] = attrs["certFile"]
-    path = tmp_path / "qdrouterd.json"
-    path.write_text(json.dumps(config))
+    """The configuration and certificates the controller applied (its ConfigMap and Secrets,
+    written where the pod mounts them), with free local ports and the id the image would
+    expand, run qdrouterd 1.19: every listener comes up with its TLS profile."""
+    kube = FakeKubernetes()
+    controller = InfraController(kube, None, spaces.CFG, lambda purpose, infra: "x")
+    controller.reconcile(spaces.medium())
+    pod = pods.router_pod(kube, spaces.medium(), tmp_path)
     log = tmp_path / "qdrouterd.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(qdrouterd.command(path), stdout=out, stderr=out)
+        proc = subprocess.Popen(qdrouterd.command(pod.config), stdout=out, stderr=out)
     try:
         # A build without libwebsockets has no HTTP listener (the image has one).
-        for name, port in ports.items():
+        for name, port in pod.ports.items():
             if name != "metrics" or "HTTP support is not available" not in log.read_text():
                 try:
-                    wait_port(int(port), timeout=10)
+                    wait_port(port, timeout=10)
                 except RuntimeError:
                     pytest.fail(f"listener {name} did not come up: {log.read_text()[-3000:]}")
         time.sleep(0.3)
@@ -216,21 +204,12 @@ def test_qdrouterd_starts_on_the_config_map(tmp_path):
         proc.wait(10)
 
 
-def _certificate(directory: Path) -> tuple[str, str]:
-    """A certificate as the controller makes the router's (workers/infra/controller.py)."""
-    cert = make_certificate(["router-test"])
-    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_text(cert.cert_pem)
-    key_path.write_text(cert.key_pem)
-    return str(cert_path), str(key_path)
-
-
 def test_the_infra_controller_reads_the_auth_service_s_ca_where_the_secret_put_it(settings,
                                                                                  tmp_path):
     from workers.infra.backend import infra_settings
 
     ca = tmp_path / "ca.crt"
     settings.MAAS_INFRA_AUTH_SERVICE_CA = str(ca)
-    assert infra_settings().auth_service_ca == ""  # no Secret mounted: plain
+    assert infra_settings().auth_service_ca == ""  # none: the controller's choice
     ca.write_text("PEM")
     assert infra_settings().auth_service_ca == "PEM"

@@ -5,6 +5,7 @@ import threading
 import uuid
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -105,8 +106,9 @@ def test_the_agents_threads_keep_their_database_sessions(space, monkeypatch):
 def test_the_storage_agent_asks_the_broker_only_when_something_stored_changed(
         space, monkeypatch):
     asked = []
-    real = controller._api
-    monkeypatch.setattr(controller, "_api", lambda s: asked.append(s.name) or real(s))
+    real = controller.management_api
+    monkeypatch.setattr(controller, "management_api",
+                        lambda broker: asked.append(broker.api_url) or real(broker))
     add(space, "a2", "anycast", "standard-small-anycast")
     add(space, "m2", "multicast", "standard-small-multicast")
     runner.run(space.uid, "storage")
@@ -115,9 +117,9 @@ def test_the_storage_agent_asks_the_broker_only_when_something_stored_changed(
     assert set(phases(space).values()) == {"Active"}
     add(space, "q2", "queue", "standard-small-queue")
     runner.run(space.uid, "storage")
-    assert asked == [space.name]
+    assert asked == [settings.RABBITMQ_API_URL]  # the space's one broker, once
     runner.run(space.uid, "storage")  # no new event: a resync, which checks the broker
-    assert asked == [space.name, space.name]
+    assert asked == [settings.RABBITMQ_API_URL] * 2
 
 
 def storage_state(space):

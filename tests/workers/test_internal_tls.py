@@ -275,3 +275,14 @@ def test_a_capture_of_the_loopback_holds_no_credential_of_an_internal_link(
     for port in (settings.RABBITMQ_AMQPS_PORT, settings.RABBITMQ_MQTTS_PORT):
         assert any(dst == port for _, dst in streams), f"nothing went to RabbitMQ's {port}"
     os.remove(capture.path)
+
+
+def test_every_rabbitmq_listener_of_this_machine_is_on_loopback():
+    """Those that stay plain (AMQP, MQTT, the management API with its basic auth, clustering)
+    are reachable from this machine only: deploy/local/services.sh binds them to loopback."""
+    listed = subprocess.run(["ss", "-ltnpH"], check=True, capture_output=True, text=True,
+                            timeout=10).stdout.splitlines()
+    rabbitmq = [line.split()[3] for line in listed if '"beam.smp"' in line]
+    assert any(at.endswith(":15672") for at in rabbitmq)  # the default node's management API
+    assert [at for at in rabbitmq
+            if not at.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:"))] == []

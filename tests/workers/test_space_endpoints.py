@@ -4,11 +4,13 @@ controller, the router agent, purge, the portal's stats and the usage sampler ea
 space's own. The two "brokers" are HTTP relays in front of the real RabbitMQ (tests/faults.py),
 so every request is seen; the two routers are real embedded routers."""
 import uuid
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 
 from config_service import services
+from config_service.models import Address
 from config_service.portal import stats
 from tests.conftest import CTX, b64
 from tests.faults import HttpFaultProxy
@@ -18,7 +20,7 @@ from workers.agents import runner
 from workers.agents.router import desired as rc
 from workers.clients.qdr import Management
 from workers.infra import manifests as m
-from workers.infra.backend import space_infra_of
+from workers.infra.backend import queue_placement, space_infra_of
 from workers.usage import sampler
 
 pytestmark = pytest.mark.slow
@@ -120,7 +122,7 @@ def test_on_kubernetes_a_standard_space_lives_on_its_own_services(tenant, settin
     infra = space_infra_of(standard)
     assert len(own.routers) == infra.router_replicas >= 1
     for i, router in enumerate(own.routers):
-        assert router.management_url.startswith(f"amqp://{router.name}.")
+        assert router.management_url.startswith(f"amqps://{router.name}.")  # TLS inside
         assert router.name == f"{m.router_name(infra.infra)}-{i}"
         assert [host for host, _ in router.peers] == [
             r.management_url.split("//")[1].split(":")[0] for r in own.routers[:i]]
@@ -128,3 +130,37 @@ def test_on_kubernetes_a_standard_space_lives_on_its_own_services(tenant, settin
     assert len(own.broker.api_password) >= 40  # random, kept encrypted: workers/credentials.py
     assert endpoints.by_backend(brokered).broker == endpoints.shared_broker()
     assert endpoints.by_backend(brokered).router is None
+
+
+def test_on_kubernetes_every_broker_of_a_standard_space_is_an_endpoint_of_its_own(
+        tenant, settings):
+    settings.MAAS_INFRA_BACKEND = "kubernetes"
+    settings.MAAS_BROKER_REPLICAS = 3
+    space = services.create_address_space(ctx=CTX, tenant=tenant, name="two",
+                                          type="standard", plan="standard-medium")
+    for address in ("orders", "invoices"):
+        services.create_address(ctx=CTX, space=space, address=address, type="queue",
+                                plan="standard-small-queue")
+    Address.objects.filter(space=space, address="invoices").update(
+        placement=[{"clusterId": "broker-1", "containerId": "broker-1-0", "state": "Active"}])
+    where = endpoints.by_backend(space)
+    infra = space_infra_of(space)
+    assert [c for c, _ in where.placed] == [b.cluster_id for b in infra.brokers] == [
+        "broker-0", "broker-1"]
+    first, second = where.brokers
+    assert where.broker == first and first != second
+    # each a cluster of three nodes, reached through each node's API: quorum queues
+    for cluster, broker in where.placed:
+        name = m.broker_name(infra.infra, cluster)
+        namespace = settings.MAAS_INFRA_NAMESPACE or "maas"
+        assert broker.cluster and [urlsplit(u).hostname for u in broker.api_urls] == [
+            f"{name}-{i}.{name}.{namespace}.svc" for i in range(3)]
+    by_name = {a.address: a for a in space.addresses.all()}
+    assert dict((b, [a.address for a in mine]) for b, mine in where.partition(
+        sorted(by_name.values(), key=lambda a: a.address))) == {
+        first: ["orders"], second: ["invoices"]}
+    # where a draining broker's messages of each queue go (workers/infra/drain.py)
+    assert queue_placement(infra, "invoices") == ("broker-1",)
+    assert queue_placement(infra, "deleted-long-ago") == ()
+    settings.MAAS_BROKER_REPLICAS = 1  # a broker of one node is no cluster
+    assert not endpoints.by_backend(space).broker.cluster

@@ -34,7 +34,7 @@ class ReadCountingApi(rabbitmq.RabbitMQApi):
 def counted(monkeypatch, settings):
     api = ReadCountingApi(settings.RABBITMQ_API_URL, settings.RABBITMQ_API_USER,
                           settings.RABBITMQ_API_PASSWORD)
-    monkeypatch.setattr(controller, "_api", lambda space: api)
+    monkeypatch.setattr(controller, "management_api", lambda broker: api)
     yield api
     api.close()
 

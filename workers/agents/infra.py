@@ -6,7 +6,14 @@ from functools import cached_property
 from config_service.models import Address, AddressSpace, AgentState
 from workers import credentials
 from workers.agents.runner import Agent, Report, TransientError
-from workers.infra.backend import backend, infra_secret, infra_settings, space_infra_of
+from workers.infra.backend import (
+    backend,
+    infra_secret,
+    infra_settings,
+    internal_ca_lock,
+    queue_placement,
+    space_infra_of,
+)
 from workers.infra.controller import InfraController, InfraStatus
 
 KIND = "infra"
@@ -41,12 +48,17 @@ class InfraAgent(Agent):
     @cached_property
     def controller(self) -> InfraController:
         """Made on first use, so installing the agent costs nothing where it does not run."""
+        from config_service.brokers import internal_ca
         from workers.infra.drain import RabbitMQDrainer
         from workers.infra.kube import KubernetesClient
 
         cfg = infra_settings()
-        drainer = RabbitMQDrainer(cfg, lambda infra: infra_secret("broker-admin", infra))
-        return InfraController(KubernetesClient(), drainer, cfg, infra_secret)
+        # The brokers' API is checked against the internal CA bundle the worker mounts
+        # (MAAS_INTERNAL_TLS_DIR), read at each drain: a rotation's new bundle is used at once.
+        drainer = RabbitMQDrainer(cfg, lambda infra: infra_secret("broker-admin", infra),
+                                  ca=lambda: internal_ca() or None, placed=queue_placement)
+        return InfraController(KubernetesClient(), drainer, cfg, infra_secret,
+                               ca_lock=internal_ca_lock)
 
     def reconcile(self, space: AddressSpace) -> Report:
         if space.type != "standard":

@@ -25,6 +25,7 @@ from django.utils import timezone
 from config_service import services
 from config_service.models import AddressSpace, AgentState
 from config_service.status import agents_needed
+from core.locks import advisory_lock
 from eventlog.models import ConfigEvent, Outbox
 from workers import dispatch
 from workers.agents import statements
@@ -370,14 +371,8 @@ def serialised(space_uid, kind: str):
     """One reconcile per (space, agent kind) at a time, in every process: a session-level
     advisory lock, released when this block ends or the process's connection drops (a killed
     worker holds nothing)."""
-    key = _lock_key(f"{space_uid}:{kind}")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
-    try:
+    with advisory_lock(_lock_key(f"{space_uid}:{kind}")):
         yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def _record(space: AddressSpace, kind: str, target: int, report: Report, started) -> None:

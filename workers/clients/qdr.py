@@ -87,27 +87,45 @@ _domains: dict[tuple[int, str], SSLDomain] = {}
 _domains_lock = threading.Lock()
 
 
-def client_domain(ca: str) -> SSLDomain:
+def client_domain(ca: str, check_name: bool = False) -> SSLDomain:
     """TLS to a management listener (an `amqps://` URL): the router's certificate chain checked
-    against `ca`, not its host name (whatever address reaches it). One per process and CA: each
-    is an OpenSSL context, about 50 ms to make."""
-    key = (os.getpid(), ca)
+    against `ca`, and with `check_name` its name too (else not: whatever address reaches it).
+    One per process, CA and choice: each is an OpenSSL context, about 50 ms to make."""
+    key = (os.getpid(), ca, check_name)
     with _domains_lock:
         if key not in _domains:
             domain = SSLDomain(SSLDomain.MODE_CLIENT)
             domain.set_trusted_ca_db(ca)
-            domain.set_peer_authentication(SSLDomain.VERIFY_PEER)
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME if check_name
+                                           else SSLDomain.VERIFY_PEER)
             _domains[key] = domain
         return _domains[key]
+
+
+def _names_a_host(url: str) -> bool:
+    """Whether the URL reaches the router by a DNS name (a Kubernetes router pod, whose
+    certificate names it), not by an IP address (one machine's loopback: proton 0.37 compares
+    DNS names only, so a certificate's IP address would never match)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host not in ("", "localhost")
+    return False
 
 
 class Management:
     def __init__(self, url: str, user: str | None = None, password: str | None = None,
                  timeout: float = 10.0, ca: str | None = None):
-        """`ca`: what an `amqps://` router's certificate is checked against."""
+        """`ca`: what an `amqps://` router's certificate is checked against (and its name,
+        where the URL names a host)."""
         began = time.monotonic()
         try:
-            tls = {"ssl_domain": client_domain(ca)} if ca and url.startswith("amqps:") else {}
+            tls = {"ssl_domain": client_domain(ca, _names_a_host(url))} \
+                if ca and url.startswith("amqps:") else {}
         except SSLException as exc:  # a CA file missing or unreadable: nothing to check with
             raise RouterUnreachable(f"router management at {url}: cannot use {ca} to check "
                                     f"its certificate ({exc})") from exc

@@ -87,9 +87,12 @@ class RabbitMQApi:
     (0.5 ms of it reading the proxy settings out of the environment, twice per call) and 0.4
     ms here, measured; the storage controller makes about 11 calls per new queue. So the API
     is always reached directly, never through an HTTP(S)_PROXY of the environment (it is an
-    in-cluster service), and an https URL is verified against the system's trust store."""
+    in-cluster service), and an https URL is verified against the system's trust store and,
+    where given, the CA file `ca` (the platform's internal CA: a Kubernetes space's brokers
+    serve their API over HTTPS with its certificates)."""
 
-    def __init__(self, base_url: str, user: str, password: str, timeout: float = 10) -> None:
+    def __init__(self, base_url: str, user: str, password: str, timeout: float = 10,
+                 ca: str | None = None) -> None:
         # A cluster's nodes, comma-separated (config_service/brokers.py): each answers for the
         # whole cluster, so a call that cannot reach one goes to the next. `base_url`, the
         # first, names the broker (keys, logs) whichever node answers.
@@ -111,8 +114,10 @@ class RabbitMQApi:
                                               status_forcelist=(500, 502, 503),
                                               backoff_factor=0.1, allowed_methods=None,
                                               raise_on_status=False)
-        self._pool = urllib3.PoolManager(num_pools=2, maxsize=POOL_SIZE,
-                                         ssl_context=ssl.create_default_context())
+        context = ssl.create_default_context()
+        if ca:
+            context.load_verify_locations(cafile=ca)
+        self._pool = urllib3.PoolManager(num_pools=2, maxsize=POOL_SIZE, ssl_context=context)
 
     def close(self) -> None:
         self._pool.clear()

@@ -12,6 +12,8 @@ from django.conf import settings
 
 from config_service import infra_configs, space_endpoints
 from config_service.models import Address, AddressSpace
+from config_service.models.projections import broker_object_name
+from core.locks import advisory_lock
 from tenants.models import AddressSpacePlan
 from workers import certificates, credentials
 from workers.infra import manifests as m
@@ -77,6 +79,8 @@ def space_infra_of(space: AddressSpace) -> m.SpaceInfra:
         sizes["router_service_type"] = m.SERVICE_TYPES[exposed["messaging"]]
     infra = m.space_infra(space.uid, space.tenant.slug, space.name, space.plan, rows,
                           min_router_replicas=(config.get("router") or {}).get("minReplicas", 1),
+                          min_broker_replicas=(config.get("broker") or {}).get(
+                              "minReplicas", settings.MAAS_BROKER_REPLICAS),
                           sizes=sizes)
     return dataclasses.replace(infra, tls=_own_certificate(space))
 
@@ -98,6 +102,27 @@ def _own_certificate(space: AddressSpace) -> m.Certificate | None:
     return None
 
 
+def queue_placement(space: m.SpaceInfra, queue: str) -> tuple[str, ...]:
+    """The clusterIds the space's address whose broker queue is `queue` is placed on now; ()
+    for none (deleted): where a draining broker's messages of that queue go (drain.py)."""
+    rows = Address.objects.filter(space__uid=space.uid, scheduled=True).values_list(
+        "type", "address", "topic", "placement")
+    for kind, address, topic, placement in rows:
+        if broker_object_name(kind, address, topic) == queue:
+            return tuple(p["clusterId"] for p in placement or ())
+    return ()
+
+
 def infra_secret(purpose: str, infra: str) -> str:
     """A space's random infra credential (`broker-admin`, `erlang-cookie`), kept encrypted."""
     return credentials.value(credentials.infra_name(purpose, infra))
+
+
+# One maker of the internal CA at a time, across every process that may make or rotate it
+# (the workers' infra controllers, the migrations Job's `internal_ca`, `rotate_secrets`).
+_INTERNAL_CA_LOCK = 0x6D616361  # "maca"
+
+
+def internal_ca_lock():
+    """A session-level advisory lock, let go when the block ends or the process dies."""
+    return advisory_lock(_INTERNAL_CA_LOCK)

@@ -13,6 +13,13 @@ Level-triggered and idempotent, like the other agents. Per reconcile it
 4. reads the readiness of the router, broker StatefulSets and agent Deployment into an
    `InfraStatus` (phase, isReady, messages, brokerStatuses).
 
+The internal certificates (the routers' mesh and internal ones, each broker's) are signed by
+the platform's internal CA (internal_ca.py), kept in their Secrets and signed again near their
+end, when the names they need change, or when the CA that signs is another: after a rotation
+only once every pod of the space runs with a trust bundle that holds the new CA (the pod
+template's `maas.io/trust`, rolled out), so no link of the space ever meets a certificate its
+other end does not trust yet ("trust first").
+
 A workload deleted behind its back is applied again by the next reconcile (the resync).
 Teardown deletes the owner ConfigMap; Kubernetes' garbage collector removes the rest.
 
@@ -20,12 +27,16 @@ The client is anything with `apply(manifest, field_manager)`, `get(api_version, 
 namespace, name)`, `list(api_version, kind, namespace, labels)` and `delete(api_version, kind,
 namespace, name)`: `kube.KubernetesClient` on a cluster, an in-process fake in the tests.
 """
+import contextlib
 import datetime
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from workers import pki
+from workers.infra import internal_ca
 from workers.infra import manifests as m
 
 logger = logging.getLogger(__name__)
@@ -116,56 +127,35 @@ def workload_ready(obj: dict | None) -> tuple[int, int]:
     return desired, min(int(ready), desired)
 
 
+def rolled_out(obj: dict) -> bool:
+    """Whether every pod of a StatefulSet or Deployment runs its current pod template."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    replicas = int(spec.get("replicas", 1) or 0)
+    if status.get("observedGeneration", 0) < ((obj.get("metadata") or {}).get("generation") or 0):
+        return False
+    if int(status.get("updatedReplicas", 0) or 0) < replicas:
+        return False
+    if obj.get("kind") == "StatefulSet":
+        return status.get("currentRevision") == status.get("updateRevision")
+    return int(status.get("replicas", 0) or 0) == replicas  # no pod of an older template left
+
+
 def make_certificate(hosts: list[str], now: datetime.datetime | None = None) -> m.Certificate:
     """A self-signed certificate for the router's AMQPS listener (EnMasse's `selfsigned`)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = now or datetime.datetime.now(datetime.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0][:64])])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=825))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts]),
-                       critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return m.Certificate(
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM).decode(),
-        key_pem=key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()).decode(),
-    )
-
-
-def _certificate_still_good(cert_pem: str, hosts: list[str]) -> bool:
-    from cryptography import x509
-
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem.encode())
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (ValueError, x509.ExtensionNotFound):
-        return False
-    remaining = cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
-    return remaining > CERT_RENEW_BEFORE and set(hosts) <= set(names.get_values_for_type(
-        x509.DNSName))
+    return m.Certificate(*pki.self_signed(hosts, now=now))
 
 
 class InfraController:
     """Reconciles the Kubernetes objects of standard address spaces."""
 
     def __init__(self, client: Client, drainer: Drainer, cfg: m.InfraSettings,
-                 secret: Callable[[str, str], str], field_manager: str = m.FIELD_MANAGER):
+                 secret: Callable[[str, str], str], field_manager: str = m.FIELD_MANAGER,
+                 ca_lock: Callable = contextlib.nullcontext):
         """`secret(purpose, infra)`: a space's random credential (`broker-admin`,
-        `erlang-cookie`), the same on every call until it is rotated."""
+        `erlang-cookie`), the same on every call until it is rotated; `ca_lock()`: held while
+        the internal CA is made (one maker across processes: an advisory lock)."""
         self.client, self.drainer, self.cfg = client, drainer, cfg
-        self.secret, self.field_manager = secret, field_manager
+        self.secret, self.field_manager, self.ca_lock = secret, field_manager, ca_lock
 
     # Reconcile -------------------------------------------------------------------------------
 
@@ -175,7 +165,7 @@ class InfraController:
         owner_uid = owner["metadata"]["uid"]
         space, leaving = self._brokers(desired)
         manifests = m.space_manifests(
-            space, self.cfg, owner_uid, self._certificate(space), self._mesh_certificate(space),
+            space, self.cfg, owner_uid, self._certificates(space),
             self.secret("broker-admin", infra), self.secret("erlang-cookie", infra),
         )
         live = {}
@@ -237,24 +227,77 @@ class InfraController:
                  f"{m.service_host(router, self.cfg)}.cluster.local"]
         return self._kept_or_new(space, m.tls_secret_name(space.infra), hosts)
 
-    def _mesh_certificate(self, space: m.SpaceInfra) -> m.Certificate:
-        """The certificate every router replica of the space presents to the others and
-        trusts: their links to each other take nothing else."""
-        return self._kept_or_new(space, m.mesh_secret_name(space.infra),
-                                 m.mesh_hosts(space.infra, self.cfg))
+    def _certificates(self, space: m.SpaceInfra) -> m.Certificates:
+        """The tenants' AMQPS certificate and the internal ones: the mesh certificate every
+        router replica presents to the others, the routers' internal one (management, the
+        MQTT gateway's listener) and each broker's, all of the internal CA."""
+        ns, infra = self.cfg.namespace, space.infra
+        ca = internal_ca.ensure(self.client, ns, self.ca_lock)
+        trusted = functools.cache(lambda: self._trusted_by_every_pod(space, ca.bundle))
 
-    def _kept_or_new(self, space: m.SpaceInfra, secret_name: str,
-                     hosts: list[str]) -> m.Certificate:
-        """The certificate in the Secret, while it names `hosts` and is not near its end;
-        else a new one."""
+        def issued(secret_name: str, hosts: list[str]) -> m.Certificate:
+            return self._issued(space, secret_name, hosts, ca, trusted)
+
+        return m.Certificates(
+            tls=self._certificate(space),
+            mesh=issued(m.mesh_secret_name(infra), m.mesh_hosts(infra, self.cfg)),
+            internal=issued(m.internal_secret_name(infra), m.internal_hosts(infra, self.cfg)),
+            brokers={b.cluster_id: issued(m.broker_tls_secret_name(infra, b.cluster_id),
+                                          m.broker_hosts(infra, b.cluster_id, self.cfg))
+                     for b in space.brokers},
+            trust=ca.bundle,
+            auth_ca=self.cfg.auth_service_ca or internal_ca.auth_service_ca(self.client, ns, ca))
+
+    def _trusted_by_every_pod(self, space: m.SpaceInfra, trust: str) -> bool:
+        """Whether every pod that read the space's bundle at its start (the routers', the
+        agent's: their templates' `maas.io/trust`) runs with the bundle `trust`."""
+        ns, want = self.cfg.namespace, m.trust_hash(trust)
+        router = self.client.get("apps/v1", "StatefulSet", ns, m.router_name(space.infra))
+        agent = self.client.get("apps/v1", "Deployment", ns, m.agent_name(space.infra))
+        for obj in (router, agent):
+            if obj is None:
+                continue  # made with this bundle
+            template = (obj.get("spec") or {}).get("template") or {}
+            annotations = (template.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(m.ANNOTATION_TRUST) != want or not rolled_out(obj):
+                return False
+        return True
+
+    def _issued(self, space: m.SpaceInfra, secret_name: str, hosts: list[str],
+                ca: internal_ca.InternalCa, trusted: Callable[[], bool]) -> m.Certificate:
+        """The certificate in the Secret while it names `hosts`, is not near its end and the
+        signing CA signed it (or the previous CA, until `trusted()`: every pod trusts the new
+        one); else a new one of the signing CA."""
+        kept = self._kept(secret_name)
+        if kept is not None and pki.still_good(kept.cert_pem, hosts, renew_before=CERT_RENEW_BEFORE):
+            if ca.issued(kept.cert_pem):
+                return kept
+            if ca.trusted(kept.cert_pem) and not trusted():
+                logger.info("infra.certificate_waits_for_trust",
+                            extra={"space": space.uid, "secret": secret_name})
+                return kept
+        logger.info("infra.certificate_issued", extra={"space": space.uid,
+                                                       "secret": secret_name})
+        return ca.issue(hosts)
+
+    def _kept(self, secret_name: str) -> m.Certificate | None:
         import base64
 
         secret = self.client.get("v1", "Secret", self.cfg.namespace, secret_name)
         data = (secret or {}).get("data") or {}
         if "tls.crt" in data and "tls.key" in data:
-            cert = base64.b64decode(data["tls.crt"]).decode()
-            if _certificate_still_good(cert, hosts):
-                return m.Certificate(cert, base64.b64decode(data["tls.key"]).decode())
+            return m.Certificate(base64.b64decode(data["tls.crt"]).decode(),
+                                 base64.b64decode(data["tls.key"]).decode())
+        return None
+
+    def _kept_or_new(self, space: m.SpaceInfra, secret_name: str,
+                     hosts: list[str]) -> m.Certificate:
+        """The certificate in the Secret, while it names `hosts` and is not near its end;
+        else a new self-signed one."""
+        kept = self._kept(secret_name)
+        if kept is not None and pki.still_good(kept.cert_pem, hosts,
+                                               renew_before=CERT_RENEW_BEFORE):
+            return kept
         logger.info("infra.certificate_issued", extra={"space": space.uid,
                                                        "secret": secret_name})
         return make_certificate(hosts)

@@ -3,7 +3,8 @@
 EnMasse kept a removed broker's queues Draining (router autoLink `in` only) until their message
 count on it was 0. With RabbitMQ the messages are moved instead: for every non-empty queue of
 the space's vhost on the leaving broker, a dynamic shovel (`src-delete-after: queue-length`)
-moves what is stored to the same queue on the first remaining broker; the broker is reported
+moves what is stored to the same queue on the remaining broker its address is placed on now
+(the first remaining one for a queue no address wants); the broker is reported
 empty, and only then deleted, once every queue of the vhost there holds no message (consumers
 may drain it too). With no broker left (every stored address deleted), nothing is kept.
 
@@ -12,6 +13,11 @@ statistics interval ago (emission and copy, 10 s at RabbitMQ's defaults). So an 
 believed only once it was read `settle` seconds after draining began; before that the drainer
 reports DRAIN_SETTLING, so that a message stored just before the router stopped sending there
 still shows.
+
+Everything goes over TLS, as the brokers listen with nothing else: the API over HTTPS checked
+against the internal CA bundle (`ca`), and each shovel from the leaving broker's own node (a
+direct connection, no network) to the target's AMQPS listener, which the leaving broker checks
+against the bundle its pod mounts, by the target's name.
 """
 import logging
 import time
@@ -34,9 +40,20 @@ SETTLE_SECONDS = 20.0
 STALE_SECONDS = 3600.0
 
 
-def _amqp_uri(host: str, port: int, user: str, password: str, vhost: str) -> str:
-    return (f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{host}:"
-            f"{port}/{quote(vhost, safe='')}")
+def _amqp_uri(host: str, port: int, user: str, password: str, vhost: str,
+              tls: bool = False) -> str:
+    uri = (f"amqp{'s' if tls else ''}://{quote(user, safe='')}:{quote(password, safe='')}@"
+           f"{host}:{port}/{quote(vhost, safe='')}")
+    if tls:  # RabbitMQ's URI options (Erlang's ssl): the target's chain and name checked
+        uri += (f"?cacertfile={quote(f'{m.BROKER_TLS_DIR}/{m.CA_FILE}', safe='/')}"
+                f"&verify=verify_peer&server_name_indication={host}")
+    return uri
+
+
+def _local_uri(vhost: str) -> str:
+    """The leaving broker's own vhost through a direct (in-node) connection: RabbitMQ's
+    `amqp://` without a host, which needs no listener."""
+    return f"amqp:///{quote(vhost, safe='')}"
 
 
 class RabbitMQDrainer:
@@ -44,13 +61,20 @@ class RabbitMQDrainer:
                  user: str = m.BROKER_ADMIN_USER, host_of=None,
                  settle: float = SETTLE_SECONDS, stale: float = STALE_SECONDS,
                  clock=time.monotonic, management_port: int = m.BROKER_MANAGEMENT_PORT,
-                 amqp_port: int = m.BROKER_AMQP_PORT):
+                 amqp_port: int = m.BROKER_AMQPS_PORT, tls: bool = True, ca=None,
+                 placed=None):
         """`admin_password(infra)` returns the brokers' admin password of a space;
         `host_of(space, cluster_id)` a broker's host (default: its Service), which listens on
-        `management_port` and `amqp_port` (the broker pods' ports)."""
+        `management_port` and `amqp_port` (the broker pods' ports), with TLS (`tls`: HTTPS
+        and AMQPS, checked against the CA file `ca()` names; plain only for a test broker).
+        `placed(space, queue)`: the clusterIds the space's address of that broker queue is
+        placed on now, () for none (default: none known); its messages go to the first of
+        them that is a target, else to the first target."""
         self.cfg, self.admin_password, self.timeout = cfg, admin_password, timeout
         self.user, self.settle, self.stale, self.clock = user, settle, stale, clock
-        self.management_port, self.amqp_port = management_port, amqp_port
+        self.management_port, self.amqp_port, self.tls = management_port, amqp_port, tls
+        self.ca = ca or (lambda: None)
+        self.placed = placed or (lambda space, queue: ())
         self.host_of = host_of or (
             lambda space, cluster: m.service_host(m.broker_name(space.infra, cluster), cfg))
         # (began, last asked) of each (space, broker) this process drains. Kept in memory only:
@@ -77,8 +101,9 @@ class RabbitMQDrainer:
         """(messages left, whether that is the statistics' count): a vhost that is not there,
         or no broker to keep the messages for, is known at once."""
         password = self.admin_password(space.infra)
-        api = RabbitMQApi(f"http://{self.host_of(space, cluster_id)}:{self.management_port}"
-                          f"/api", self.user, password, timeout=self.timeout)
+        host = self.host_of(space, cluster_id)
+        api = RabbitMQApi(f"{'https' if self.tls else 'http'}://{host}:{self.management_port}"
+                          f"/api", self.user, password, timeout=self.timeout, ca=self.ca())
         vhost = quote(space.vhost, safe="")
         try:
             if api.request("GET", f"/vhosts/{vhost}", missing_ok=True) is None:
@@ -87,11 +112,17 @@ class RabbitMQDrainer:
             left = sum(int(q.get("messages") or 0) for q in queues)
             if not targets:
                 return 0, False  # no stored address is left in the space: nothing to keep
-            dest = _amqp_uri(self.host_of(space, targets[0]), self.amqp_port, self.user, password,
-                             space.vhost)
-            src = _amqp_uri("localhost", self.amqp_port, self.user, password, space.vhost)
+            src = _local_uri(space.vhost) if self.tls else _amqp_uri(
+                "localhost", self.amqp_port, self.user, password, space.vhost)
             for q in queues:
                 if int(q.get("messages") or 0) > 0:
+                    # To the broker the queue's address is placed on now, where the storage
+                    # controller keeps it (a queue elsewhere would be an unknown one there);
+                    # a queue no address wants any more to the first broker, as ever.
+                    target = next((c for c in self.placed(space, q["name"]) if c in targets),
+                                  targets[0])
+                    dest = _amqp_uri(self.host_of(space, target), self.amqp_port, self.user,
+                                     password, space.vhost, self.tls)
                     self._shovel(api, space, cluster_id, q["name"], src, dest)
             return left, True
         except BrokerError as exc:

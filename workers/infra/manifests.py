@@ -3,13 +3,15 @@
 EnMasse's standard-space infra (`templates/standard-space-infra.yaml`, AddressProvisioner):
 a router StatefulSet, one broker StatefulSet per broker cluster the credits call for (pooled
 `broker-<n>` with one replica, sharded `broker-sharded-<crc>` with one per credit), the space's
-agent, Services for the endpoints, and certificate Secrets. Every object carries the labels of
-its space and an owner reference to the space's owner ConfigMap, so deleting that ConfigMap
-lets Kubernetes' garbage collector remove the rest. Nothing here talks to Kubernetes or Django.
+agent, Services for the endpoints, and certificate Secrets (the internal ones signed by the
+platform's internal CA, workers/infra/internal_ca.py, each with that CA's bundle as `ca.crt`).
+Every object carries the labels of its space and an owner reference to the space's owner
+ConfigMap, so deleting that ConfigMap lets Kubernetes' garbage collector remove the rest.
+Nothing here talks to Kubernetes or Django.
 
-One module of 700-odd lines: the objects of a space name, label and mount each other (the
-router's Service, its ConfigMap and certificate Secrets, the brokers' StatefulSets and their
-headless Services), and one place keeps those names consistent.
+One module of 900-odd lines: the objects of a space name, label and mount each other (the
+router's Service, its ConfigMap and certificate Secrets, the brokers' StatefulSets, their
+headless Services and certificate Secrets), and one place keeps those names consistent.
 """
 import base64
 import dataclasses
@@ -31,30 +33,51 @@ LABEL_SPACE = "maas.io/space"  # the space uid
 LABEL_BROKER = "maas.io/broker"  # a broker's clusterId
 ANNOTATION_BROKER_STATE = "maas.io/broker-state"  # Active | Migrating | Draining
 ANNOTATION_CONFIG_HASH = "maas.io/config-hash"
+# On the pod template of a workload whose processes read the internal CA bundle once (the
+# routers, the agent): the hash of that bundle, so a new one rolls them. The controller re-signs
+# certificates with a new CA only once every such pod runs with a bundle that holds it
+# (controller.py, "trust first").
+ANNOTATION_TRUST = "maas.io/trust"
+# On a certificate Secret the internal CA signed: the controller's, or internal_ca.py's
+LABEL_ISSUER = "maas.io/issuer"
+INTERNAL_CA_NAME = "maas-internal-ca"
 ANNOTATION_TENANT = "maas.io/tenant"
 ANNOTATION_SPACE_NAME = "maas.io/address-space"
 
+# Every listener but the tenants' amqp requires TLS: amqps with the tenant's certificate, the
+# others with the router's internal one (management, the MQTT gateway's) or the mesh's.
 ROUTER_AMQP_PORT = 5672
 ROUTER_AMQPS_PORT = 5671
+ROUTER_INTERNAL_PORT = 5673  # the MQTT gateway's: tenants' logins, internal certificate
 ROUTER_MANAGEMENT_PORT = 5675
 ROUTER_INTER_ROUTER_PORT = 55672
 ROUTER_HTTP_PORT = 8080
-BROKER_AMQP_PORT = 5672
-BROKER_MANAGEMENT_PORT = 15672
-BROKER_DIST_PORTS = (4369, 25672)  # epmd, Erlang distribution (clustered sharded brokers)
+# The brokers listen with TLS only (their own certificate of the internal CA): AMQP 0-9-1 and
+# 1.0 on 5671, the management API over HTTPS on 15671.
+BROKER_AMQPS_PORT = 5671
+BROKER_MANAGEMENT_PORT = 15671
+BROKER_DIST_PORTS = (4369, 25672)  # epmd, Erlang distribution (clustered brokers): plain
 BROKER_ADMIN_USER = "maas-admin"
 # The MaaS auth service of the control plane (deploy/base/authservice.yaml): every space's
 # router relays its clients' SASL there.
 AUTH_SERVICE_NAME = "maas-authservice"
 AUTH_SERVICE_PORT = 5676
-# Where the router container finds its configuration and certificate (volumes below).
+# Where the router container finds its configuration and certificates (volumes below).
 ROUTER_CONFIG_DIR = "/etc/maas-router"
-ROUTER_CERTS_DIR = "/etc/maas-router-certs"
-AUTH_CA_FILE = "auth-ca.crt"  # in the router's TLS Secret: the auth service's CA
-# The space's mesh identity: a self-signed certificate for `*.<router>-internal...` that
-# every replica presents to the others and trusts (mesh_secret_name).
+ROUTER_CERTS_DIR = "/etc/maas-router-certs"  # the tenants' AMQPS certificate
+# The router's internal certificate (management, the gateway's listener), the internal CA
+# bundle (`ca.crt`: the brokers' and the mesh's) and the auth service's CA
+ROUTER_INTERNAL_DIR = "/etc/maas-router-internal"
+CA_FILE = "ca.crt"  # in every internal certificate Secret: the internal CA bundle
+AUTH_CA_FILE = "auth-ca.crt"  # in the router's internal Secret: what certifies the auth service
+# The space's mesh identity: a certificate of the internal CA for `*.<router>-internal...` that
+# every replica presents to the others (mesh_secret_name).
 ROUTER_MESH_DIR = "/etc/maas-router-mesh"
 ROUTER_CONFIG_FILE = "qdrouterd.json"
+BROKER_TLS_DIR = "/etc/maas-broker-tls"
+# In the agent's pod: the internal CA bundle as `ca.pem`, where MAAS_INTERNAL_TLS_DIR points
+# (config_service.brokers.internal_ca): what its clients check routers and brokers against.
+AGENT_CA_DIR = "/etc/maas/internal-ca"
 _EPSILON = 1e-9
 
 # Kinds the controller owns per space (the owner ConfigMap excluded), for pruning.
@@ -72,7 +95,8 @@ class InfraSettings:
     namespace: str = "maas"
     # Qpid Dispatch Router 1.x (docs/deploy.md: why not skupper-router, and how sure the tag is)
     router_image: str = "quay.io/interconnectedcloud/qdrouterd:1.17.1"
-    broker_image: str = "rabbitmq:3.13-management"
+    # RabbitMQ with the x-maas-topic exchange type: deploy/rabbitmq/Dockerfile
+    broker_image: str = "ghcr.io/maas-project/maas-rabbitmq:0.1.0"
     control_plane_image: str = "ghcr.io/maas-project/maas:0.1.0"
     router_resources: dict = field(default_factory=lambda: {
         "requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
@@ -88,11 +112,15 @@ class InfraSettings:
     secret_mount: str = "/etc/maas/secrets"
     control_plane_selector: dict = field(default_factory=lambda: {LABEL_PART_OF: PART_OF,
                                                                   LABEL_COMPONENT: "worker"})
+    # The MQTT gateway's pods (deploy/base/mqtt-gateway.yaml): they reach ROUTER_INTERNAL_PORT
+    gateway_selector: dict = field(default_factory=lambda: {LABEL_PART_OF: PART_OF,
+                                                            LABEL_NAME: "maas-mqtt-gateway"})
     # The routers' SASL goes to the auth service: its Service in `namespace` unless set.
     auth_service_host: str = ""
     auth_service_port: int = AUTH_SERVICE_PORT
-    # PEM of the CA that certifies the auth service (MAAS_INFRA_AUTH_SERVICE_CA): the routers
-    # relay SASL to it over TLS and check it; "": plain, inside the cluster.
+    # PEM of the CA that certifies the auth service where that is not the internal CA
+    # (MAAS_INFRA_AUTH_SERVICE_CA: an auth service elsewhere); "": the controller's choice
+    # (internal_ca.auth_service_ca). The routers relay SASL to it over TLS either way.
     auth_service_ca: str = ""
     router_admin_user: str = "admin"  # the management listener's only user (MAAS_ROUTER_ADMIN_USER)
 
@@ -146,17 +174,36 @@ class Certificate:
     key_pem: str
 
 
+@dataclass(frozen=True)
+class Certificates:
+    """What a space's pods present and trust: the tenants' AMQPS certificate (`tls`), and the
+    internal CA's for the routers' mesh, their internal listeners and each broker (by
+    clusterId); `trust` the internal CA bundle, `auth_ca` what certifies the auth service."""
+
+    tls: Certificate
+    mesh: Certificate
+    internal: Certificate
+    brokers: dict = field(default_factory=dict)  # clusterId -> Certificate
+    trust: str = ""
+    auth_ca: str = ""
+
+    def broker(self, cluster_id: str) -> Certificate:
+        return self.brokers[cluster_id]
+
+
 def infra_id(uid: str) -> str:
     """EnMasse's infraUuid: short enough for every object name derived from it."""
     return str(uid).replace("-", "")[:12]
 
 
 def space_infra(uid, tenant: str, name: str, plan: str, addresses,
-                min_router_replicas: int = 1, sizes: dict | None = None) -> SpaceInfra:
+                min_router_replicas: int = 1, sizes: dict | None = None,
+                min_broker_replicas: int = 1) -> SpaceInfra:
     """SpaceInfra from scheduled addresses given as (type, plan_status, placement) tuples.
 
     Router replicas = max(ceil(sum of router credits), minReplicas) (EnMasse); one broker
-    StatefulSet per distinct clusterId, a sharded topic's with one replica per credit.
+    StatefulSet per distinct clusterId, a sharded topic's with one replica per credit, each
+    with at least `min_broker_replicas` nodes (a cluster from 2 on: workers/endpoints.py).
     """
     router, replicas = 0.0, {}
     for address_type, plan_status, placement in addresses:
@@ -168,7 +215,7 @@ def space_infra(uid, tenant: str, name: str, plan: str, addresses,
             count = 1
             if cluster.startswith("broker-sharded-") and address_type == "topic":
                 count = max(math.ceil(broker - _EPSILON), 1)
-            replicas[cluster] = max(replicas.get(cluster, 1), count)
+            replicas[cluster] = max(replicas.get(cluster, min_broker_replicas), count)
     brokers = tuple(Broker(c, replicas[c]) for c in sorted(replicas, key=_broker_order))
     return SpaceInfra(uid=str(uid), tenant=tenant, name=name, plan=plan,
                       router_replicas=max(math.ceil(router - _EPSILON), min_router_replicas, 1),
@@ -230,6 +277,14 @@ def mesh_secret_name(infra: str) -> str:
     return f"{router_name(infra)}-mesh"
 
 
+def internal_secret_name(infra: str) -> str:
+    return f"{router_name(infra)}-internal-tls"
+
+
+def broker_tls_secret_name(infra: str, cluster_id: str) -> str:
+    return f"{broker_name(infra, cluster_id)}-tls"
+
+
 def router_pod_hosts(space: "SpaceInfra", cfg: "InfraSettings") -> list[str]:
     """The DNS names of the space's router replicas: the StatefulSet's pods under its
     headless `-internal` Service."""
@@ -242,6 +297,25 @@ def mesh_hosts(infra: str, cfg: "InfraSettings") -> list[str]:
     """What the mesh certificate names: any replica of the space's routers."""
     internal = service_host(f"{router_name(infra)}-internal", cfg)
     return [f"*.{internal}", f"*.{internal}.cluster.local"]
+
+
+def internal_hosts(infra: str, cfg: "InfraSettings") -> list[str]:
+    """What the router's internal certificate names: each replica (the agent manages them one
+    by one) and the headless Service (the MQTT gateway's way in)."""
+    internal = service_host(f"{router_name(infra)}-internal", cfg)
+    return [internal, f"{internal}.cluster.local", *mesh_hosts(infra, cfg)]
+
+
+def broker_hosts(infra: str, cluster_id: str, cfg: "InfraSettings") -> list[str]:
+    """What a broker's certificate names: its headless Service (the routers' connectors and
+    the agent's API client) and each of its pods (cluster nodes, a drain's shovels)."""
+    host = service_host(broker_name(infra, cluster_id), cfg)
+    return [host, f"*.{host}", f"{host}.cluster.local", f"*.{host}.cluster.local"]
+
+
+def broker_api_url(host: str) -> str:
+    """A broker's management API: HTTPS only."""
+    return f"https://{host}:{BROKER_MANAGEMENT_PORT}/api"
 
 
 def broker_secret_name(infra: str) -> str:
@@ -322,8 +396,12 @@ def router_listeners(space: SpaceInfra, cfg: InfraSettings) -> qdrouterd.Listene
     """Where a space's qdrouterd listens: every port on all interfaces (the NetworkPolicy says
     who may reach which), interior mode for the replicas' mesh, the space's vhost as the tenant
     listeners' policy vhost (clients need not send it as their AMQP hostname), SASL relayed to
-    the control plane's auth service."""
+    the control plane's auth service over TLS. Every listener but the tenants' amqp requires
+    TLS: management and the MQTT gateway's listener with the router's internal certificate,
+    the mesh with its own; the brokers and the auth service are checked against the internal
+    CA bundle (or the auth service's own CA)."""
     auth_host, auth_port = cfg.auth_service
+    internal = ROUTER_INTERNAL_DIR
     return qdrouterd.Listeners(
         host="0.0.0.0", amqp_port=ROUTER_AMQP_PORT,
         management_host="0.0.0.0", management_port=ROUTER_MANAGEMENT_PORT,
@@ -332,12 +410,16 @@ def router_listeners(space: SpaceInfra, cfg: InfraSettings) -> qdrouterd.Listene
         tls_key=f"{ROUTER_CERTS_DIR}/tls.key",
         metrics_host="0.0.0.0", metrics_port=ROUTER_HTTP_PORT,
         mode="interior", inter_router_port=ROUTER_INTER_ROUTER_PORT,
-        # Mutual TLS between the replicas, with the space's mesh certificate; the connectors
-        # are the router agent's (workers/agents/router/desired.py, mesh_connectors).
-        mesh_tls=qdrouterd.MeshTls(f"{ROUTER_MESH_DIR}/tls.crt", f"{ROUTER_MESH_DIR}/tls.crt",
-                                   f"{ROUTER_MESH_DIR}/tls.key"),
+        # Mutual TLS between the replicas, each presenting the space's mesh certificate and
+        # trusting the internal CA; the connectors are the router agent's
+        # (workers/agents/router/desired.py, mesh_connectors), which check the peer's name.
+        mesh_tls=qdrouterd.TlsFiles(f"{ROUTER_MESH_DIR}/{CA_FILE}", f"{ROUTER_MESH_DIR}/tls.crt",
+                                    f"{ROUTER_MESH_DIR}/tls.key"),
         tenant_vhost=space.vhost, worker_threads=2,
-        auth_ca=f"{ROUTER_CERTS_DIR}/{AUTH_CA_FILE}" if cfg.auth_service_ca else None)
+        auth_ca=f"{internal}/{AUTH_CA_FILE}", management_tls=True,
+        internal_tls=qdrouterd.TlsFiles(f"{internal}/{CA_FILE}", f"{internal}/tls.crt",
+                                        f"{internal}/tls.key"),
+        internal_port=ROUTER_INTERNAL_PORT, broker_ca=f"{internal}/{CA_FILE}")
 
 
 def router_config(space: SpaceInfra, cfg: InfraSettings) -> list:
@@ -347,11 +429,26 @@ def router_config(space: SpaceInfra, cfg: InfraSettings) -> list:
     return qdrouterd.router_config("${HOSTNAME}", router_listeners(space, cfg))
 
 
+def _issued_secret(meta: dict, cert: Certificate, trust: str, **more: str) -> dict:
+    """A certificate Secret of the internal CA: the pair, the CA bundle as `ca.crt`, labelled
+    with its issuer (what `rotate_secrets --internal-ca-finish` checks)."""
+    meta["labels"][LABEL_ISSUER] = INTERNAL_CA_NAME
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": meta,
+            "data": {"tls.crt": _b64(cert.cert_pem), "tls.key": _b64(cert.key_pem),
+                     CA_FILE: _b64(trust), **{k: _b64(v) for k, v in more.items()}}}
+
+
+def trust_hash(trust: str) -> str:
+    return config_hash(trust)
+
+
 def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
-                     tls: Certificate, mesh: Certificate) -> list[dict]:
-    """`tls`: the clients' AMQPS certificate; `mesh`: the replicas' certificate for each
-    other (mesh_hosts), each trusting it."""
+                     certs: Certificates) -> list[dict]:
+    """`certs.tls`: the clients' AMQPS certificate; `certs.mesh`: the replicas' certificate for
+    each other (mesh_hosts); `certs.internal`: management's and the MQTT gateway's listener's
+    (internal_hosts)."""
     infra, name = space.infra, router_name(space.infra)
+    tls = certs.tls
     config = json.dumps(router_config(space, cfg), indent=2, sort_keys=True)
     tls_name = tls_secret_name(infra)
     meta = lambda n, **kw: _metadata(space, cfg, n, "router", owner_uid, **kw)  # noqa: E731
@@ -360,12 +457,10 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
               "metadata": meta(tls_name),
               "data": {"tls.crt": _b64(tls.cert_pem), "tls.key": _b64(tls.key_pem),
-                       "ca.crt": _b64(tls.cert_pem),
-                       **({AUTH_CA_FILE: _b64(cfg.auth_service_ca)}
-                          if cfg.auth_service_ca else {})}}
-    mesh_secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                   "metadata": meta(mesh_secret_name(infra)),
-                   "data": {"tls.crt": _b64(mesh.cert_pem), "tls.key": _b64(mesh.key_pem)}}
+                       "ca.crt": _b64(tls.cert_pem)}}
+    mesh_secret = _issued_secret(meta(mesh_secret_name(infra)), certs.mesh, certs.trust)
+    internal_secret = _issued_secret(meta(internal_secret_name(infra)), certs.internal,
+                                     certs.trust, **{AUTH_CA_FILE: certs.auth_ca})
     ports = [
         {"name": "amqp", "port": ROUTER_AMQP_PORT, "targetPort": "amqp", "protocol": "TCP"},
         {"name": "amqps", "port": ROUTER_AMQPS_PORT, "targetPort": "amqps", "protocol": "TCP"},
@@ -377,6 +472,8 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
                 "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                          "selector": selector(space, "router"),
                          "ports": [
+                             {"name": "internal", "port": ROUTER_INTERNAL_PORT,
+                              "targetPort": "internal", "protocol": "TCP"},
                              {"name": "management", "port": ROUTER_MANAGEMENT_PORT,
                               "targetPort": "management", "protocol": "TCP"},
                              {"name": "inter-router", "port": ROUTER_INTER_ROUTER_PORT,
@@ -393,6 +490,7 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
         "ports": [
             {"name": "amqp", "containerPort": ROUTER_AMQP_PORT, "protocol": "TCP"},
             {"name": "amqps", "containerPort": ROUTER_AMQPS_PORT, "protocol": "TCP"},
+            {"name": "internal", "containerPort": ROUTER_INTERNAL_PORT, "protocol": "TCP"},
             {"name": "management", "containerPort": ROUTER_MANAGEMENT_PORT, "protocol": "TCP"},
             {"name": "inter-router", "containerPort": ROUTER_INTER_ROUTER_PORT,
              "protocol": "TCP"},
@@ -407,6 +505,7 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
         "volumeMounts": [
             {"name": "config", "mountPath": ROUTER_CONFIG_DIR, "readOnly": True},
             {"name": "certs", "mountPath": ROUTER_CERTS_DIR, "readOnly": True},
+            {"name": "internal", "mountPath": ROUTER_INTERNAL_DIR, "readOnly": True},
             {"name": "mesh", "mountPath": ROUTER_MESH_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
@@ -421,8 +520,9 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
             "template": {
                 "metadata": {"labels": labels(space, "router"),
                              "annotations": {ANNOTATION_CONFIG_HASH: config_hash(
-                                 config, tls.cert_pem, mesh.cert_pem,
-                                 *([cfg.auth_service_ca] if cfg.auth_service_ca else []))}},
+                                 config, tls.cert_pem, certs.mesh.cert_pem,
+                                 certs.internal.cert_pem, certs.auth_ca),
+                                 ANNOTATION_TRUST: trust_hash(certs.trust)}},
                 "spec": {
                     "automountServiceAccountToken": False,
                     "securityContext": _pod_security(10000),
@@ -430,6 +530,8 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{name}-config"}},
                         {"name": "certs", "secret": {"secretName": tls_name}},
+                        {"name": "internal",
+                         "secret": {"secretName": internal_secret_name(infra)}},
                         {"name": "mesh", "secret": {"secretName": mesh_secret_name(infra)}},
                         {"name": "tmp", "emptyDir": {}},
                     ],
@@ -440,7 +542,8 @@ def router_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
     }
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(space, "router")}}}
-    return [config_map, secret, mesh_secret, service, internal, statefulset, pdb]
+    return [config_map, secret, mesh_secret, internal_secret, service, internal, statefulset,
+            pdb]
 
 
 def _spread(space: SpaceInfra, component: str, **extra) -> dict:
@@ -453,12 +556,29 @@ def _spread(space: SpaceInfra, component: str, **extra) -> dict:
 
 # Brokers -------------------------------------------------------------------------------------
 
+def broker_tls_config() -> list[str]:
+    """RabbitMQ's listeners: TLS only, with the broker's certificate of the internal CA (TLS
+    1.2 and 1.3). Clients show no certificate (`verify_none`): each logs in with a password,
+    which TLS now keeps off the pod network. No plain AMQP, MQTT or HTTP listener; the
+    Prometheus endpoint (no login) on the pod's loopback only."""
+    files = {"cacertfile": f"{BROKER_TLS_DIR}/{CA_FILE}",
+             "certfile": f"{BROKER_TLS_DIR}/tls.crt", "keyfile": f"{BROKER_TLS_DIR}/tls.key"}
+    lines = ["listeners.tcp = none", f"listeners.ssl.default = {BROKER_AMQPS_PORT}"]
+    lines += [f"ssl_options.{k} = {v}" for k, v in files.items()]
+    lines += ["ssl_options.verify = verify_none", "ssl_options.fail_if_no_peer_cert = false",
+              "ssl_options.versions.1 = tlsv1.3", "ssl_options.versions.2 = tlsv1.2",
+              f"management.ssl.port = {BROKER_MANAGEMENT_PORT}"]
+    lines += [f"management.ssl.{k} = {v}" for k, v in files.items()]
+    lines += ["management.ssl.versions.1 = tlsv1.3", "management.ssl.versions.2 = tlsv1.2",
+              "mqtt.listeners.tcp = none", "prometheus.tcp.ip = 127.0.0.1"]
+    return lines
+
+
 def broker_config(space: SpaceInfra, cfg: InfraSettings, broker: Broker) -> dict:
     name = broker_name(space.infra, broker.cluster_id)
     lines = [
         "loopback_users = none",
-        f"listeners.tcp.default = {BROKER_AMQP_PORT}",
-        f"management.tcp.port = {BROKER_MANAGEMENT_PORT}",
+        *broker_tls_config(),
         "vm_memory_high_watermark.relative = 0.6",
         "disk_free_limit.absolute = 256MB",
         # qdrouterd's connectors cannot send RabbitMQ's `vhost:NAME` open hostname (they send
@@ -472,24 +592,30 @@ def broker_config(space: SpaceInfra, cfg: InfraSettings, broker: Broker) -> dict
     return {
         "rabbitmq.conf": "\n".join(lines) + "\n",
         "enabled_plugins": "[rabbitmq_management,rabbitmq_amqp1_0,rabbitmq_mqtt,"
-                           "rabbitmq_prometheus,rabbitmq_shovel,rabbitmq_shovel_management].\n",
+                           "rabbitmq_prometheus,rabbitmq_shovel,rabbitmq_shovel_management,"
+                           "rabbitmq_maas_topic].\n",
     }
 
 
 def broker_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
-                     broker: Broker) -> list[dict]:
+                     broker: Broker, certs: Certificates) -> list[dict]:
+    """A broker's StatefulSet, headless Service, configuration and certificate Secret
+    (`certs.broker(clusterId)`, for broker_hosts)."""
     name = broker_name(space.infra, broker.cluster_id)
     extra = {LABEL_BROKER: broker.cluster_id}
     data = broker_config(space, cfg, broker)
+    cert = certs.broker(broker.cluster_id)
     meta = lambda n, **kw: _metadata(space, cfg, n, "broker", owner_uid, **extra,  # noqa: E731
                                      **kw)
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
                   "data": data}
+    tls_secret = _issued_secret(meta(broker_tls_secret_name(space.infra, broker.cluster_id)),
+                                cert, certs.trust)
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                         "selector": selector(space, "broker", **extra),
                         "ports": [
-                            {"name": "amqp", "port": BROKER_AMQP_PORT, "targetPort": "amqp",
+                            {"name": "amqps", "port": BROKER_AMQPS_PORT, "targetPort": "amqps",
                              "protocol": "TCP"},
                             {"name": "management", "port": BROKER_MANAGEMENT_PORT,
                              "targetPort": "management", "protocol": "TCP"},
@@ -515,7 +641,7 @@ def broker_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
         "image": cfg.broker_image,
         "env": env,
         "ports": [
-            {"name": "amqp", "containerPort": BROKER_AMQP_PORT, "protocol": "TCP"},
+            {"name": "amqps", "containerPort": BROKER_AMQPS_PORT, "protocol": "TCP"},
             {"name": "management", "containerPort": BROKER_MANAGEMENT_PORT, "protocol": "TCP"},
             {"name": "epmd", "containerPort": 4369, "protocol": "TCP"},
             {"name": "dist", "containerPort": 25672, "protocol": "TCP"},
@@ -531,6 +657,7 @@ def broker_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
         "volumeMounts": [
             {"name": "data", "mountPath": "/var/lib/rabbitmq"},
             {"name": "config", "mountPath": "/etc/maas-broker", "readOnly": True},
+            {"name": "tls", "mountPath": BROKER_TLS_DIR, "readOnly": True},
         ],
     }
     # The Erlang cookie as a file (the image refuses RABBITMQ_ERLANG_COOKIE), which the
@@ -564,8 +691,11 @@ def broker_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
                                                      "whenScaled": "Retain"},
             "template": {
+                # A new bundle does not restart a broker: it checks no client's certificate,
+                # and Erlang's ssl reads a changed CA file again for its shovels' links.
                 "metadata": {"labels": labels(space, "broker", **extra),
-                             "annotations": {ANNOTATION_CONFIG_HASH: config_hash(data)}},
+                             "annotations": {ANNOTATION_CONFIG_HASH: config_hash(
+                                 data, cert.cert_pem)}},
                 "spec": {
                     "automountServiceAccountToken": False,
                     "securityContext": _pod_security(999),
@@ -577,6 +707,10 @@ def broker_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
                         {"name": "secret", "secret": {"secretName": secret,
                                                       "items": [{"key": "erlang-cookie",
                                                                  "path": "erlang-cookie"}]}},
+                        # group-readable: RabbitMQ runs as the pod's fsGroup, 999
+                        {"name": "tls", "secret": {
+                            "secretName": broker_tls_secret_name(space.infra, broker.cluster_id),
+                            "defaultMode": 0o440}},
                     ],
                     "affinity": _spread(space, "broker"),
                 },
@@ -584,7 +718,14 @@ def broker_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
             "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": claim_spec}],
         },
     }
-    return [config_map, service, statefulset]
+    if broker.replicas < 2:
+        return [config_map, tls_secret, service, statefulset]
+    # A cluster: its quorum queues keep a majority through a voluntary disruption (a node
+    # drained for an upgrade) only when one node at a time goes.
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
+           "spec": {"maxUnavailable": 1,
+                    "selector": {"matchLabels": selector(space, "broker", **extra)}}}
+    return [config_map, tls_secret, service, statefulset, pdb]
 
 
 def broker_secret(space: SpaceInfra, cfg: InfraSettings, owner_uid: str, password: str,
@@ -598,8 +739,11 @@ def broker_secret(space: SpaceInfra, cfg: InfraSettings, owner_uid: str, passwor
 
 # Agent ---------------------------------------------------------------------------------------
 
-def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> dict:
-    """The space's agent: the storage and router agents in `run_agent`, woken through Redis."""
+def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
+                   trust: str = "") -> dict:
+    """The space's agent: the storage and router agents in `run_agent`, woken through Redis.
+    Its clients check the routers and brokers against the internal CA bundle `trust` (its pod
+    restarts when that changes: a process keeps the trust it read)."""
     infra = space.infra
     active = [b for b in space.brokers if b.state == "Active"] or list(space.brokers)
     broker_host = (service_host(broker_name(infra, active[0].cluster_id), cfg)
@@ -610,22 +754,21 @@ def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> dic
         {"name": "MAAS_AGENT_MODE", "value": "process"},
         {"name": "MAAS_INFRA_BACKEND", "value": "kubernetes"},
         {"name": "MAAS_ROUTER_MANAGEMENT_URL",
-         "value": f"amqp://{router_internal}:{ROUTER_MANAGEMENT_PORT}"},
+         "value": f"amqps://{router_internal}:{ROUTER_MANAGEMENT_PORT}"},
+        {"name": "MAAS_INTERNAL_TLS_DIR", "value": AGENT_CA_DIR},
         # The management listener takes the router admin only, checked by the auth service:
         # MAAS_ROUTER_ADMIN_USER and its password file come from the control plane's config.
         {"name": "MAAS_ROUTER_ADMIN_USER", "value": cfg.router_admin_user},
         {"name": "MAAS_ROUTER_HOST", "value": service_host(router_name(infra), cfg)},
         {"name": "MAAS_ROUTER_AMQP_PORT", "value": str(ROUTER_AMQP_PORT)},
         {"name": "MAAS_ROUTER_AMQPS_PORT", "value": str(ROUTER_AMQPS_PORT)},
-        {"name": "RABBITMQ_API_URL", "value": f"http://{broker_host}:{BROKER_MANAGEMENT_PORT}/api"
-         if broker_host else ""},
+        {"name": "RABBITMQ_API_URL", "value": broker_api_url(broker_host) if broker_host else ""},
         {"name": "RABBITMQ_AMQP_HOST", "value": broker_host},
-        {"name": "RABBITMQ_AMQP_PORT", "value": str(BROKER_AMQP_PORT)},
+        # the brokers' one AMQP listener is TLS
+        {"name": "RABBITMQ_AMQP_PORT", "value": str(BROKER_AMQPS_PORT)},
+        {"name": "RABBITMQ_AMQPS_PORT", "value": str(BROKER_AMQPS_PORT)},
         {"name": "RABBITMQ_API_USER_FILE", "value": f"{broker_mount}/username"},
         {"name": "RABBITMQ_API_PASSWORD_FILE", "value": f"{broker_mount}/password"},
-        {"name": "MAAS_BROKER_CLUSTERS",
-         "value": ",".join(f"{b.cluster_id}={service_host(broker_name(infra, b.cluster_id), cfg)}"
-                           for b in space.brokers)},
     ]
     container = {
         "name": "agent",
@@ -639,6 +782,7 @@ def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> dic
         "volumeMounts": [
             {"name": "secrets", "mountPath": cfg.secret_mount, "readOnly": True},
             {"name": "broker", "mountPath": broker_mount, "readOnly": True},
+            {"name": "internal-ca", "mountPath": AGENT_CA_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -650,7 +794,8 @@ def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> dic
             "strategy": {"type": "Recreate"},  # one agent per space at a time
             "selector": {"matchLabels": selector(space, "agent")},
             "template": {
-                "metadata": {"labels": labels(space, "agent")},
+                "metadata": {"labels": labels(space, "agent"),
+                             "annotations": {ANNOTATION_TRUST: trust_hash(trust)}},
                 "spec": {
                     "automountServiceAccountToken": False,
                     "securityContext": _pod_security(10001),
@@ -659,6 +804,10 @@ def agent_manifest(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> dic
                         {"name": "secrets", "secret": {"secretName": cfg.secret}},
                         {"name": "broker",
                          "secret": {"secretName": broker_secret_name(infra)}},
+                        # the bundle only, from the router's internal Secret
+                        {"name": "internal-ca", "secret": {
+                            "secretName": internal_secret_name(infra),
+                            "items": [{"key": CA_FILE, "path": "ca.pem"}]}},
                         {"name": "tmp", "emptyDir": {}},
                     ],
                 },
@@ -687,6 +836,8 @@ def network_policies(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> l
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"ports": tcp(ROUTER_AMQP_PORT, ROUTER_AMQPS_PORT)},  # the tenants' clients
+                {"from": [{"podSelector": {"matchLabels": dict(cfg.gateway_selector)}}],
+                 "ports": tcp(ROUTER_INTERNAL_PORT)},
                 {"from": [peer("agent")], "ports": tcp(ROUTER_MANAGEMENT_PORT)},
                 {"from": [peer("router")], "ports": tcp(ROUTER_INTER_ROUTER_PORT)},
                 {"from": [{"podSelector": {}}], "ports": tcp(ROUTER_HTTP_PORT)},
@@ -701,9 +852,9 @@ def network_policies(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> l
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [peer("router"), peer("agent"), peer("broker")],
-                 "ports": tcp(BROKER_AMQP_PORT, BROKER_MANAGEMENT_PORT)},
+                 "ports": tcp(BROKER_AMQPS_PORT, BROKER_MANAGEMENT_PORT)},
                 {"from": [peer("broker")], "ports": tcp(*BROKER_DIST_PORTS)},
-                # The drainer in the control plane's worker reads queue depths.
+                # The worker's drainer and usage sampler read the management API.
                 {"from": [control_plane], "ports": tcp(BROKER_MANAGEMENT_PORT)},
             ],
         },
@@ -713,16 +864,17 @@ def network_policies(space: SpaceInfra, cfg: InfraSettings, owner_uid: str) -> l
 
 # Everything ----------------------------------------------------------------------------------
 
-def space_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str, tls: Certificate,
-                    mesh: Certificate, broker_password: str, erlang_cookie: str) -> list[dict]:
+def space_manifests(space: SpaceInfra, cfg: InfraSettings, owner_uid: str,
+                    certs: Certificates, broker_password: str,
+                    erlang_cookie: str) -> list[dict]:
     """Every object of the space except its owner ConfigMap, in apply order, sized by the
     infra config of its plan."""
     cfg = dataclasses.replace(cfg, **space.sizes)
-    out = router_manifests(space, cfg, owner_uid, tls, mesh)
+    out = router_manifests(space, cfg, owner_uid, certs)
     out.append(broker_secret(space, cfg, owner_uid, broker_password, erlang_cookie))
     for broker in space.brokers:
-        out += broker_manifests(space, cfg, owner_uid, broker)
-    out.append(agent_manifest(space, cfg, owner_uid))
+        out += broker_manifests(space, cfg, owner_uid, broker, certs)
+    out.append(agent_manifest(space, cfg, owner_uid, certs.trust))
     out += network_policies(space, cfg, owner_uid)
     return out
 

@@ -175,11 +175,12 @@ def collect(now: datetime | None = None) -> list[dict]:
     timeout = max(10.0, 0.8 * settings.MAAS_USAGE_SAMPLE_INTERVAL)
     vhosts: dict = defaultdict(set)
     for space in spaces:
-        vhosts[where[space.pk].broker].add(space.vhost)
+        for broker in where[space.pk].brokers:
+            vhosts[broker].add(space.vhost)
     brokers: dict = {}
     for broker, wanted in vhosts.items():
         api = rabbitmq.RabbitMQApi(broker.api_url, broker.api_user, broker.api_password,
-                                   timeout=timeout)
+                                   timeout=timeout, ca=broker.broker_ca or None)
         try:
             brokers[broker] = broker_counters.read_broker(
                 api, _epochs(), wanted, changed=changed_vhosts.marks(api.base_url, wanted))
@@ -200,8 +201,21 @@ def collect(now: datetime | None = None) -> list[dict]:
             for r in w.routers:
                 rows += _router_rows(now, space, mine, routers.get(r),
                                      f"router:{router_watch.public_url(r.management_url)}")
-        rows += _broker_rows(now, space, mine, brokers.get(w.broker))
+        for i, (broker, placed) in enumerate(_by_broker(space, w, mine)):
+            # A space's other brokers are sources of their own (a queue's partitions)
+            source = f"broker:{space.vhost}" + (f"@{w.placed[i][0]}" if i else "")
+            rows += _broker_rows(now, space, placed, brokers.get(broker), source)
     return rows
+
+
+def _by_broker(space, where: endpoints.SpaceEndpoints, addresses: list) -> list:
+    """Each broker of the space with its addresses: a space with several brokers (Kubernetes)
+    reads its addresses' placements, the rest (nearly all) need none."""
+    if len(where.brokers) == 1:
+        return [(where.broker, addresses)]
+    placements = dict(Address.objects.filter(space_id=space.pk, scheduled=True)
+                      .values_list("address", "placement"))
+    return where.partition(addresses, lambda a: placements.get(a.address))
 
 
 class ScheduledAddress(NamedTuple):
@@ -301,11 +315,10 @@ def _epochs() -> broker_counters.EpochMemory:
     return _EPOCHS
 
 
-def _broker_rows(now, space, addresses, reading) -> list:
+def _broker_rows(now, space, addresses, reading, source: str) -> list:
     """A space's RabbitMQ readings: per address its queue's or topic exchange's counters (in a
     standard space the router counts what goes through queues, so only their stored gauges
     come from here), and a brokered space's own row (connection octets, gauges)."""
-    source = f"broker:{space.vhost}"
     brokered = space.type != "standard"
     v = reading.vhosts.get(space.vhost) if reading is not None else None
     if v is None:

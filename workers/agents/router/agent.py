@@ -196,6 +196,30 @@ def _confirmed(desired: dict, answer) -> dict:
     return {**desired, **(answer if isinstance(answer, dict) else {})}
 
 
+def broker_login(broker: endpoints.BrokerEndpoint, cluster: str, username: str, password: str,
+                 features: rc.RouterFeatures) -> rc.BrokerLogin:
+    """How the router reaches one broker of the space (`cluster`: the placements' name of it,
+    "" for a space's one broker)."""
+    # Over TLS where the broker has it (its listener's, or its relay's, certificate is the
+    # internal CA's): the router's login never crosses in clear text. On one machine not from
+    # qdrouterd, which reaches its brokers through the relay in plain AMQP on loopback: a TLS
+    # connector of qdrouterd 1.19 whose connection ended in error after the connector was
+    # deleted crashed the router. On Kubernetes the space's brokers listen with TLS only, on
+    # the pod network, and its qdrouterd reaches them directly (docs/deploy.md says the risk).
+    kubernetes = settings.MAAS_INFRA_BACKEND == "kubernetes"
+    tls = bool(broker.broker_ca) and (features.connector_virtual_host or kubernetes)
+    host, port = broker.amqp_host, broker.amqps_port if tls else broker.amqp_port
+    relayed = not features.connector_virtual_host or broker.cluster
+    if relayed and not kubernetes:
+        # The shared RabbitMQ of one machine: only the vhost relay puts a router without
+        # the virtualHost extension into the space's vhost (docs/router.md); and a
+        # cluster's relay takes the router to another node when one is gone. It listens
+        # with TLS only when it reaches the broker with TLS (runplatform).
+        host = settings.MAAS_VHOST_RELAY_HOST
+        port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
+    return rc.BrokerLogin(host, port, username, password, tls, cluster)
+
+
 class RouterAgent(Agent):
     kind = "router"
 
@@ -241,26 +265,13 @@ class RouterAgent(Agent):
         users = statements.messaging_users(space)
         user, password = credentials.router_broker(space.vhost)
         where = where or endpoints.of(space)
-        broker = where.broker
-        # Over TLS where the broker has it (its listener's, or its relay's, certificate is the
-        # internal CA's): the router's login never crosses in clear text. Not from qdrouterd,
-        # which reaches its brokers through the relay: a TLS connector of qdrouterd 1.19 whose
-        # connection ended in error after the connector was deleted crashed the router.
-        tls = bool(broker.broker_ca) and features.connector_virtual_host
-        host, port = broker.amqp_host, broker.amqps_port if tls else broker.amqp_port
-        relayed = not features.connector_virtual_host or broker.cluster
-        if relayed and settings.MAAS_INFRA_BACKEND != "kubernetes":
-            # The shared RabbitMQ of one machine: only the vhost relay puts a router without
-            # the virtualHost extension into the space's vhost (docs/router.md); and a
-            # cluster's relay takes the router to another node when one is gone. It listens
-            # with TLS only when it reaches the broker with TLS (runplatform).
-            host = settings.MAAS_VHOST_RELAY_HOST
-            port = broker.relay_port or settings.MAAS_VHOST_RELAY_PORT  # the relay to its broker
-        login = rc.BrokerLogin(host, port, broker_username(space.vhost, user), password, tls)
+        logins = tuple(
+            broker_login(broker, cluster, broker_username(space.vhost, user), password, features)
+            for cluster, broker in (where.placed or (("", where.broker),)))
         # Read at every reconcile, so an operator's change of the plan reaches the routers at
         # the next resync without a config event.
         throttled, plan_policy = statements.throttle_and_plan_policy(space)
-        desired, by_address = rc.desired_entities(space, addresses, users, login, throttled,
+        desired, by_address = rc.desired_entities(space, addresses, users, logins, throttled,
                                                   plan_policy=plan_policy, features=features)
         router = where.router
         if router is not None and router.peers:  # a router of the space's own mesh

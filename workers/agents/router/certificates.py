@@ -2,14 +2,11 @@
 (EnMasse's `selfsigned` provider; its PEM is what address spaces report as `status.caCert`),
 and the internal CA with a certificate per party of the internal links: each router of the mesh,
 the vhost relays the routers reach RabbitMQ through (deploy/local/services.sh signs RabbitMQ's
-own with the same CA)."""
-import datetime
+own with the same CA). The X.509 work is workers/pki.py's; this module keeps the files."""
+import os
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from workers import pki
 
 
 def ensure_self_signed(cert_path: str, key_path: str, host: str = "127.0.0.1") -> bool:
@@ -17,20 +14,8 @@ def ensure_self_signed(cert_path: str, key_path: str, host: str = "127.0.0.1") -
     cert_file, key_file = Path(cert_path), Path(key_path)
     if cert_file.exists() and key_file.exists():
         return False
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "maas-router")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=825))
-        .add_extension(x509.SubjectAlternativeName(_alt_names(host)), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    _write_pair(cert_file, key_file, cert, key)
+    _write_pair(cert_file, key_file, *pki.self_signed(["localhost", host],
+                                                      common_name="maas-router"))
     return True
 
 
@@ -48,64 +33,67 @@ def ensure_internal_certificates(directory: str, router_ids: list[str],
     where = Path(directory)
     ca_cert, ca_key = where / "ca.pem", where / "ca-key.pem"
     if not (ca_cert.exists() and ca_key.exists()):
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "maas-internal-ca")])
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (x509.CertificateBuilder()
-                .subject_name(name).issuer_name(name).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=3650))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                    crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-                .sign(key, hashes.SHA256()))
-        _write_pair(ca_cert, ca_key, cert, key)
-    issuer = x509.load_pem_x509_certificate(ca_cert.read_bytes())
-    issuer_key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+        _write_pair(ca_cert, ca_key, *pki.new_ca("maas-internal-ca"))
+    # ca.pem is the trust bundle: the signing CA first, and during a rotation the one before
+    # it (rotate_internal_ca), which parties still trust while they are re-signed.
+    issuer, issuer_key = pki.certificates(ca_cert.read_text())[0], ca_key.read_text()
     out = {}
     for router_id in router_ids:
         cert_path, key_path = where / f"{router_id}.pem", where / f"{router_id}-key.pem"
-        if not (cert_path.exists() and key_path.exists()):
-            key = ec.generate_private_key(ec.SECP256R1())
-            now = datetime.datetime.now(datetime.UTC)
-            cert = (x509.CertificateBuilder()
-                    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, router_id)]))
-                    .issuer_name(issuer.subject).public_key(key.public_key())
-                    .serial_number(x509.random_serial_number())
-                    .not_valid_before(now - datetime.timedelta(minutes=5))
-                    .not_valid_after(now + datetime.timedelta(days=825))
-                    .add_extension(x509.SubjectAlternativeName(_alt_names(host, ip_as_dns=True)),
-                                   critical=False)
-                    .add_extension(x509.BasicConstraints(ca=False, path_length=None),
-                                   critical=True)
-                    .sign(issuer_key, hashes.SHA256()))
-            _write_pair(cert_path, key_path, cert, key)
+        if not (cert_path.exists() and key_path.exists()) or not pki.signed_by(
+                cert_path.read_text(), issuer):
+            _write_pair(cert_path, key_path, *pki.issue(
+                issuer, issuer_key, ["localhost", host], common_name=router_id,
+                ip_as_dns=True))
         out[router_id] = (str(ca_cert), str(cert_path), str(key_path))
     return out
 
 
-def _alt_names(host: str, ip_as_dns: bool = False) -> list:
-    """localhost and `host`; `ip_as_dns`: an IP address also as a DNS name, which is all
-    proton 0.37 compares a peer's name with (qdrouterd's `verifyHostname`)."""
-    import ipaddress
-
-    names = [x509.DNSName("localhost")]
-    try:
-        names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        if ip_as_dns:
-            names.append(x509.DNSName(host))
-    except ValueError:
-        names.append(x509.DNSName(host))
-    return names
+class RotationError(Exception):
+    """A rotation of the internal CA that cannot be done now (the message says why)."""
 
 
-def _write_pair(cert_file: Path, key_file: Path, cert, key) -> None:
+def rotate_internal_ca(directory: str) -> None:
+    """A new internal CA signs from now on; the current one stays in the trust bundle
+    (ca.pem) until `finish_internal_ca_rotation`. Certificates it signed are signed again by
+    whoever keeps them: `ensure_internal_certificates` (a platform start), services.sh
+    (RabbitMQ's)."""
+    where = Path(directory)
+    ca_cert, ca_key = where / "ca.pem", where / "ca-key.pem"
+    if not (ca_cert.exists() and ca_key.exists()):
+        raise RotationError(f"no internal CA in {directory} to rotate")
+    bundle = pki.certificates(ca_cert.read_text())
+    if len(bundle) > 1:
+        raise RotationError("a rotation of the internal CA is under way: finish it first "
+                            "(rotate_secrets --internal-ca-finish)")
+    cert, key = pki.new_ca("maas-internal-ca")
+    _write_pair(ca_cert, ca_key, cert + bundle[0], key)
+
+
+def finish_internal_ca_rotation(directory: str, served: dict[str, str]) -> None:
+    """Drops the previous CA from the trust bundle once nothing it signed is left: the
+    certificates in `directory` and those `served` ({who: PEM}, e.g. what RabbitMQ presents)."""
+    where = Path(directory)
+    ca_cert = where / "ca.pem"
+    bundle = pki.certificates(ca_cert.read_text()) if ca_cert.exists() else []
+    if len(bundle) < 2:
+        raise RotationError("no rotation of the internal CA is under way")
+    kept = {p.name: p.read_text() for p in sorted(where.glob("*.pem"))
+            if p.name != "ca.pem" and not p.name.endswith("-key.pem")}
+    outdated = [who for who, pem in {**kept, **served}.items()
+                if not pki.signed_by(pem, bundle[0])]
+    if outdated:
+        raise RotationError("still signed by the previous CA: " + ", ".join(outdated)
+                            + " (restart the platform, run deploy/local/services.sh)")
+    ca_cert.write_text(bundle[0])
+
+
+def _write_pair(cert_file: Path, key_file: Path, cert: str, key: str) -> None:
+    """The key first, readable by its owner only, then the certificate: a pair is whole once
+    its certificate exists."""
     cert_file.parent.mkdir(parents=True, exist_ok=True)
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
     key_file.chmod(0o600)
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_text(cert)

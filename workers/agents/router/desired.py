@@ -113,17 +113,22 @@ class BrokerLogin(NamedTuple):
     username: str
     password: str
     tls: bool = False  # over TLS, the listener's certificate checked (BROKER_SSL_PROFILE)
+    # The placements' clusterId of the broker (a space with brokers of its own, Kubernetes):
+    # its addresses' autoLinks and link routes go through its connector; "": every address
+    cluster: str = ""
 
 
 # The embedded router's client TLS profile for the brokers' listeners (its --broker-ca).
 BROKER_SSL_PROFILE = "broker"
 
 
-def desired_entities(space, addresses, users, broker: BrokerLogin,
+def desired_entities(space, addresses, users, broker: "BrokerLogin | tuple[BrokerLogin, ...]",
                      throttled: bool = False, plan_policy: dict | None = None,
                      features: RouterFeatures = EMBEDDED) -> tuple[dict, dict]:
     """({(entity type, name): attributes}, {address name: [its entity keys]}) for one space;
-    `broker`: where the router connects to the space's broker vhost, and as whom;
+    `broker`: where the router connects to the space's broker vhost, and as whom (or each
+    broker of a space with several, the first one's connector `broker`, and each address
+    through the broker its placement names);
     `plan_policy`: the router_policy of the space's plan; `features`: the router's extensions."""
     vhost, prefix = space.vhost, owner_prefix(space.vhost)
     out: dict = {}
@@ -181,16 +186,29 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
                                          "maxConnectionsPerHost")
            if policy.get(k)})  # 0: no such limit
 
+    logins = (broker,) if isinstance(broker, BrokerLogin) else tuple(broker)
+    connectors = {login.cluster: connector_name(login, i) for i, login in enumerate(logins)}
     stored = [a for a in addresses if a.type in ("queue", "topic", "subscription", "deadletter")]
     if stored:
         # Without the virtualHost extension the connector reaches the vhost relay, which
         # selects the vhost from the login's `@<vhost>` (qdrouterd 1.19 sends its `host`).
         vhost_choice = {"virtualHost": f"vhost:{vhost}"} if features.connector_virtual_host else {}
-        add(CONNECTOR, "broker", host=broker.host, port=str(broker.port),
-            role="route-container", saslUsername=broker.username, saslPassword=broker.password,
-            **vhost_choice, **({"sslProfile": BROKER_SSL_PROFILE} if broker.tls else {}))
-    connection = prefix + "broker"
+        for i, login in enumerate(logins):
+            add(CONNECTOR, connector_name(login, i), host=login.host, port=str(login.port),
+                role="route-container", saslUsername=login.username,
+                saslPassword=login.password, **vhost_choice,
+                **({"sslProfile": BROKER_SSL_PROFILE} if login.tls else {}))
+    first = connector_name(logins[0], 0)
     for a in addresses:
+        # The connectors of the brokers its placement names (a queue's partitions, a
+        # deadletter queue on each broker in use; a sharded topic's one cluster), else the
+        # first broker's. An autoLink through the first keeps its name; one through another
+        # broker's gets the connector's name after it.
+        names = [connectors[c] for c in dict.fromkeys(
+            p.get("clusterId") for p in getattr(a, "placement", None) or ()) if c in connectors]
+        links = [(prefix + name, "" if name == first else f"@{name}")
+                 for name in names or [first]]
+        connection = links[0][0]  # a topic's: its link routes name one broker
         qualified = f"{vhost}/{a.address}"
         if a.type in ("anycast", "multicast"):
             add(ADDRESS, f"address:{a.address}", a, prefix=qualified,
@@ -207,10 +225,11 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             add(ADDRESS, f"address:{a.address}", a, prefix=qualified, distribution="balanced",
                 waypoint=True)
             directions = ("in", "out") if a.type == "queue" else ("in",)
-            for direction in directions:
-                add(AUTO_LINK, f"autolink:{a.address}:{direction}", a, address=qualified,
-                    direction=direction, connection=connection,
-                    externalAddress=amqp_queue(a.address))
+            for connection, suffix in links:
+                for direction in directions:
+                    add(AUTO_LINK, f"autolink:{a.address}:{direction}{suffix}", a,
+                        address=qualified, direction=direction, connection=connection,
+                        externalAddress=amqp_queue(a.address))
         elif a.type == "topic":
             # Senders publish to the exchange; the routing key is the rest of the address
             # (`news/sports.football`) or else the message subject. Receivers of `news/<key>`
@@ -236,9 +255,16 @@ def desired_entities(space, addresses, users, broker: BrokerLogin,
             queue = a.broker_object_name
             add(ADDRESS, f"address:{queue}", a, prefix=f"{vhost}/{queue}",
                 distribution="balanced", waypoint=True)
-            add(AUTO_LINK, f"autolink:{queue}:in", a, address=f"{vhost}/{queue}",
-                direction="in", connection=connection, externalAddress=amqp_queue(queue))
+            for connection, suffix in links:
+                add(AUTO_LINK, f"autolink:{queue}:in{suffix}", a, address=f"{vhost}/{queue}",
+                    direction="in", connection=connection, externalAddress=amqp_queue(queue))
     return out, by_address
+
+
+def connector_name(login: BrokerLogin, index: int) -> str:
+    """`broker` for the space's first broker (and its one, as ever), `broker/<clusterId>` for
+    each other: adding a broker to a space leaves the first's connector and its links be."""
+    return "broker" if index == 0 else f"broker/{login.cluster}"
 
 
 # The router's static configuration names the TLS of the links between a space's routers.

@@ -76,12 +76,16 @@ def tenant_throttled(space: AddressSpace) -> bool:
     return statements.throttle_and_plan_policy(space)[0]
 
 
-def desired_state(space: AddressSpace, addresses: list[Address] | None = None) -> VhostState:
+def desired_state(space: AddressSpace, addresses: list[Address] | None = None,
+                  broker: endpoints.BrokerEndpoint | None = None) -> VhostState:
+    """The space's vhost on `broker` (its first, by default) with `addresses` (every stored
+    address of the space, by default)."""
+    broker = broker or endpoints.of(space).broker
     state = VhostState(vhost=space.vhost, throttled=tenant_throttled(space),
                        max_connections=space.plan_status.get("maxConnections"),
                        mqtt_queue_max_bytes=settings.MAAS_BROKER_MQTT_QUEUE_MAX_BYTES or None,
                        queue_exchanges=space.type != "standard",
-                       replicated=endpoints.of(space).broker.cluster)
+                       replicated=broker.cluster)
     for a in stored_addresses(space) if addresses is None else addresses:
         if a.type == "topic":
             ttl = effective_ttl(a.plan_status.get("messageTtl"), a.spec.get("messageTtl"))
@@ -154,17 +158,14 @@ def management_api(broker: endpoints.BrokerEndpoint) -> rabbitmq.RabbitMQApi:
     """One keep-alive HTTP session per broker and process (made after a fork, never
     inherited), shared by the agent's threads: a connection per reconcile would cost a TCP
     set-up each time."""
-    key = (os.getpid(), broker.api_url, broker.api_user, broker.api_password)
+    key = (os.getpid(), broker.api_url, broker.api_user, broker.api_password,
+           broker.broker_ca or None)  # an https API's CA (Kubernetes: the internal CA)
     api = _apis.get(key)
     if api is None:
         for stale in [k for k in _apis if k[0] != key[0]]:
             del _apis[stale]  # a parent's sessions, inherited by a fork: never used here
-        api = _apis[key] = rabbitmq.RabbitMQApi(*key[1:])
+        api = _apis[key] = rabbitmq.RabbitMQApi(*key[1:4], ca=key[4])
     return api
-
-
-def _api(space: AddressSpace) -> rabbitmq.RabbitMQApi:
-    return management_api(endpoints.of(space).broker)
 
 
 TOPIC_KIND_TTL = 3600  # seconds every worker reuses a broker's topic exchange type
@@ -215,44 +216,50 @@ class StorageController(Agent):
         unchanged = nothing_to_store(events, state)
         if unchanged is not None:
             return unchanged
-        added = self._add_queues(space, new_queues_only(events, state))
-        if added is not None:
-            return added
+        where = endpoints.of(space)
+        if len(where.brokers) == 1:
+            added = self._add_queues(space, new_queues_only(events, state), where.broker)
+            if added is not None:
+                return added
         # A drift check, a resync with no new event or an invalidated state looks for drift the
         # events cannot tell of: stale users without permissions, found by a read of all the
         # broker's users.
         thorough = (events == [] or drift_check()
                     or bool(state is not None and state.invalidated))
-        addresses = stored_addresses(space)
-        api, changed = _api(space), True
-        try:
-            result = rabbitmq.BrokerReconciler(api, topic_kind(api)).apply(
-                desired_state(space, addresses), thorough=thorough)
-            changed = result.changed
-        except rabbitmq.BrokerError as exc:
-            if exc.transient:
-                raise TransientError(str(exc)) from exc
-            return Report(space_error=f"Broker refused the configuration: {exc}", checked=False)
-        finally:
-            if changed:  # or halfway: the usage sampler lists the vhost's objects again
-                changed_vhosts.mark(api.base_url, space.vhost)
-        if result.transient:
-            raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
-        wire_to_name = {a.broker_object_name: a.name for a in addresses}
-        purge_errors = self._purge(api, space, {a.name: a for a in addresses})
-        errors = {
-            name: {"message": result.errors.get(wire) or "Not yet verified on the broker",
-                   "permanent": False}
-            for wire, name in wire_to_name.items() if not result.is_active(wire)
-        }
-        errors.update(purge_errors)
-        problems = result.vhost_errors + [f"user {u}: {m}" for u, m in result.user_errors.items()]
+        errors: dict = {}
+        problems: list = []
+        # Each broker of the space with the addresses placed on it (Kubernetes: the space's
+        # own brokers; one machine: its one broker of the pool, every address).
+        for broker, addresses in where.partition(stored_addresses(space)):
+            api, changed = management_api(broker), True
+            try:
+                result = rabbitmq.BrokerReconciler(api, topic_kind(api)).apply(
+                    desired_state(space, addresses, broker), thorough=thorough)
+                changed = result.changed
+            except rabbitmq.BrokerError as exc:
+                if exc.transient:
+                    raise TransientError(str(exc)) from exc
+                return Report(space_error=f"Broker refused the configuration: {exc}",
+                              checked=False)
+            finally:
+                if changed:  # or halfway: the usage sampler lists the vhost's objects again
+                    changed_vhosts.mark(api.base_url, space.vhost)
+            if result.transient:
+                raise TransientError("; ".join(result.vhost_errors) or "broker busy, retrying")
+            errors.update({
+                a.name: {"message": result.errors.get(a.broker_object_name)
+                         or "Not yet verified on the broker", "permanent": False}
+                for a in addresses if not result.is_active(a.broker_object_name)})
+            errors.update(self._purge(api, space, {a.name: a for a in addresses}))
+            problems += result.vhost_errors + [f"user {u}: {m}"
+                                               for u, m in result.user_errors.items()]
         # Only a thorough apply is a drift check: a change's own apply leaves stale users be.
         return Report(address_errors=errors, space_error="; ".join(problems)[:500],
                       checked=thorough)
 
     @staticmethod
-    def _add_queues(space: AddressSpace, names: list[str] | None) -> Report | None:
+    def _add_queues(space: AddressSpace, names: list[str] | None,
+                    broker: endpoints.BrokerEndpoint) -> Report | None:
         """The short path (`BrokerReconciler.add`) for the new queues `names`: the report when
         every one is verified on the broker, None (the full apply follows, and repairs what
         this did halfway) when it does not apply, failed or verified less."""
@@ -277,13 +284,13 @@ class StorageController(Agent):
             else:
                 all_queues.append(BrokerQueue(name=broker_object_name(kind, address, topic),
                                               kind=kind, topic=topic or None))
-        replicated = endpoints.of(space).broker.cluster
+        replicated = broker.cluster
         wanted = rabbitmq.desired_objects(VhostState(
             vhost=space.vhost, throttled=tenant_throttled(space), users=desired_users(space),
             queues=all_queues, topics=all_topics, replicated=replicated))
         vhost = VhostState(vhost=space.vhost, queues=queues,
                            queue_exchanges=space.type != "standard", replicated=replicated)
-        api = _api(space)
+        api = management_api(broker)
         try:
             result = rabbitmq.BrokerReconciler(api).add(
                 vhost, wanted.permissions, wanted.topic_permissions)
@@ -298,9 +305,10 @@ class StorageController(Agent):
 
     @staticmethod
     def _purge(api: rabbitmq.RabbitMQApi, space: AddressSpace, by_name: dict) -> dict:
-        """Carries out the purges asked for since the last reconcile; returns {name: error}
-        for those the broker refused for good. A transient error retries the whole reconcile
-        (the purge is not recorded as done)."""
+        """Carries out the purges asked for since the last reconcile of the addresses
+        `by_name` (those on the broker of `api`); returns {name: error} for those the broker
+        refused for good. A transient error retries the whole reconcile (the purge is not
+        recorded as done)."""
         refused = {}
         for name in purges_to_carry_out(space):
             address = by_name.get(name)
@@ -323,14 +331,15 @@ class StorageController(Agent):
         retried, so no vhost is left behind with its queues."""
         if space.type == "brokered":
             certificates.withdraw(space)
-        try:
-            result = rabbitmq.BrokerReconciler(_api(space)).teardown(space.vhost)
-        except rabbitmq.BrokerError as exc:
-            raise TransientError(str(exc)) from exc
-        if not result.ok:
-            problems = (result.vhost_errors + list(result.errors.values())
-                        + [f"user {u}: {m}" for u, m in result.user_errors.items()])
-            raise TransientError("; ".join(problems)[:400])
+        for broker in endpoints.of(space).brokers:
+            try:
+                result = rabbitmq.BrokerReconciler(management_api(broker)).teardown(space.vhost)
+            except rabbitmq.BrokerError as exc:
+                raise TransientError(str(exc)) from exc
+            if not result.ok:
+                problems = (result.vhost_errors + list(result.errors.values())
+                            + [f"user {u}: {m}" for u, m in result.user_errors.items()])
+                raise TransientError("; ".join(problems)[:400])
         credentials.forget(credentials.router_broker_name(space.vhost))
 
 

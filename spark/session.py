@@ -1,8 +1,9 @@
 """The SparkSession of the usage jobs: one per process, with defaults fit for a small machine.
 
 SPARK_MASTER picks the master (default `local[*]`). Under spark-submit the submitter's master
-and settings win: only the time zone is set, so every timestamp reads as UTC. A long-lived
-worker ends the session and its JVM after each job (`release_session`).
+and settings win: only the job's own settings (JOB) are set, the time zone among them, so every
+timestamp reads as UTC. A long-lived worker ends the session and its JVM after each job
+(`release_session`).
 """
 import logging
 import os
@@ -11,8 +12,10 @@ import subprocess
 from pyspark.sql import SparkSession
 
 SMALL_MACHINE = {
-    # A few partitions per core; adaptive execution merges the small ones.
-    "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 2))),
+    # A few partitions per core, adaptive execution merging the small ones: four rather than
+    # two, since a task's hash map of (series, minute) groups then fits the CPU's caches better
+    # (the space peaks' aggregations; tests/bench/bench_usage.py --stages shows it per stage).
+    "spark.sql.shuffle.partitions": str(max(8, 4 * (os.cpu_count() or 2))),
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -21,9 +24,24 @@ SMALL_MACHINE = {
 }
 
 
+# What the usage jobs need wherever they run, under spark-submit too.
+JOB = {
+    "spark.sql.session.timeZone": "UTC",
+    # The rollups aggregate millions of (series, hour) groups per task: the small fast map
+    # Spark puts before its hash map fills at once and then costs a second lookup per row.
+    "spark.sql.codegen.aggregate.map.twolevel.enabled": "false",
+    # A broadcast join collects its smaller side to the driver first, and every side here
+    # grows with the fleet (tenants, spaces, their hours): joined by shuffles instead.
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.adaptive.autoBroadcastJoinThreshold": "-1",
+}
+
+
 def get_session(app_name: str = "maas-usage") -> SparkSession:
     """The process's SparkSession, created on first use and reused afterwards."""
-    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in JOB.items():
+        builder = builder.config(key, value)
     # spark-submit starts the JVM first and hands its port to Python.
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ and "SPARK_MASTER" not in os.environ
     if not submitted:

@@ -13,12 +13,19 @@ Definitions (docs/usage.md):
   summed over series (addresses, sources) before taking peaks;
 - space rows carry traffic where it is measured per space only (a brokered space's connection
   octets); the address tables show it under the address "".
+
+Deltas are summed per hour without ordering the readings: within one epoch the deltas of a run
+of readings add up to how far they raised the epoch's highest reading (each bills what it grew
+beyond the highest before it), so an hour's sum is its highest reading minus the highest before
+the hour. Only maxima and minima per (series, epoch, hour) are needed, which Spark computes by
+hashing, and only those much fewer rows are sorted (docs/usage.md, "Figures"). Copies of a
+reading change no maximum, so they need no removal.
 """
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -42,8 +49,7 @@ def day_start(day: date) -> datetime:
 
 
 def read_samples(spark: SparkSession, base: str, day: date) -> DataFrame:
-    """The readings that `day` needs, deduplicated: its own and each series' baseline,
-    clustered by (tenant, space) and sorted by series and time, as with_deltas needs them.
+    """The readings that `day` needs: its own and the earlier ones its baselines come from.
 
     Reads the files written on day-1, day and day+1 (late readings land a day later); a series
     whose last earlier reading is older than that has no baseline on `day`.
@@ -87,79 +93,97 @@ def window_start(day: date) -> datetime:
 
 
 def select_day(samples: DataFrame, day: date) -> DataFrame:
-    """Keeps the readings of `day` and the last reading before it per series, once each; gaps
-    are dropped (a gap is neither a reading nor a baseline)."""
-    start, end = F.lit(day_start(day)), F.lit(day_start(day + timedelta(days=1)))
-    samples = samples.where(F.col("messages_in").isNotNull()).select(
+    """The readings before the end of `day` (the next day's never count), gaps dropped (a gap is
+    neither a reading nor a baseline), a null epoch taken as ""."""
+    end = F.lit(day_start(day + timedelta(days=1)))
+    return samples.where(F.col("messages_in").isNotNull() & (F.col("ts") < end)).select(
         *[F.coalesce(F.col("epoch"), F.lit("")).alias(n) if n == "epoch" else F.col(n)
           for n in COLUMNS])
-    on_day = samples.where((F.col("ts") >= start) & (F.col("ts") < end))
-    # Of the earlier readings only each series' last one matters, with its epoch's highest
-    # counters (what with_deltas compares against): reducing them before the shuffle keeps the
-    # previous day's files out of it. A struct compares field by field, so its maximum is the
-    # last reading by (ts, sample_id).
-    rest = ["ts", "sample_id", *[n for n in COLUMNS if n not in (*SERIES, "ts", "sample_id")]]
-    last = [n for n in rest if n not in COUNTERS]
-    per_epoch = (
-        samples.where(F.col("ts") < start)
-        .groupBy(*SERIES, "epoch")
-        .agg(F.max(F.struct(*[n for n in last if n != "epoch"])).alias("_last"),
-             *[F.max(n).alias(n) for n in COUNTERS])
-        .select(*SERIES, F.struct(*[F.col(f"_last.{n}").alias(n) if n != "epoch" else
-                                    F.col("epoch") for n in last], *COUNTERS).alias("_row"))
-    )
-    baselines = (
-        per_epoch.groupBy(*SERIES)
-        .agg(F.max("_row").alias("_row"))
-        .select(*SERIES, *[F.col(f"_row.{n}").alias(n) for n in rest])
-    )
-    # Clustering by (tenant, space) satisfies the series windows here and in with_deltas and
-    # every rollup's grouping (all keyed by tenant and space), so no further shuffle is needed.
-    readings = on_day.unionByName(baselines).repartition("tenant", "space")
-    # Copies of a reading tie on (series, ts, sample_id), so they sort next to each other.
-    previous_id = F.lag("sample_id").over(_series_order())
-    return (
-        readings.withColumn("_previous_id", previous_id)
-        .where(F.col("_previous_id").isNull() | (F.col("_previous_id") != F.col("sample_id")))
-        .select(*COLUMNS)
-    )
 
 
 def with_deltas(samples: DataFrame, day: date) -> DataFrame:
-    """Adds `<counter>_delta` per reading: what the counter grew beyond the highest earlier
-    reading of its epoch, by the rules above (`day`: the day whose window was read)."""
-    earlier_in_epoch = (Window.partitionBy(*SERIES, "epoch").orderBy("ts", "sample_id")
-                        .rowsBetween(Window.unboundedPreceding, -1))
-    previous = samples.select(
-        *COLUMNS,
-        F.lag("epoch").over(_series_order()).alias("_previous_epoch"),
-        *[F.max(name).over(earlier_in_epoch).alias(f"_highest_{name}") for name in COUNTERS],
+    """Per series, epoch and hour of `day` with readings: `<counter>_delta`, the sum of what
+    each reading grew beyond the highest earlier reading of its epoch (by the rules above), and
+    the highest stored gauges; clustered by (tenant, space), as every rollup is grouped.
+
+    `samples`: select_day's readings. An hour's sum is its highest reading minus the highest
+    before it (within the epoch); for an epoch's first hour, minus 0 (a new counter instance, or
+    a first reading whose epoch began in the window) or minus the series' first reading (its
+    start unknown: it bills nothing, what came after it does).
+    """
+    first_of = [F.min_by(n, "ts").alias(f"_first_{n}") for n in ("since", *COUNTERS)]
+    hours = (
+        _on_day(samples, day)
+        .groupBy(*SERIES, "epoch", _hour(F.unix_seconds("ts")).alias("hour"))
+        .agg(*[F.max(n).alias(f"_top_{n}") for n in COUNTERS], F.min("ts").alias("_ts"),
+             *first_of, *[F.max(n).alias(n) for n in ("stored_messages", "stored_bytes")])
     )
-    first = F.col("_previous_epoch").isNull()
-    known_start = F.col("since").isNotNull() & (F.col("since") >= F.lit(window_start(day)))
+    # The baseline as an epoch's hour before the day (hour null sorts first): the day's hours
+    # of that epoch compare with its highest counters.
+    baselines = _baselines(samples, day).select(
+        *SERIES, "epoch", F.lit(None).cast("timestamp").alias("hour"),
+        *[F.col(n).alias(f"_top_{n}") for n in COUNTERS], F.col("ts").alias("_ts"),
+        *[F.lit(None).cast(t).alias(f"_first_{n}")
+          for n, t in (("since", "timestamp"), *((c, "long") for c in COUNTERS))],
+        *[F.lit(None).cast("long").alias(n) for n in ("stored_messages", "stored_bytes")])
+    # Clustered by (tenant, space): the windows below and every rollup's grouping (all keyed by
+    # tenant and space) need no further shuffle. Sorted once, by series first: both windows
+    # read that order. The series' hash leads the sort, since Spark compares rows by an 8-byte
+    # prefix of the first key, which for `source` ("broker:t...") is the same on most rows.
+    rows = (
+        hours.unionByName(baselines)
+        .repartition("tenant", "space")
+        .withColumn("_series", F.xxhash64(*SERIES))
+        .sortWithinPartitions("_series", *SERIES, "epoch", "hour")
+    )
+    earlier = (Window.partitionBy("_series", *SERIES, "epoch").orderBy("hour")
+               .rowsBetween(Window.unboundedPreceding, -1))
+    rows = rows.select(
+        "*", *[F.max(f"_top_{n}").over(earlier).alias(f"_before_{n}") for n in COUNTERS])
+    # The series' first reading is the earliest of the first hours of its epochs, unless the
+    # series has a baseline (then that was first).
+    series = Window.partitionBy("_series", *SERIES)
+    opens_epoch = F.col(f"_before_{COUNTERS[0]}").isNull()
+    first_ts = F.min(F.when(opens_epoch & F.col("hour").isNotNull(), F.col("_ts"))).over(series)
+    has_baseline = F.max(F.col("hour").isNull()).over(series)
+    rows = rows.withColumn("_series_first", ~has_baseline & (F.col("_ts") == first_ts))
+    known_start = (F.col("_first_since").isNotNull()
+                   & (F.col("_first_since") >= F.lit(window_start(day))))
     zero = F.lit(0).cast("long")
     deltas = []
     for name, delta in zip(COUNTERS, DELTAS, strict=True):
-        cur, highest = F.col(name), F.col(f"_highest_{name}")
-        deltas.append(
-            F.when(first, F.when(known_start, cur).otherwise(zero))
-            .when(highest.isNull(), cur)  # a new counter instance: all of it is new
-            # Lower than before within one epoch is not a reset: it bills nothing, and the
-            # next reading is compared with the highest, so nothing is billed twice.
-            .otherwise(F.greatest(cur - highest, zero))
-            .alias(delta)
-        )
-    return previous.select(*COLUMNS, *deltas)
+        top, before = F.col(f"_top_{name}"), F.col(f"_before_{name}")
+        # What the epoch's first hour starts from: the series' first reading when its start is
+        # unknown (it bills nothing), else 0 (all of it is new).
+        start = (F.when(F.col("_series_first") & ~known_start, F.col(f"_first_{name}"))
+                 .otherwise(zero))
+        # Lower than before within one epoch is not a reset: it bills nothing, and what comes
+        # after it is compared with the highest, so nothing is billed twice.
+        deltas.append(F.when(opens_epoch, top - start)
+                      .otherwise(F.greatest(top, before) - before).alias(delta))
+    return rows.where(F.col("hour").isNotNull()).select(
+        *SERIES, "hour", *deltas, "stored_messages", "stored_bytes")
 
 
-def rollup_input(deltas: DataFrame, day: date) -> DataFrame:
-    """The readings of `day` with only the columns the rollups read: what a job caches."""
-    return _on_day(deltas, day).select(*SERIES, "ts", *DELTAS, *GAUGES)
+def _baselines(samples: DataFrame, day: date) -> DataFrame:
+    """Per series, its last reading before `day`: its `ts` and epoch, with that epoch's highest
+    counters before the day (what the day's readings of that epoch compare with)."""
+    per_epoch = (
+        samples.where(F.col("ts") < F.lit(day_start(day)))
+        .groupBy(*SERIES, "epoch")
+        .agg(F.max("ts").alias("ts"), *[F.max(n).alias(n) for n in COUNTERS])
+    )
+    # Few rows (one per series and epoch): a struct's maximum, compared field by field, is the
+    # epoch of the last reading.
+    last = F.max(F.struct("ts", "epoch", *COUNTERS)).alias("_last")
+    return (per_epoch.groupBy(*SERIES).agg(last)
+            .select(*SERIES, *[F.col(f"_last.{n}").alias(n) for n in ("ts", "epoch", *COUNTERS)]))
 
 
 def daily_address(deltas: DataFrame, day: date) -> DataFrame:
-    """Per (tenant, space, address) on `day`: messages and bytes in and out, peak stored."""
-    return daily_from_hourly(hourly_address(deltas, day), day)
+    """Per (tenant, space, address) on `day`: messages and bytes in and out, peak stored.
+    `deltas`: with_deltas' rows."""
+    return daily_from_hourly(hourly_address(deltas), day)
 
 
 def daily_from_hourly(address_hourly: DataFrame, day: date) -> DataFrame:
@@ -174,41 +198,45 @@ def daily_from_hourly(address_hourly: DataFrame, day: date) -> DataFrame:
     )
 
 
-def hourly_address(deltas: DataFrame, day: date) -> DataFrame:
+def hourly_address(deltas: DataFrame) -> DataFrame:
     """The same as daily_address per hour (`hour`: the hour's start, a UTC timestamp); traffic
-    of space rows shows under the address ""."""
+    of space rows shows under the address "". `deltas`: with_deltas' rows."""
     return (
-        _address_rows(deltas, day)
-        .withColumn("hour", _hour(F.unix_seconds("ts")))
+        _address_rows(deltas)
         .groupBy(*ADDRESS_KEYS, "hour")
         .agg(*_address_measures())
         .select(*ADDRESS_KEYS, "hour", *_address_names())
     )
 
 
-def hourly_peaks(deltas: DataFrame, day: date) -> DataFrame:
+def hourly_peaks(samples: DataFrame, address_hourly: DataFrame, day: date) -> DataFrame:
     """Per (tenant, space, hour): peak connections, senders, receivers and stored bytes, and the
-    number of distinct addresses that reported in the hour."""
+    number of distinct addresses that reported in the hour. `samples`: select_day's readings;
+    `address_hourly`: hourly_address's rows of the same day."""
     seconds = F.unix_seconds("ts")
     is_space, is_address = F.col("kind") == "space", F.col("kind") == "address"
     gauges = ("stored_bytes", *_LINK_GAUGES)
+    # A series rarely has two readings in one minute, so aggregating per series and minute
+    # before a shuffle would hash every reading twice for nothing: the readings are clustered
+    # by space first, and all three aggregations run where the rows are.
+    readings = _on_day(samples, day).select(
+        *SERIES,
+        (seconds - seconds % 60).alias("minute"),
+        F.when(is_address, F.col("stored_bytes")).otherwise(0).alias("stored_bytes"),
+        *[F.when(is_space, F.col(n)).otherwise(0).alias(n) for n in _LINK_GAUGES],
+    )
     peaks = (
-        _on_day(deltas, day)
-        .withColumn("minute", seconds - seconds % 60)
+        readings.repartition("tenant", "space")
         .groupBy(*SERIES, "minute")
-        .agg(
-            F.max(F.when(is_address, F.col("stored_bytes")).otherwise(0)).alias("stored_bytes"),
-            *[F.max(F.when(is_space, F.col(n)).otherwise(0)).alias(n) for n in _LINK_GAUGES],
-        )
+        .agg(*[F.max(n).alias(n) for n in gauges])
         .groupBy("tenant", "space", "minute")
         .agg(*[F.sum(n).alias(n) for n in gauges])
         .groupBy("tenant", "space", _hour(F.col("minute")).alias("hour"))
         .agg(*[F.max(n).alias(n) for n in gauges])
     )
-    # An address that reported in an hour has exactly one hourly_address row for it; a job
-    # that caches hourly_address(deltas, day) has Spark read this identical plan from the cache.
+    # An address that reported in an hour has exactly one hourly_address row for it.
     addresses = (
-        hourly_address(deltas, day)
+        address_hourly
         .where(F.col("address") != "")
         .groupBy("tenant", "space", "hour")
         .agg(F.count(F.lit(1)).alias("addresses"))
@@ -271,19 +299,16 @@ def daily_tenant(
 _LINK_GAUGES = ("connections", "senders", "receivers")
 
 
-def _series_order() -> WindowSpec:
-    return Window.partitionBy(*SERIES).orderBy("ts", "sample_id")
-
-
-def _on_day(deltas: DataFrame, day: date) -> DataFrame:
+def _on_day(samples: DataFrame, day: date) -> DataFrame:
     start, end = day_start(day), day_start(day + timedelta(days=1))
-    return deltas.where((F.col("ts") >= F.lit(start)) & (F.col("ts") < F.lit(end)))
+    return samples.where((F.col("ts") >= F.lit(start)) & (F.col("ts") < F.lit(end)))
 
 
-def _address_rows(deltas: DataFrame, day: date) -> DataFrame:
-    """Address readings, and space readings that carry traffic (as the address "")."""
+def _address_rows(deltas: DataFrame) -> DataFrame:
+    """Address rows, and space rows of an hour in which the space's readings carried traffic
+    (as the address "")."""
     moved = sum((F.col(d) for d in DELTAS), F.lit(0))
-    return _on_day(deltas, day).where(
+    return deltas.where(
         (F.col("kind") == "address") | ((F.col("kind") == "space") & (moved > 0)))
 
 

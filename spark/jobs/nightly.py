@@ -1,8 +1,9 @@
 """The nightly usage job of one day: rollups per address, space and tenant, then quotas.
 
-`run` returns the result tables as lists of dicts for the Django side to store (it replaces the
-day's rows, so a re-run never doubles them). The CLI writes them as Parquet instead, one
-partition per day that a re-run overwrites:
+`run` has the executors write the result tables as Parquet beside the sample store and returns
+their rows, read back in batches without Spark, for the Django side to store (it replaces the
+day's rows, so a re-run never doubles them): nothing that grows with the fleet is collected to
+the driver. The CLI writes them as Parquet too, one partition per day that a re-run overwrites:
 
     python -m spark.jobs.nightly --samples BASE --day 2026-11-21 --out DIR
     spark-submit spark/jobs/nightly.py --samples s3a://bucket/usage --day ... --out s3a://...
@@ -12,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
@@ -24,6 +25,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: import the packa
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from spark import quota, usage  # noqa: E402
+from spark.results import Rows, write_days, write_last  # noqa: E402
 from spark.session import get_session  # noqa: E402
 
 TABLES = ("address_daily", "address_hourly", "space_peaks", "tenant_daily", "quota")
@@ -36,7 +38,7 @@ HISTORY_SCHEMA = T.StructType(
     [T.StructField("tenant", T.StringType()), T.StructField("day", T.DateType())]
     + [T.StructField(n, T.LongType()) for n in ("messages", "bytes", "stored_bytes", "connections")]
 )
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+RESULTS = "_results"  # under the sample store: Spark never reads "_" directories as samples
 
 
 @contextmanager
@@ -50,8 +52,8 @@ def rollups(
 ) -> Iterator[dict[str, DataFrame]]:
     """The day's result DataFrames (TABLES); intermediate results stay cached while inside.
 
-    The samples are read, shuffled and windowed once: whichever table is computed first fills
-    the cache of the day's deltas, and every other table is derived from the caches.
+    The address tables and the space peaks each read the samples once (a cache of the readings
+    would cost more than reading the files again); every other table is derived from caches.
     """
     cached: list[DataFrame] = []
 
@@ -60,12 +62,10 @@ def rollups(
         return cached[-1]
 
     try:
-        deltas = usage.with_deltas(usage.read_samples(spark, samples_base, day), day)
-        readings = keep(usage.rollup_input(deltas, day))
-        # Cached before hourly_peaks is built, so that its address counts read this cache.
-        address_hourly = keep(usage.hourly_address(readings, day))
+        samples = usage.read_samples(spark, samples_base, day)
+        address_hourly = keep(usage.hourly_address(usage.with_deltas(samples, day)))
         address_daily = keep(usage.daily_from_hourly(address_hourly, day))
-        space_peaks = keep(usage.hourly_peaks(readings, day))
+        space_peaks = keep(usage.hourly_peaks(samples, address_hourly, day))
         tenant_daily = keep(usage.daily_tenant(address_daily, space_peaks, day, tenants))
         yield {
             "address_daily": address_daily,
@@ -87,8 +87,11 @@ def run(
     quotas: list[dict],
     history: list[dict],
     tables: Iterable[str] = TABLES,
-) -> dict[str, list[dict]]:
-    """Computes the day and collects the chosen tables to the driver as lists of dicts.
+    out: str | None = None,
+) -> dict[str, Rows]:
+    """Computes the day; the executors write the chosen tables under `out` (default
+    <samples_base>/_results, a path the driver's host and every executor reach), replacing
+    the previous run's, and each table's rows are read from there as dicts when iterated.
 
     quotas: {tenant, messages_per_day, bytes_per_day, stored_bytes, peak_connections} (None:
     no limit); history: earlier tenant_daily rows {tenant, day, messages, bytes, stored_bytes,
@@ -101,29 +104,9 @@ def run(
     history_df = spark.createDataFrame(
         [tuple(h.get(f.name) for f in HISTORY_SCHEMA) for h in history], HISTORY_SCHEMA
     )
+    out = out or f"{samples_base.rstrip('/')}/{RESULTS}"
     with rollups(spark, samples_base, day, tenants_df, quotas_df, history_df) as results:
-        return {name: collect(results[name]) for name in tables}
-
-
-def collect(df: DataFrame) -> list[dict]:
-    """The rows as dicts; timestamps as aware UTC datetimes (PySpark's own are naive local)."""
-    stamps = [f.name for f in df.schema.fields if isinstance(f.dataType, T.TimestampType)]
-    # Arrow batches cross from the JVM many times faster than pickled Rows (~1M rows a day).
-    records = df.select(
-        *[F.unix_micros(F.col(n)).alias(n) if n in stamps else F.col(n) for n in df.columns]
-    ).toArrow().to_pylist()
-    for record in records:
-        for name in stamps:
-            if record[name] is not None:
-                record[name] = EPOCH + timedelta(microseconds=record[name])
-    return records
-
-
-def write(results: dict[str, DataFrame], out: str, day: date) -> None:
-    """Writes each table to <out>/<table>/day=<day>, replacing what a previous run wrote there."""
-    for name, df in results.items():
-        columns = [c for c in df.columns if c != "day"]
-        df.select(*columns).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}/day={day}")
+        return write_last({name: results[name] for name in tables}, out)
 
 
 def read_history(spark: SparkSession, out: str) -> DataFrame:
@@ -168,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         else read_history(spark, args.out)
     )
     with rollups(spark, args.samples, args.day, tenants, quotas, history) as results:
-        write(results, args.out, args.day)
+        write_days(results, args.out, args.day)
 
 
 if __name__ == "__main__":

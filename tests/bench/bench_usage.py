@@ -5,16 +5,24 @@ Generates N readings of one day (vectorised, numpy + pyarrow; 1,000 tenants x 5 
 sample store, then times on local[2]: the whole nightly job (every table written as Parquet,
 as the CLI does) and the daily_address rollup alone, and the same daily_address in DuckDB
 on the same files, by the rules of docs/usage.md written again in SQL: the two daily_address
-tables must be equal row for row, or the bench says DIFFERENT and exits 1. Prints figures.
+tables must be equal row for row, or the bench says DIFFERENT and exits 1. Prints figures,
+the machine's load average before and after, and the CPU time the JVM spent compiling (JIT);
+with --stages, where daily_address's time goes, per Spark stage (from Spark's event log).
+With --cluster, the same on a standalone Spark cluster of this machine (a master and two
+workers of one core each from pyspark's distribution, tests/spark/cluster.py) instead of
+local[2], and the peak resident memory of each process (driver, master, workers, executors).
 Deletes the data unless --keep.
 
-    .venv/bin/python tests/bench/bench_usage.py [--size 1m|10m|30m] [--dir /tmp]
+    .venv/bin/python tests/bench/bench_usage.py [--size 1m|10m|30m|100m] [--dir /tmp]
+        [--stages] [--cluster] [--skip-duckdb]
 """
 import argparse
+import json
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -27,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from spark.samples import write_table  # noqa: E402
 
-SIZES = {"1m": 1_000_000, "10m": 10_000_000, "30m": 30_000_000}
+SIZES = {"1m": 1_000_000, "10m": 10_000_000, "30m": 30_000_000, "100m": 100_000_000}
 DAY = date(2026, 11, 20)
 START = datetime.combine(DAY, datetime.min.time(), tzinfo=UTC)
 SPACES_PER_TENANT = 5
@@ -101,12 +109,15 @@ def generate(base: str, rows: int, tenants: int, addresses: int, seed: int = 5) 
     return written
 
 
-def bench_spark(base: str, out: str) -> tuple[float, float, tuple]:
+def bench_spark(base: str, out: str, partitions: int | None = None) -> tuple[float, float, tuple]:
     from spark.jobs import nightly
+    from spark.results import write_days
     from spark.session import get_session
     from spark.usage import daily_address, read_samples, with_deltas
 
     spark = get_session("maas-usage-bench")
+    if partitions:
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     tenants = spark.read.parquet(f"{base}/date={DAY}").select("tenant").distinct()
     empty_quotas = spark.createDataFrame([], nightly.QUOTAS_SCHEMA)
     empty_history = spark.createDataFrame([], nightly.HISTORY_SCHEMA)
@@ -114,18 +125,107 @@ def bench_spark(base: str, out: str) -> tuple[float, float, tuple]:
     with nightly.rollups(spark, base, DAY, tenants, empty_quotas, empty_history) as results:
         for name, df in results.items():  # in order; the first one also fills the cache
             began = time.monotonic()
-            nightly.write({name: df}, out, DAY)
+            spark.sparkContext.setJobDescription(name)
+            write_days({name: df}, out, DAY)
             parts.append(f"{name} {time.monotonic() - began:.1f} s")
     whole = time.monotonic() - started
     print("  per table:", ", ".join(parts))
+    print(f"  JIT compilation so far: {jit_seconds(spark):.1f} s of CPU")
     started = time.monotonic()
+    spark.sparkContext.setJobDescription(ALONE)
     df = daily_address(with_deltas(read_samples(spark, base, DAY), DAY), DAY)
     df.write.mode("overwrite").parquet(f"{out}/daily_address_only")
     alone = time.monotonic() - started
+    spark.sparkContext.setJobDescription(None)
     check = spark.read.parquet(f"{out}/daily_address_only").selectExpr(
         "count(*)", "sum(messages_in)", "sum(bytes_out)", "sum(stored_bytes)").first()
     spark.stop()
     return whole, alone, tuple(check)
+
+
+ALONE = "daily_address alone"
+
+
+class PeakMemory:
+    """Samples, every second, the peak resident memory (VmHWM) of the cluster's JVMs and of
+    this process's own (the driver's JVM is its child): a process's last reading is its peak,
+    also for executors that end with the application."""
+
+    def __init__(self, cluster):
+        self.cluster, self.peaks, self.roles = cluster, {}, {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _driver_jvms(self) -> list[int]:
+        children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+        pids = [int(p) for p in children.read_text().split()] if children.exists() else []
+        return [p for p in pids if Path(f"/proc/{p}/cmdline").exists()
+                and b"java" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]]
+
+    def _run(self) -> None:
+        from tests.spark.cluster import peak_rss_mb
+
+        while True:
+            found = self.cluster.processes()
+            ours = {pid for pids in found.values() for pid in pids}
+            # The master's and workers' JVMs are this process's children too.
+            found["driver (JVM)"] = [p for p in self._driver_jvms() if p not in ours]
+            for role, pids in found.items():
+                for pid in pids:
+                    peak = peak_rss_mb(pid)
+                    if peak is not None:
+                        self.peaks[pid], self.roles[pid] = peak, role
+            if self.stopped.wait(1):
+                return
+
+    def report(self) -> list[str]:
+        self.stopped.set()
+        self.thread.join(10)
+        import resource
+
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        lines = [f"driver (Python, which generated the samples too): {own:,.0f} MB"]
+        for pid, peak in sorted(self.peaks.items(), key=lambda item: self.roles[item[0]]):
+            lines.append(f"{self.roles[pid]} {pid}: {peak:,.0f} MB")
+        return lines
+
+
+def jit_seconds(spark) -> float:
+    """CPU time the driver's JVM has spent compiling (its JIT), in seconds."""
+    management = spark._jvm.java.lang.management.ManagementFactory
+    return management.getCompilationMXBean().getTotalCompilationTime() / 1000
+
+
+def stages(events: Path, description: str) -> list[str]:
+    """The stages of the jobs described so, from Spark's event log: wall time, tasks' CPU,
+    shuffle written and the operators (the stage's RDD scopes)."""
+    jobs, lines = {}, []
+    for log in events.iterdir():
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event["Event"] == "SparkListenerJobStart":
+                if event.get("Properties", {}).get("spark.job.description") == description:
+                    jobs.update(dict.fromkeys(event["Stage IDs"], True))
+            elif event["Event"] == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                if info["Stage ID"] not in jobs or "Submission Time" not in info:
+                    continue
+                metrics = {m["Name"]: m.get("Value", 0) for m in info.get("Accumulables", [])}
+                scopes = []
+                for rdd in info["RDD Info"]:
+                    name = json.loads(rdd["Scope"])["name"].strip() if rdd.get("Scope") else ""
+                    if name and not name.startswith(("WholeStageCodegen", "mapPartitions")) \
+                            and name not in scopes:
+                        scopes.append(name)
+                lines.append(
+                    f"stage {info['Stage ID']}: "
+                    f"{(info['Completion Time'] - info['Submission Time']) / 1000:.1f} s, "
+                    f"CPU {int(metrics.get('internal.metrics.executorCpuTime', 0)) / 1e9:.1f} s, "
+                    f"shuffle written "
+                    f"{int(metrics.get('internal.metrics.shuffle.write.bytesWritten', 0)) / 1e6:.0f}"
+                    f" MB: {', '.join(reversed(scopes))}")
+    return lines
 
 
 # daily_address by the rules of docs/usage.md ("Definitions"), as spark/usage.py applies them:
@@ -200,11 +300,17 @@ def duckdb_daily_address_sql(base: str, out: str) -> str:
     )
 
 
+DUCKDB_MEMORY = "6GB"
+
+
 def bench_duckdb(base: str, out: str) -> tuple[float, tuple]:
     import duckdb
 
     con = duckdb.connect()
-    con.execute("SET threads = 2; SET TimeZone = 'UTC'")
+    # Memory as Spark has it (two executors of 3g, or a driver's): DuckDB's default, 80% of the
+    # machine's, had it killed at --size 100m beside the cluster; beyond it, it spills.
+    con.execute(f"SET threads = 2; SET TimeZone = 'UTC'; SET memory_limit = '{DUCKDB_MEMORY}'; "
+                f"SET temp_directory = '{out}.tmp'; SET preserve_insertion_order = false")
     started = time.monotonic()
     con.execute(duckdb_daily_address_sql(base, out))
     elapsed = time.monotonic() - started
@@ -232,11 +338,35 @@ def main() -> None:
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the data goes")
     parser.add_argument("--skip-duckdb", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
+    parser.add_argument("--stages", action="store_true",
+                        help="Spark's event log on: daily_address's time per stage")
+    parser.add_argument("--cluster", action="store_true",
+                        help="on a standalone cluster of two one-core workers, not local[2]")
+    parser.add_argument("--executor-memory", default="3g", help="with --cluster")
+    parser.add_argument("--partitions", type=int,
+                        help="shuffle partitions (default: spark/session.py's)")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_MASTER", "local[2]")
-    os.environ.setdefault("SPARK_DRIVER_MEMORY", "8g")
+    os.environ.setdefault("SPARK_DRIVER_MEMORY", "2g" if args.cluster else "8g")
     work = tempfile.mkdtemp(prefix="bench-usage-", dir=args.dir)
-    base, out = f"{work}/samples", f"{work}/out"
+    base, out, events = f"{work}/samples", f"{work}/out", Path(work) / "events"
+    submit = []
+    if args.stages:
+        events.mkdir()
+        submit += [f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events}",
+                   "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false"]
+    cluster = memory = None
+    if args.cluster:
+        from tests.spark.cluster import Cluster
+
+        memory_mb = int(args.executor_memory.rstrip("g")) * 1024 + 512
+        cluster = Cluster(Path(work) / "cluster", workers=2, cores=1, memory=f"{memory_mb}m")
+        os.environ["SPARK_MASTER"] = cluster.url
+        submit.append(f"--conf spark.executor.memory={args.executor_memory}")
+    if submit:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = " ".join([*submit, "pyspark-shell"])
+    where = "cluster (2 workers x 1 core)" if args.cluster else "local[2]"
+    print("load average: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     failed = False
     try:
         started = time.monotonic()
@@ -244,23 +374,34 @@ def main() -> None:
         generated = time.monotonic() - started
         on_disk = sum(f.stat().st_size for f in Path(base).rglob("*.parquet")) / 1e6
         print(f"generated {n:,} samples ({on_disk:,.0f} MB Parquet) in {generated:.1f} s")
-        whole, alone, spark_check = bench_spark(base, out)
-        print(f"spark local[2] nightly job, all tables: {whole:.1f} s, {n / whole:,.0f} samples/s")
-        print(f"spark local[2] daily_address only:      {alone:.1f} s, {n / alone:,.0f} samples/s")
+        if cluster is not None:
+            memory = PeakMemory(cluster)
+        whole, alone, spark_check = bench_spark(base, out, args.partitions)
+        print(f"spark {where} nightly job, all tables: {whole:.1f} s, "
+              f"{n / whole:,.0f} samples/s")
+        print(f"spark {where} daily_address only: {alone:.1f} s, {n / alone:,.0f} samples/s")
         print(f"  check (rows, messages_in, bytes_out, stored_bytes): {spark_check}")
+        if memory is not None:
+            print("peak resident memory per process:")
+            print("\n".join(f"  {line}" for line in memory.report()))
+        if args.stages:
+            print("\n".join(f"  {line}" for line in stages(events, ALONE)))
         if not args.skip_duckdb:
             duck_out = f"{work}/duckdb_daily_address.parquet"
             elapsed, duck_check = bench_duckdb(base, duck_out)
-            print(f"duckdb (2 threads) daily_address:       {elapsed:.1f} s, "
-                  f"{n / elapsed:,.0f} samples/s; spark/duckdb = {alone / elapsed:.1f}x")
+            print(f"duckdb (2 threads, {DUCKDB_MEMORY}) daily_address: {elapsed:.1f} s, "
+                  f"{n / elapsed:,.0f} samples/s; spark/duckdb = {alone / elapsed:.2f}x")
             differing = rows_differing(f"{out}/daily_address_only", duck_out)
             print(f"  check: {duck_check}; rows that differ from Spark's: {differing:,}")
             if differing or duck_check != spark_check:
                 print("DIFFERENT: DuckDB's daily_address is not Spark's", file=sys.stderr)
                 failed = True
     finally:
+        if cluster is not None:
+            cluster.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    print("load average: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     sys.exit(1 if failed else 0)
 
 

@@ -1,88 +1,51 @@
 """The nightly usage job on a Spark cluster: a standalone master and two workers started from
 pyspark's own distribution (`bin/spark-class`, no download), the job submitted to it by
 SPARK_MASTER as the Celery worker would (spark/session.py), the sample store and the results on
-a path every executor reaches (this machine's disk). Its tables equal local[*]'s row for row,
-and a worker killed while the job runs is survived: its tasks run again on the other one."""
+a path every executor reaches (this machine's disk). The CLI's tables equal local[*]'s row for
+row although a worker is killed while the job runs: its tasks run again on the other one.
+The Celery task stores the same rows from the cluster as from local[2], and nothing it computes
+comes back through the driver: the driver's event log shows file writes only, no collect and no
+broadcast (either would carry rows that grow with the fleet)."""
+import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pyspark
 import pytest
-import requests
+from django.conf import settings
+from django.test import override_settings
 
-from tests.conftest import wait_for
-from tests.router.conftest import free_port
+from spark.jobs import nightly
+from tenants.models import (
+    AddressUsageDaily,
+    AddressUsageHourly,
+    QuotaEvaluation,
+    SpacePeakHourly,
+    TenantUsageDaily,
+)
+from tenants.services import create_tenant
+from tests.conftest import CTX, make_user, wait_for
+from workers.usage.job import run_day
 
 from . import generate
+from .cluster import Cluster
 from .generate import DAY, TENANTS
 from .test_usage import ORDER
 
 pytestmark = pytest.mark.slow
 
-SPARK_HOME = Path(pyspark.__file__).parent
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Cluster:
-    """A standalone master and `workers` workers (1 core, 2 GiB each) on loopback, each a
-    process group of its own (a worker's executors die with it, as with its machine)."""
-
-    def __init__(self, where: Path, workers: int = 2):
-        self.where, self.port, self.ui = where, free_port(), free_port()
-        where.mkdir(parents=True, exist_ok=True)
-        self.env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), PYSPARK_PYTHON=sys.executable,
-                        SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(where))
-        self.master = self._start("master", "org.apache.spark.deploy.master.Master",
-                                  "--host", "127.0.0.1", "--port", str(self.port),
-                                  "--webui-port", str(self.ui))
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.workers = [self._start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
-                                    self.url, "--host", "127.0.0.1", "--cores", "1",
-                                    "--memory", "2g", "--webui-port", str(free_port()),
-                                    "--work-dir", str(where / f"work-{i}"))
-                        for i in range(workers)]
-        wait_for(lambda: len(self.alive()) == workers, 120, what=f"{workers} workers alive")
-
-    def _start(self, name: str, main: str, *args: str) -> subprocess.Popen:
-        log = open(self.where / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
-        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), main, *args],
-                                env=self.env, stdout=log, stderr=log, start_new_session=True)
-
-    def state(self) -> dict:
-        try:
-            return requests.get(f"http://127.0.0.1:{self.ui}/json/", timeout=5).json()
-        except (requests.RequestException, ValueError):
-            return {}
-
-    def alive(self) -> list:
-        return [w for w in self.state().get("workers", []) if w["state"] == "ALIVE"]
-
-    def applications(self) -> set[Path]:
-        return set(self.where.glob("work-*/app-*"))
-
-    def running_tasks(self, worker: int, before: set[Path]) -> bool:
-        """Whether an executor of an application started since `before` (applications())
-        runs tasks on worker `worker` (executors log at INFO into their work directory's
-        stderr; the driver shows WARN and above only)."""
-        return any("Running task" in log.read_text(errors="replace")
-                   for app in (self.where / f"work-{worker}").glob("app-*") if app not in before
-                   for log in app.glob("*/stderr"))
-
-    def kill(self, process: subprocess.Popen) -> None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(30)
-
-    def stop(self) -> None:
-        for process in (*self.workers, self.master):
-            self.kill(process)
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One cluster for the module's tests (starting one takes seconds of both cores)."""
+    started = Cluster(tmp_path_factory.mktemp("spark-cluster"))
+    yield started
+    started.stop()
 
 
 @pytest.fixture(scope="module")
@@ -129,27 +92,112 @@ def tables(out: Path) -> dict[str, list[tuple]]:
     return found
 
 
-def test_the_nightly_job_on_a_cluster_equals_local_and_survives_a_lost_worker(store, tmp_path):
-    Job("local[2]", store, tmp_path / "local").finish()
+def test_the_nightly_job_on_a_cluster_equals_local_despite_a_lost_worker(
+        spark, cluster, store, tmp_path):
+    # The reference: the CLI's main in this process, on the session's local[2].
+    nightly.main(["--samples", store[0], "--day", DAY.isoformat(), "--out",
+                  str(tmp_path / "local"), "--tenants", store[1]])
     expected = tables(tmp_path / "local")
     assert all(expected[name] for name in ("address_daily", "address_hourly", "tenant_daily"))
 
-    cluster = Cluster(tmp_path / "cluster")
+    # On the cluster, a worker killed once the driver has both executors and tasks run.
+    before = cluster.applications()
+    job = Job(cluster.url, store, tmp_path / "survived")
     try:
-        log = Job(cluster.url, store, tmp_path / "cluster-out").finish()
-        assert tables(tmp_path / "cluster-out") == expected
-        # a first run (no tenant_daily history yet) and a day without a next one are quiet
-        assert "FileNotFoundException" not in log, log[-3000:]
-
-        # Again, with a worker killed once the driver has both executors and tasks run.
-        before = cluster.applications()
-        job = Job(cluster.url, store, tmp_path / "survived")
         wait_for(lambda: (cluster.running_tasks(0, before) and cluster.running_tasks(1, before))
                  or job.proc.poll() is not None, 180, what="tasks on both workers")
         assert job.proc.poll() is None, "the job ended before a worker could be killed"
         cluster.kill(cluster.workers[0])
         log = job.finish()
-        assert "Lost executor" in log, log[-4000:]  # the driver saw it go, and went on
-        assert tables(tmp_path / "survived") == expected
     finally:
-        cluster.stop()
+        # The module's other tests get both workers back (a machine that came back).
+        cluster.workers[0] = cluster.start_worker(0)
+        cluster.wait_alive(2)
+    assert "Lost executor" in log, log[-4000:]  # the driver saw it go, and went on
+    assert tables(tmp_path / "survived") == expected
+    # a first run (no tenant_daily history yet) and a day without a next one are quiet
+    assert "FileNotFoundException" not in log, log[-3000:]
+
+
+# The Celery task's function as a worker process runs it (called directly, no broker), the
+# Spark master and the event log set by the environment as a deployment sets them.
+TASK = r"""
+import json, sys
+import django
+django.setup()
+from workers import tasks
+print(json.dumps({"status": tasks.run_usage_job.apply(args=[sys.argv[1]]).get()}))
+"""
+STORED = (AddressUsageDaily, AddressUsageHourly, SpacePeakHourly, TenantUsageDaily,
+          QuotaEvaluation)
+
+
+def run_task(master: str, base: str, events: Path | None = None) -> None:
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="maas.test_settings",
+               DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/"
+                            f"{settings.DATABASES['default']['NAME']}",
+               MAAS_USAGE_STORE=base, SPARK_MASTER=master, PYSPARK_PYTHON=sys.executable,
+               SPARK_DRIVER_MEMORY="1g", PYTHONPATH=str(ROOT), MAAS_LOG_LEVEL="WARNING")
+    if events is not None:
+        events.mkdir()
+        env["PYSPARK_SUBMIT_ARGS"] = (
+            f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{events} "
+            "--conf spark.eventLog.compress=false --conf spark.eventLog.rolling.enabled=false "
+            "pyspark-shell")
+    out = subprocess.run([sys.executable, "-c", TASK, DAY.isoformat()], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"status": "succeeded"}
+
+
+def stored() -> dict[str, list[tuple]]:
+    """The rows the task stored, per table, as sorted tuples (tenants by slug)."""
+    found = {}
+    for model in STORED:
+        fields = sorted(f.name for f in model._meta.concrete_fields if f.name not in ("id",))
+        rows = model.objects.values_list(*[f if f != "tenant" else "tenant__slug" for f in fields])
+        found[model.__name__] = sorted(tuple(str(v) for v in row) for row in rows)
+    return found
+
+
+def driver_reads(events: Path) -> dict[str, list[str]]:
+    """From the driver's event log: what each SQL execution that ran Spark jobs did at its
+    root, and every plan that broadcast a table (its build side collected to the driver)."""
+    roots, with_jobs, broadcasts = {}, set(), []
+    for log in events.iterdir():
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            kind = event["Event"].rsplit(".", 1)[-1]
+            if kind == "SparkListenerSQLExecutionStart":
+                node = event["sparkPlanInfo"]
+                while node["nodeName"] == "AdaptiveSparkPlan" and node["children"]:
+                    node = node["children"][0]
+                roots[event["executionId"]] = node["nodeName"]
+            if kind == "SparkListenerJobStart":
+                execution = event.get("Properties", {}).get("spark.sql.execution.id")
+                if execution is not None:
+                    with_jobs.add(int(execution))
+            if "BroadcastExchange" in event.get("physicalPlanDescription", ""):
+                broadcasts.append(event["physicalPlanDescription"])
+    return {"roots": sorted({roots.get(e, "?") for e in with_jobs}), "broadcasts": broadcasts}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_celery_task_on_a_cluster_stores_what_local_stores_and_reads_nothing_back(
+        spark, cluster, store, tmp_path):
+    base, _ = store
+    owner = make_user("cluster-owner")
+    for slug in TENANTS:
+        create_tenant(ctx=CTX, slug=slug, owner=owner)
+    # The reference: the task's run_day in this process, on the session's local[2].
+    with override_settings(MAAS_USAGE_STORE=base):
+        assert run_day(DAY, spark=spark).status == "succeeded"
+    expected = stored()
+    assert expected["AddressUsageHourly"] and expected["SpacePeakHourly"]
+
+    run_task(cluster.url, base, tmp_path / "events")  # replaces the day's rows
+    assert stored() == expected
+    reads = driver_reads(tmp_path / "events")
+    # Every Spark job wrote a table's files; none collected rows or broadcast a table.
+    assert reads["roots"] == ["Execute InsertIntoHadoopFsRelationCommand"], reads["roots"]
+    assert reads["broadcasts"] == []

@@ -3,8 +3,10 @@ from datetime import date, timedelta
 
 import pytest
 
-from spark.jobs.nightly import HISTORY_SCHEMA, QUOTAS_SCHEMA, collect
+from spark.jobs.nightly import HISTORY_SCHEMA, QUOTAS_SCHEMA
 from spark.quota import evaluate
+
+from .rows import collect
 
 pytestmark = pytest.mark.slow  # a Spark JVM starts (seconds)
 

@@ -13,6 +13,7 @@ from spark.usage import daily_address, existing_paths, read_samples, with_deltas
 
 from . import generate
 from .generate import DAY, START, TENANTS
+from .rows import collect
 
 pytestmark = pytest.mark.slow
 
@@ -210,11 +211,21 @@ def test_epochs_gaps_duplicates_late_and_next_day_readings_by_hand(spark, tmp_pa
     # A lower reading before the day: the day compares with the epoch's highest (100).
     write_samples([reading(-3, 100, address="dip"), reading(-2, 60, address="dip")], base, at(-2))
     write_samples([reading(1, 110, address="dip")], base, at(1))
+    # Two epochs taking turns within one hour: each compares with its own highest.
+    write_samples([reading(-1, 90, address="mixed"), reading(1.1, 100, address="mixed"),
+                   reading(1.2, 30, address="mixed", epoch="e2"),
+                   reading(1.3, 120, address="mixed")], base, at(1.3))
+    # A first reading of unknown start, and a second epoch opening in the same hour.
+    write_samples([reading(5.1, 50, address="twice"), reading(5.2, 20, address="twice",
+                                                               epoch="e2"),
+                   reading(5.3, 70, address="twice")], base, at(5.3))
     rows = daily_address(with_deltas(read_samples(spark, base, DAY), DAY), DAY).collect()
     got = {row["address"]: row["messages_in"] for row in rows}
     # q: 50 + 30 (epoch e2 from zero) + 0 (lower) + 50 (80 - the highest 30 of e2).
+    # mixed: 10 + 30 (e2 from zero) + 20 (120 - the highest 100 of e1).
+    # twice: 0 (unknown start) + 20 (e2 from zero) + 20 (70 - 50).
     assert got == {"q": 130, "paused": 20, "new": 15, "fresh": 25, "early": 7, "old": 0,
-                   "dip": 10}
+                   "dip": 10, "mixed": 60, "twice": 40}
 
 
 def test_a_gap_is_refused_unless_it_is_whole(tmp_path):
@@ -253,14 +264,14 @@ def test_a_cli_rerun_replaces_the_days_partitions(spark, samples, results, tmp_p
     out = tmp_path / "out"
     # What an earlier run of the day left behind: it must go, not add up.
     for name in ORDER:
-        old = {k: v for k, v in results[name][0].items() if k != "day"} | {"tenant": "ghost"}
+        old = {k: v for k, v in next(iter(results[name])).items() if k != "day"} | {"tenant": "ghost"}
         (out / name / f"day={DAY}").mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist([old]), out / name / f"day={DAY}" / "old.parquet")
     tenants = tmp_path / "tenants.txt"
     tenants.write_text("\n".join(TENANTS) + "\n")
     nightly.main(["--samples", samples[0], "--day", DAY.isoformat(), "--out", str(out),
                   "--tenants", str(tenants)])
-    written = {name: nightly.collect(spark.read.parquet(f"{out}/{name}")) for name in ORDER}
+    written = {name: collect(spark.read.parquet(f"{out}/{name}")) for name in ORDER}
     assert as_tuples(written) == as_tuples(results)
     assert spark.read.parquet(f"{out}/quota").count() == 4 * len(TENANTS)
 

@@ -1,6 +1,7 @@
 """The data-plane reads the portal and the API show, behind one interface the layer above
 registers: a space's live address counters (router and broker), its router's CA certificate,
-and its clients' connections (with their links), one of which it can close.
+its clients' connections (with their links), one of which it can close, and the state of its
+connectors to remote endpoints.
 
 `config_service` never talks to a router or a broker itself: `workers` (workers/readings.py)
 registers the implementation at start-up, and reaches each space's own router and broker through
@@ -75,6 +76,10 @@ class DataPlane(Protocol):
         """Closes one of the space's client connections (its peer sees a forced close); the
         connection as it was, or None if the space has no such connection."""
 
+    def connectors(self, space) -> list[dict]:
+        """status.connectors of a space with spec.connectors: [{name, isReady, messages}], as
+        its routers tell them now."""
+
 
 class _Unregistered:
     def address_counters(self, space) -> AddressCounters:
@@ -89,6 +94,9 @@ class _Unregistered:
 
     def close_connection(self, space, connection_id: str) -> Connection | None:
         return None
+
+    def connectors(self, space) -> list[dict]:
+        return []
 
 
 _registered: DataPlane = _Unregistered()

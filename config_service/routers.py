@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from dataplane import qdrouterd
+
 
 @dataclass(frozen=True)
 class LocalRouter:
@@ -53,3 +55,18 @@ def failover_urls(scheme: str, host: str) -> list[str]:
     list a client reconnects through when its router goes away."""
     return [f"{scheme}://{host}:{r.amqp_port if scheme == 'amqp' else r.amqps_port}"
             for r in local_routers()]
+
+
+def connectors_refusal() -> str | None:
+    """Why this installation's routers cannot carry a space's `spec.connectors`, or None. Only
+    qdrouterd on this machine (`QDROUTERD`) takes them: the embedded router's TLS profiles
+    come from its command line alone (no CA or client certificate of a connector's own), and
+    on Kubernetes the router agent cannot hand a space's router the connector's TLS files."""
+    if settings.MAAS_INFRA_BACKEND == "kubernetes":
+        return ("spec.connectors are not available on Kubernetes yet: the router agent cannot "
+                "give a space's own router the connector's TLS files")
+    if qdrouterd.binary() is None:
+        return ("spec.connectors need qdrouterd: the embedded router does not carry "
+                "connectors to remote endpoints (set QDROUTERD to a qdrouterd 1.19 build, "
+                "docs/router.md)")
+    return None

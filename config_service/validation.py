@@ -38,11 +38,11 @@ NOT_ENFORCED = {
     "minimum": "a minimum TTL cannot be enforced: the brokers keep the TTL a sender sets",
 }
 NOTHING_ASKED = {"redeliveryDelayMultiplier": (0, 1)}
-# The keys of an AddressSpace's spec that MaaS implements (endpoints: space_endpoints.py);
-# EnMasse's others (authenticationService, networkPolicy, connectors) have no effect here, and
-# routerPolicy is the operator's (plans and settings), so none of them is accepted, let alone
-# stored.
-SPACE_SPEC_KEYS = ("type", "plan", "endpoints")
+# The keys of an AddressSpace's spec that MaaS implements (endpoints: space_endpoints.py,
+# connectors: space_connectors.py); EnMasse's others (authenticationService, networkPolicy)
+# have no effect here, and routerPolicy is the operator's (plans and settings), so none of them
+# is accepted, let alone stored.
+SPACE_SPEC_KEYS = ("type", "plan", "endpoints", "connectors")
 
 # RabbitMQ: a queue or exchange name is at most 255 bytes, and `amq.` is reserved
 # (403 ACCESS_REFUSED). `.` and `..` cannot be named in the management API's URLs.

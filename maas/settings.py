@@ -459,6 +459,9 @@ MAAS_MQTT_GATEWAY_ROUTER_HOST = env("MAAS_MQTT_GATEWAY_ROUTER_HOST", "127.0.0.1"
 MAAS_MQTT_GATEWAY_ROUTER_TLS = env_bool("MAAS_MQTT_GATEWAY_ROUTER_TLS", True)
 # The address plan of the subscription addresses that keep persistent sessions' QoS 1 messages.
 MAAS_MQTT_SESSION_PLAN = env("MAAS_MQTT_SESSION_PLAN", "standard-small-subscription")
+# Where the router agent writes the TLS files of spaces' connectors to remote endpoints
+# (spec.connectors: CA, client certificate and key, mode 0600), for qdrouterd to read.
+MAAS_CONNECTOR_TLS_DIR = env("MAAS_CONNECTOR_TLS_DIR", str(BASE_DIR / "var" / "connector-tls"))
 # Where a router without the connector virtualHost extension (qdrouterd) reaches the local
 # RabbitMQ: the vhost relay (dataplane/vhost_relay/) picks the vhost from the login.
 MAAS_VHOST_RELAY_HOST = env("MAAS_VHOST_RELAY_HOST", "127.0.0.1")

@@ -128,7 +128,7 @@ def _publish(space) -> None:
         shutil.rmtree(root / host, ignore_errors=True)
     if wanted != before:
         if wanted:
-            _atomic(index, "\n".join(sorted(wanted)) + "\n", 0o644)
+            atomic_write(index, "\n".join(sorted(wanted)) + "\n", 0o644)
         else:
             index.unlink(missing_ok=True)
 
@@ -152,11 +152,12 @@ def _write(where: Path, chain: str, key: str) -> None:
     if (where / "tls.crt").exists() and (where / "tls.crt").read_text() == chain \
             and (where / "tls.key").exists() and (where / "tls.key").read_text() == key:
         return
-    _atomic(where / "tls.key", key, 0o600)
-    _atomic(where / "tls.crt", chain, 0o644)
+    atomic_write(where / "tls.key", key, 0o600)
+    atomic_write(where / "tls.crt", chain, 0o644)
 
 
-def _atomic(path: Path, text: str, mode: int) -> None:
+def atomic_write(path: Path, text: str, mode: int) -> None:
+    """`text` written whole at `path` (a temporary file renamed) with `mode`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:

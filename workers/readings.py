@@ -10,7 +10,7 @@ import requests
 from django.conf import settings
 
 from config_service.readings import AddressCounters
-from workers import certificates, connections, endpoints
+from workers import certificates, connections, connector_status, endpoints
 from workers.agents.router.certificates import ca_cert_pem
 from workers.clients.qdr import Management, RouterUnreachable, router_address
 
@@ -52,6 +52,9 @@ class WorkersReadings:
 
     def close_connection(self, space, connection_id: str):
         return connections.close(space, connection_id)
+
+    def connectors(self, space) -> list[dict]:
+        return connector_status.status(space)
 
 
 def _router_rows(router: endpoints.RouterEndpoint, vhost: str) -> dict:

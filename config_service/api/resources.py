@@ -8,7 +8,7 @@ from django.conf import settings
 
 from core.api.manifests import ADMIN_API, ENMASSE, MAAS_API, USER_API, metadata, timestamp
 
-from .. import brokers, plan_specs, readings, routers, space_endpoints
+from .. import brokers, plan_specs, readings, routers, space_connectors, space_endpoints
 from ..status import address_status, agents_needed, space_status
 
 
@@ -117,7 +117,9 @@ def address_space(space, states: dict) -> dict:
                               space.created_at, uid=str(space.uid)),
         "spec": {**space.spec, "type": space.type, "plan": space.plan,
                  **({"endpoints": space_endpoints.public(space.spec["endpoints"])}
-                    if "endpoints" in space.spec else {})},
+                    if "endpoints" in space.spec else {}),
+                 **({"connectors": space_connectors.public(space.spec["connectors"])}
+                    if "connectors" in space.spec else {})},
         "status": {
             "phase": status.phase,
             "isReady": status.is_ready,
@@ -125,6 +127,9 @@ def address_space(space, states: dict) -> dict:
             "endpointStatuses": endpoints(space, ca),
             "planStatus": space.plan_status,
             **({"caCert": base64.b64encode(ca.encode()).decode()} if ca else {}),
+            # Read from the routers now, only for a space that has connectors.
+            **({"connectors": readings.get().connectors(space)}
+               if space_connectors.of(space.spec) and not space.terminating else {}),
         },
     }
 

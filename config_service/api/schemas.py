@@ -148,15 +148,73 @@ class EndpointSpec(Described):
     expose = EndpointExpose(required=False)
 
 
+class SecretValue(Described):
+    """EnMasse's StringOrSecretSelector: the value itself (valueFromSecret is refused)."""
+
+    value = s.CharField()
+
+
+class WriteOnlySecretValue(Described):
+    value = s.CharField(write_only=True)
+
+
+class ConnectorEndpointHost(Described):
+    host = s.CharField(help_text="A DNS name or an IP address.")
+    port = s.IntegerField(required=False, min_value=1, max_value=65535,
+                          help_text="Default 5672.")
+
+
+class ConnectorTls(Described):
+    caCert = SecretValue(required=False,
+                         help_text="PEM (or base64 of PEM) of the CAs the remote endpoint's "
+                                   "certificate must chain to; default the system's.")
+    clientCert = SecretValue(required=False, help_text="PEM chain presented to the remote.")
+    clientKey = WriteOnlySecretValue(required=False,
+                                     help_text="Unencrypted PEM key of clientCert. Write-only, "
+                                               "stored encrypted; left out of a PUT, the "
+                                               "stored key stays.")
+
+
+class ConnectorCredentials(Described):
+    username = SecretValue()
+    password = WriteOnlySecretValue(required=False,
+                                    help_text="Write-only, stored encrypted; left out of a "
+                                              "PUT, the stored password stays.")
+
+
+class ConnectorAddress(Described):
+    name = s.CharField(help_text="A DNS label, unique in the connector.")
+    pattern = s.CharField(help_text="Remote addresses clients reach as "
+                                    "<connector>/<address>: '/' or '.' between tokens, '*' "
+                                    "one token, '#' any number.")
+
+
+class ConnectorSpec(Described):
+    name = s.CharField(help_text="Letters and digits, unique in the space.")
+    endpointHosts = ConnectorEndpointHost(many=True, help_text="Tried in order.")
+    tls = ConnectorTls(required=False, help_text="TLS to the remote, its host name checked.")
+    credentials = ConnectorCredentials(required=False,
+                                       help_text="SASL PLAIN; without, EXTERNAL with a client "
+                                                 "certificate, else ANONYMOUS.")
+    addresses = ConnectorAddress(many=True)
+    idleTimeout = s.IntegerField(required=False, min_value=0, max_value=3600,
+                                 help_text="Seconds.")
+    maxFrameSize = s.IntegerField(required=False, min_value=512, help_text="Bytes.")
+    role = s.ChoiceField(choices=["route-container"], required=False)
+
+
 class AddressSpaceSpec(Described):
-    """MaaS implements type, plan and endpoints; other keys of an EnMasse spec are refused
-    (400), and a space stored before that shows the ones it was given."""
+    """MaaS implements type, plan, endpoints and connectors; other keys of an EnMasse spec are
+    refused (400), and a space stored before that shows the ones it was given."""
 
     type = s.ChoiceField(choices=ADDRESS_SPACE_TYPES)
     plan = s.CharField(help_text="An AddressSpacePlan of that type.")
     endpoints = EndpointSpec(many=True, required=False,
                              help_text="Host names and certificates per protocol "
                                        "(docs/api.md, \"Endpoints\").")
+    connectors = ConnectorSpec(many=True, required=False,
+                               help_text="Remote AMQP endpoints, standard spaces on qdrouterd "
+                                         "(docs/api.md, \"Connectors\").")
 
 
 class ServicePort(Described):
@@ -190,6 +248,14 @@ class AddressSpacePlanStatus(Described):
     resourceLimits = ResourceLimits()
 
 
+class ConnectorStatus(Described):
+    name = s.CharField()
+    isReady = s.BooleanField()
+    messages = s.ListField(child=s.CharField(),
+                           help_text="Why not ready: unreachable, authentication refused, TLS "
+                                     "failure, not yet configured.")
+
+
 class AddressSpaceStatus(Described):
     phase = s.ChoiceField(choices=PHASES)
     isReady = s.BooleanField()
@@ -199,6 +265,9 @@ class AddressSpaceStatus(Described):
     caCert = s.CharField(required=False,
                          help_text="Spaces with TLS (AMQPS, MQTTS): the CA certificate of their "
                                    "endpoints, base64 PEM.")
+    connectors = ConnectorStatus(many=True, required=False,
+                                 help_text="Spaces with spec.connectors: each as its routers "
+                                           "tell it now.")
 
 
 class AddressSpace(Described):
@@ -223,6 +292,7 @@ class AddressSpaceUpdateSpec(Described):
                          help_text="Cannot change; refused unless the current one.")
     plan = s.CharField(required=False, help_text="Required by PUT.")
     endpoints = EndpointSpec(many=True, required=False)
+    connectors = ConnectorSpec(many=True, required=False)
 
 
 class AddressSpaceUpdate(Described):

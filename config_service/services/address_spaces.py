@@ -11,7 +11,7 @@ from eventlog import fanout, log
 from eventlog.models import EventStream
 from tenants.models import AddressSpacePlan, Tenant
 
-from .. import brokers, scheduling, space_endpoints, validation
+from .. import brokers, routers, scheduling, space_connectors, space_endpoints, validation
 from ..models import AddressSpace
 from .common import (
     append_event,
@@ -45,6 +45,7 @@ def create_address_space(*, ctx: Context, tenant: Tenant, name, type, plan, spec
                       "(MAAS_ROUTER_ENABLED=false): create a brokered one", "spec.type")
     validation.space_spec(spec or {})
     spec = _with_endpoints(dict(spec or {}), name, tenant)
+    spec = _with_connectors(spec, type)
     plan_obj = _space_plan(plan, type)
     # Serialises quota checks, and waits for (then refuses) a deletion of the tenant.
     locked = Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
@@ -85,6 +86,8 @@ def change_address_space_plan(*, ctx: Context, space: AddressSpace, plan, expect
                            if k not in space.spec or space.spec[k] != v})
     if new_spec.get("endpoints") != space.spec.get("endpoints"):
         new_spec = _with_endpoints(new_spec, space.name, space.tenant, space)
+    if new_spec.get("connectors") != space.spec.get("connectors"):
+        new_spec = _with_connectors(new_spec, space.type, space)
     plan_obj = _space_plan(plan, space.type)
     plan_changed = plan_obj.name != space.plan
     if not plan_changed and new_spec == space.spec:
@@ -123,6 +126,24 @@ def _with_endpoints(spec: dict, name: str, tenant: Tenant, space=None) -> dict:
             raise Invalid(f"spec.endpoints[{i}].expose.routeHost {host!r} is taken by another "
                           "address space", f"spec.endpoints[{i}].expose.routeHost")
     return {**spec, "endpoints": endpoints}
+
+
+def _with_connectors(spec: dict, space_type: str, space=None) -> dict:
+    """`spec` with its connectors normalised (space_connectors.py), where the routers carry
+    them: a standard space's, on qdrouterd."""
+    if "connectors" not in spec:
+        return spec
+    if spec["connectors"]:  # none asked (an empty list) is never refused
+        if space_type != "standard":
+            raise Invalid("spec.connectors are for standard address spaces: their router "
+                          "connects to the remote endpoints (a brokered space has none)",
+                          "spec.connectors")
+        refusal = routers.connectors_refusal()
+        if refusal:
+            raise Invalid(refusal, "spec.connectors")
+    previous = space.spec.get("connectors") if space is not None else None
+    return {**spec, "connectors": space_connectors.validate(spec["connectors"],
+                                                            previous=previous)}
 
 
 @transaction.atomic

@@ -132,7 +132,7 @@ def embedded_engine():
     ledger.attach("t.s/a", 0, False)
     return SimpleNamespace(
         store=E.EntityStore(), counts=counts, fwd=SimpleNamespace(nodes={}), links={},
-        ledger=ledger, listeners=[],
+        ledger=ledger, listeners=[], client_profiles={"broker": "ca.pem"},
         loop=SimpleNamespace(conns=[]), started=time.monotonic(),
         broker=SimpleNamespace(connector_created=noop, connector_deleted=noop,
                                autolink_created=noop, autolink_deleted=noop))
@@ -186,13 +186,17 @@ def test_the_embedded_operations_match_its_management_node():
 # What the agent emits ------------------------------------------------------------------------
 
 @pytest.mark.django_db
-def test_every_attribute_the_agent_emits_has_a_row(tenant):
+def test_every_attribute_the_agent_emits_has_a_row(tenant, settings, tmp_path):
     from config_service import services
     from config_service.models import Address, MessagingUser
     from tests.conftest import CTX, b64
+    from tests.connectors import connectors_spec
+
+    settings.MAAS_CONNECTOR_TLS_DIR = str(tmp_path)
 
     space = services.create_address_space(ctx=CTX, tenant=tenant, name="compat",
                                           type="standard", plan="standard-medium")
+    space.spec = connectors_spec()  # spec.connectors, as only qdrouterd takes them
     for address, type_, plan, extra in (
             ("a", "anycast", "standard-small-anycast", {}),
             ("m", "multicast", "standard-small-multicast", {}),

@@ -1,6 +1,7 @@
 """Fixtures of the agent tests: one router process per module, and the settings that point the
 router agent at it. Modules that set `BOTH_ROUTERS = True` run against the embedded router and
-against qdrouterd 1.19 (where `QDROUTERD` names a build; skipped with the reason elsewhere)."""
+against qdrouterd 1.19 (where `QDROUTERD` names a build; skipped with the reason elsewhere), those
+that set `ONLY_QDROUTERD = True` against qdrouterd alone."""
 import pytest
 
 from dataplane import qdrouterd
@@ -17,8 +18,10 @@ ROUTER_KINDS = ["embedded", pytest.param("qdrouterd", marks=pytest.mark.slow)]
 def pytest_generate_tests(metafunc):
     if "router_kind" in metafunc.fixturenames:
         both = getattr(metafunc.module, "BOTH_ROUTERS", False)
-        metafunc.parametrize("router_kind", ROUTER_KINDS if both else ["embedded"],
-                             scope="module")
+        # A module of what only qdrouterd carries (spec.connectors) sets ONLY_QDROUTERD.
+        kinds = (ROUTER_KINDS[1:] if getattr(metafunc.module, "ONLY_QDROUTERD", False)
+                 else ROUTER_KINDS if both else ["embedded"])
+        metafunc.parametrize("router_kind", kinds, scope="module")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pytest
 from config_service import services
 from config_service.models import AddressSpace
 from tests.conftest import CTX
+from tests.connectors import connectors_spec
 from tests.workers.conftest import sync
 from tests.workers.test_standard_space_e2e import add, phases, user
 from workers.agents.router import desired as rc
@@ -167,7 +168,7 @@ def test_tables_the_touch_record_cannot_vouch_for_are_not_used(mgmt, router, spa
     assert set(phases(a).values()) == {"Active"}
 
 
-def test_the_kept_attributes_are_every_one_a_diff_compares(tenant):
+def test_the_kept_attributes_are_every_one_a_diff_compares(tenant, settings, tmp_path):
     """tables.py keeps only rc.ATTRIBUTES of each row: one that desired_entities writes and
     it did not keep would read as a difference and have its entity made again."""
     s = services.create_address_space(ctx=CTX, tenant=tenant, name=f"k{uuid.uuid4().hex[:5]}",
@@ -180,6 +181,8 @@ def test_the_kept_attributes_are_every_one_a_diff_compares(tenant):
     services.create_address(ctx=CTX, space=s, address="news-sub", type="subscription",
                             plan="standard-small-subscription", topic="news")
     user(s, "app")
+    settings.MAAS_CONNECTOR_TLS_DIR = str(tmp_path)
+    s.spec = connectors_spec()  # spec.connectors, as only qdrouterd takes them
     addresses = list(s.addresses.filter(scheduled=True)) or list(s.addresses.all())
     login = rc.BrokerLogin("127.0.0.1", 5672, "router@x", "secret")
     written: dict = {}

@@ -16,7 +16,7 @@ from config_service.models import Address, AddressSpace
 from config_service.status import ROUTER_ONLY_TYPES
 from workers import certificates, credentials, endpoints
 from workers.agents import statements
-from workers.agents.router import applied, pool, tables, touched
+from workers.agents.router import applied, connectors, pool, tables, touched
 from workers.agents.router import desired as rc
 from workers.agents.router.pool import (  # noqa: F401 - this module's interface too
     POOL_IDLE_SECONDS,
@@ -173,8 +173,9 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
 
 
 def _policy_keys(desired: dict) -> list:
-    """The keys of the space's vhost policy and broker connector in `desired`."""
-    return [key for key in desired if key[0] in (rc.VHOST, rc.CONNECTOR)]
+    """The keys of the space-wide entities in `desired`: its vhost policy, its connectors
+    (broker, mesh, remote) and the remote connectors' TLS profiles and link routes."""
+    return [key for key in desired if rc.is_space_wide(key)]
 
 
 def _timed(mgmt: Management, work) -> Report:
@@ -338,6 +339,9 @@ class RouterAgent(Agent):
             while time.monotonic() < deadline and self._inactive(actual):
                 time.sleep(0.05)
                 self._reread_status(mgmt, actual, prefix)
+            # The TLS files of connectors the router no longer has (a secret changed).
+            connectors.forget_files(space.vhost, {key[1] for key in desired
+                                                  if key[0] == rc.SSL_PROFILE})
             policy = {key: desired[key] for key in _policy_keys(desired)}
             if all(key in actual and key not in refused
                    and not rc.differs(policy[key], actual[key]) for key in policy):
@@ -443,7 +447,7 @@ class RouterAgent(Agent):
             elif inactive & set(keys):
                 errors[name] = {"message": "Router autoLink to the broker is not active",
                                 "permanent": False}
-        space_keys = [k for k in desired if k[0] in (rc.VHOST, rc.CONNECTOR)]
+        space_keys = [k for k in desired if rc.is_space_wide(k)]
         said = [_refusal(k, refused[k]) for k in space_keys if k in refused]
         space_missing = [k for k in space_keys if k in missing]
         space_error = ("; ".join(said) if said
@@ -464,6 +468,7 @@ class RouterAgent(Agent):
             # already is answered 404, which is what was wanted); else the space's own QUERY.
             applied.forget(mgmt, prefix)
             apply(mgmt, {}, prefix, tables.owned(mgmt, prefix))
+            connectors.forget_files(space.vhost)
         except RouterUnreachable as exc:
             broken = True
             raise TransientError(str(exc), soon=True) from exc

@@ -15,6 +15,7 @@ from django.conf import settings
 from config_service import space_endpoints
 from config_service.validation import TOPIC_FANOUT_PREFIX
 from config_service.wire import amqp_queue
+from workers.agents.router import connectors as remote
 
 ADDRESS = "org.apache.qpid.dispatch.router.config.address"
 AUTO_LINK = "org.apache.qpid.dispatch.router.config.autoLink"
@@ -22,6 +23,7 @@ LINK_ROUTE = "org.apache.qpid.dispatch.router.config.linkRoute"
 CONNECTOR = "org.apache.qpid.dispatch.connector"
 LISTENER = "org.apache.qpid.dispatch.listener"
 VHOST = "org.apache.qpid.dispatch.vhost"
+SSL_PROFILE = remote.SSL_PROFILE  # a remote connector's TLS (spec.connectors)
 ROUTER_ADDRESS = "org.apache.qpid.dispatch.router.address"
 # The container of the usage holds: it never connects, so their autoLinks never attach.
 USAGE_HOLD_CONTAINER = "maas-usage-hold"
@@ -29,7 +31,7 @@ USAGE_HOLD_CONTAINER = "maas-usage-hold"
 # Applied in this order, deleted in the reverse order (links before what they refer to).
 # Messaging users are no entity: every router relays SASL to the auth service, which reads them
 # from the database (dataplane/authservice); the vhost policy names them `user@vhost`.
-ENTITY_TYPES = (VHOST, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
+ENTITY_TYPES = (VHOST, SSL_PROFILE, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
 # Every attribute `desired_entities` writes, and the autoLinks' status: what a diff compares,
 # all a whole read of a shared router keeps (tables.py). A key missing here would read as a
@@ -37,8 +39,10 @@ WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
 ATTRIBUTES = {
     VHOST: frozenset({"hostname", "groups", "aliases", "maxConnections",
                       "maxConnectionsPerUser", "maxConnectionsPerHost"}),
+    SSL_PROFILE: frozenset({"caCertFile", "certFile", "privateKeyFile"}),
     CONNECTOR: frozenset({"host", "port", "role", "saslUsername", "virtualHost",
-                          "sslProfile", "saslMechanisms", "verifyHostname"}),
+                          "sslProfile", "saslMechanisms", "verifyHostname",
+                          "idleTimeoutSeconds", "maxFrameSize"}),
     ADDRESS: frozenset({"prefix", "distribution", "waypoint"}),
     AUTO_LINK: frozenset({"address", "direction", "phase", "containerId", "connection",
                           "externalAddress", "operStatus"}),
@@ -186,6 +190,9 @@ def desired_entities(space, addresses, users, broker: "BrokerLogin | tuple[Broke
                                          "maxConnectionsPerHost")
            if policy.get(k)})  # 0: no such limit
 
+    # The space's connectors to remote endpoints (spec.connectors): space-wide, as the policy.
+    out.update(remote.desired(vhost, prefix, space.spec, LINK_ROUTE, CONNECTOR))
+
     logins = (broker,) if isinstance(broker, BrokerLogin) else tuple(broker)
     connectors = {login.cluster: connector_name(login, i) for i, login in enumerate(logins)}
     stored = [a for a in addresses if a.type in ("queue", "topic", "subscription", "deadletter")]
@@ -259,6 +266,12 @@ def desired_entities(space, addresses, users, broker: "BrokerLogin | tuple[Broke
                 add(AUTO_LINK, f"autolink:{queue}:in{suffix}", a, address=f"{vhost}/{queue}",
                     direction="in", connection=connection, externalAddress=amqp_queue(queue))
     return out, by_address
+
+
+def is_space_wide(key: tuple) -> bool:
+    """Whether an entity is the space's own rather than an address's: its vhost policy, its
+    broker and mesh connectors, and everything of its remote connectors (spec.connectors)."""
+    return key[0] in (VHOST, CONNECTOR) or remote.connector_of(key[1]) is not None
 
 
 def connector_name(login: BrokerLogin, index: int) -> str:

@@ -1,0 +1,333 @@
+"""A standard space's connectors to remote AMQP endpoints (spec.connectors) on qdrouterd 1.19,
+end to end with real servers as the remote site: a second qdrouterd and this machine's RabbitMQ
+(its AMQP 1.0 listener, a user made for the module and deleted after it). A client of the space
+reaches `<connector>/<address>` both ways, with the space's rights applied; a wrong password and
+an untrusted certificate show in status.connectors; another space cannot use the connector."""
+import json
+import subprocess
+import tempfile
+import threading
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import requests
+from proton import Delivery, Message, Timeout
+from proton.utils import BlockingConnection, SendException
+
+from config_service import services
+from config_service.models import AddressSpace
+from core.amqp import open_receiver, open_sender
+from dataplane import qdrouterd
+from tests.conftest import CTX, b64, client_for, wait_for
+from tests.router.conftest import free_port, terminate, wait_port
+from tests.workers.conftest import sync
+
+ONLY_QDROUTERD = True  # tests/workers/conftest.py: the embedded router does not carry them
+PASSWORD = "app-password"
+# This machine's RabbitMQ (not the suite's node): the remote a tenant already runs.
+RABBIT_AMQP, RABBIT_AMQPS = 5672, 5671
+RABBIT_API, RABBIT_ADMIN = "http://127.0.0.1:15672/api", ("guest", "guest")
+
+
+class RemoteRouter:
+    """A second qdrouterd, the remote site: anonymous clients, every address anycast."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="qdrouterd-remote-"))
+        config = [["router", {"id": "remote-site", "mode": "standalone"}],
+                  ["listener", {"host": "127.0.0.1", "port": str(self.port), "role": "normal",
+                                "authenticatePeer": False, "saslMechanisms": "ANONYMOUS"}]]
+        path = self.dir / "qdrouterd.json"
+        path.write_text(json.dumps(config))
+        with open(self.dir / "qdrouterd.log", "ab") as log:
+            self.proc = subprocess.Popen(qdrouterd.command(path), stdout=log, stderr=log)
+        wait_port(self.port, process=self.proc)
+
+    def connect(self) -> BlockingConnection:
+        return BlockingConnection(f"amqp://127.0.0.1:{self.port}", timeout=5)
+
+    def stop(self) -> None:
+        terminate(self.proc)
+
+
+@pytest.fixture(scope="module")
+def remote(router):
+    site = RemoteRouter()
+    yield site
+    site.stop()
+
+
+class RabbitUser:
+    """A user of this machine's RabbitMQ for the module, allowed only queues `conn-<id>.*` of
+    vhost `/`: qdrouterd's connector sends its host as the AMQP open hostname, so it reaches
+    RabbitMQ's default vhost (docs/router.md)."""
+
+    def __init__(self):
+        self.tag = uuid.uuid4().hex[:8]
+        self.name, self.password = f"maas-conn-{self.tag}", uuid.uuid4().hex
+        self.queues = f"conn-{self.tag}."  # a token of its own: patterns match tokens
+        self._api("put", f"/users/{self.name}", {"password": self.password, "tags": ""})
+        pattern = f"^conn-{self.tag}\\..*$"
+        self._api("put", f"/permissions/%2F/{self.name}",
+                  {"configure": pattern, "read": pattern,
+                   "write": f"^(conn-{self.tag}\\..*|amq\\.default)$"})
+
+    @staticmethod
+    def _api(method: str, path: str, body=None):
+        response = requests.request(method, RABBIT_API + path, json=body, auth=RABBIT_ADMIN,
+                                    timeout=10)
+        response.raise_for_status()
+        return response
+
+    def connect(self) -> BlockingConnection:
+        return BlockingConnection(f"amqp://127.0.0.1:{RABBIT_AMQP}", user=self.name,
+                                  password=self.password, allowed_mechs="PLAIN",
+                                  allow_insecure_mechs=True, timeout=5)
+
+    def delete(self) -> None:
+        for queue in self._api("get", "/queues/%2F?columns=name").json():
+            if queue["name"].startswith(self.queues):
+                self._api("delete", f"/queues/%2F/{quote(queue['name'], safe='')}")
+        self._api("delete", f"/users/{self.name}")
+
+
+@pytest.fixture(scope="module")
+def rabbit(router):
+    user = RabbitUser()
+    yield user
+    user.delete()
+    # The node ends as it began: vhost `/` and the user guest alone, as far as this module goes.
+    users = {u["name"] for u in requests.get(f"{RABBIT_API}/users", auth=RABBIT_ADMIN,
+                                             timeout=10).json()}
+    assert user.name not in users
+
+
+@pytest.fixture(autouse=True)
+def _owner(tenant, owner):
+    tenant.owner_user = owner  # who reads the status through the API
+
+
+@pytest.fixture(autouse=True)
+def tls_dir(settings, tmp_path):
+    settings.MAAS_CONNECTOR_TLS_DIR = str(tmp_path / "connector-tls")
+    return Path(settings.MAAS_CONNECTOR_TLS_DIR)
+
+
+def space_with(tenant, connectors: list, name: str | None = None):
+    return services.create_address_space(
+        ctx=CTX, tenant=tenant, name=name or f"c{uuid.uuid4().hex[:6]}", type="standard",
+        plan="standard-medium", spec={"connectors": connectors})
+
+
+@pytest.fixture
+def spaces():
+    made = []
+    yield made
+    for space in made:
+        if AddressSpace.objects.filter(uid=space.uid, terminating=False).exists():
+            services.delete_address_space(ctx=CTX, space=space)
+            sync(space)
+
+
+def user(space, username="app", addresses=("*",)):
+    return services.create_messaging_user(
+        ctx=CTX, space=space, username=username,
+        authentication={"type": "password", "password": b64(PASSWORD)},
+        authorization=[{"addresses": list(addresses), "operations": ["send", "recv"]}])
+
+
+def connect(router, space, username="app", password=PASSWORD) -> BlockingConnection:
+    return BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
+                              user=f"{username}@{space.vhost}", password=password,
+                              allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5,
+                              virtual_host=space.vhost)
+
+
+def status_connectors(tenant, space) -> list:
+    response = client_for(tenant.owner_user).get(
+        f"/api/v1/tenants/{tenant.slug}/addressspaces/{space.name}/")
+    assert response.status_code == 200, response.content
+    return response.json()["status"]["connectors"]
+
+
+def ready(tenant, space) -> bool:
+    return all(c["isReady"] for c in status_connectors(tenant, space))
+
+
+def to_remote_router(remote) -> dict:
+    return {"name": "site", "endpointHosts": [{"host": "127.0.0.1", "port": remote.port}],
+            "addresses": [{"name": "orders", "pattern": "orders/*"}]}
+
+
+def to_rabbit(rabbit, password=None, name="rabbit") -> dict:
+    return {"name": name, "endpointHosts": [{"host": "127.0.0.1", "port": RABBIT_AMQP}],
+            "credentials": {"username": {"value": rabbit.name},
+                            "password": {"value": password or rabbit.password}},
+            "addresses": [{"name": "queues", "pattern": f"{rabbit.queues}*"}]}  # conn-<id>.*
+
+
+def ready_space(tenant, spaces, connector: dict, *usernames: str):
+    """A space with `connector` and messaging users of every address, applied, its connector
+    ready."""
+    space = space_with(tenant, [connector])
+    spaces.append(space)
+    for username in usernames:
+        user(space, username)
+    sync(space)
+    wait_for(lambda: ready(tenant, space), 15, what=f"connector {connector['name']} ready")
+    return space
+
+
+def test_a_client_reaches_a_remote_routers_address_both_ways(router, remote, tenant, spaces):
+    space = ready_space(tenant, spaces, to_remote_router(remote), "app")
+    assert status_connectors(tenant, space) == [{"name": "site", "isReady": True,
+                                                 "messages": []}]
+    here, there = connect(router, space), remote.connect()
+    try:
+        # Out: a sender of the space to site/orders/eu, a receiver at the remote router.
+        at_remote = there.create_receiver("orders/eu", credit=10)
+        with sending(open_sender(here, "site/orders/eu"), "to the remote", there):
+            assert at_remote.receive(5).body == "to the remote"
+            at_remote.accept()
+        # In: a receiver of the space on site/orders/us, a sender at the remote router.
+        receiver = open_receiver(here, "site/orders/us", credit=10)  # routed when it returns
+        with sending(there.create_sender("orders/us"), "from the remote", here):
+            assert receiver.receive(5).body == "from the remote"
+            receiver.accept()
+    finally:
+        here.close()
+        there.close()
+
+
+@contextmanager
+def sending(sender, body, receiving: BlockingConnection):
+    """Sends `body` unsettled in a thread while the block receives it on `receiving`: the
+    remote router settles it only once its receiver accepted it, which a send in this thread
+    would wait for; `receiving` is driven meanwhile, so the acceptance goes out."""
+    done: list = []
+
+    def send():
+        try:
+            done.append(sender.send(Message(body=body)))
+        except Exception as exc:  # noqa: BLE001 - said by the assertion below
+            done.append(exc)
+    thread = threading.Thread(target=send)
+    thread.start()
+    try:
+        yield
+    finally:
+        receiving.wait(lambda: bool(done), timeout=10, msg="the sender's outcome")
+        thread.join(5)
+    assert getattr(done[0], "remote_state", done[0]) == Delivery.ACCEPTED
+
+
+def test_a_client_reaches_a_rabbitmq_queue_both_ways(router, rabbit, tenant, spaces):
+    space = ready_space(tenant, spaces, to_rabbit(rabbit), "app")
+    queue = f"{rabbit.queues}orders"
+    here = connect(router, space)
+    try:
+        # A bare name is RabbitMQ's queue, declared at attach (3.10, DATAPLANE.md).
+        open_sender(here, f"rabbit/{queue}").send(Message(body="to rabbit"))
+        at_rabbit = rabbit.connect()
+        try:
+            receiver = at_rabbit.create_receiver(queue, credit=10)
+            assert receiver.receive(5).body == "to rabbit"
+            receiver.accept()
+            at_rabbit.create_sender(queue).send(Message(body="from rabbit"))
+        finally:
+            at_rabbit.close()
+        receiver = open_receiver(here, f"rabbit/{queue}", credit=10)
+        assert receiver.receive(5).body == "from rabbit"
+        receiver.accept()
+    finally:
+        here.close()
+
+
+def test_the_spaces_rights_apply_to_connector_addresses(router, remote, tenant, spaces):
+    space = space_with(tenant, [to_remote_router(remote)])
+    spaces.append(space)
+    user(space, "narrow", addresses=["orders"])  # no rule for site/...
+    user(space, "wide", addresses=["site/*"])
+    sync(space)
+    wait_for(lambda: ready(tenant, space), 15, what="the connector to be ready")
+    conn = connect(router, space, "narrow")
+    try:
+        with pytest.raises(SendException, match="unauthorized-access"):
+            open_sender(conn, "site/orders/eu").send(Message(body="x"), timeout=5)
+    except Exception as exc:  # a detach before the send: the attach was refused
+        assert "unauthorized" in str(exc)
+    finally:
+        conn.close()
+    there, conn = remote.connect(), connect(router, space, "wide")
+    try:
+        at_remote = there.create_receiver("orders/eu", credit=10)
+        with sending(open_sender(conn, "site/orders/eu"), "allowed", there):
+            assert at_remote.receive(5).body == "allowed"
+            at_remote.accept()
+    finally:
+        conn.close()
+        there.close()
+
+
+def test_another_space_cannot_use_the_connector(router, remote, tenant, spaces):
+    space = space_with(tenant, [to_remote_router(remote)])
+    other = space_with(tenant, [])
+    spaces.extend([space, other])
+    user(space)
+    user(other, "outsider")
+    sync(space)
+    sync(other)
+    wait_for(lambda: ready(tenant, space), 15, what="the connector to be ready")
+    # Into the space's vhost with another space's login: refused at open.
+    # qdrouterd's policy: no group of the space's vhost names that login.
+    with pytest.raises(Exception, match="connection disallowed by local policy"):
+        BlockingConnection(f"amqp://127.0.0.1:{router.amqp_port}",
+                           user=f"outsider@{other.vhost}", password=PASSWORD,
+                           allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5,
+                           virtual_host=space.vhost)
+    # In its own space `site/...` is nothing: no route to the remote, so no credit.
+    there, conn = remote.connect(), connect(router, other, "outsider")
+    try:
+        at_remote = there.create_receiver("orders/eu", credit=10)
+        sender = conn.create_sender("site/orders/eu")
+        with pytest.raises((Timeout, SendException)):
+            sender.send(Message(body="not for you"), timeout=2)
+        with pytest.raises(Timeout):
+            at_remote.receive(1)
+    finally:
+        conn.close()
+        there.close()
+
+
+def test_a_wrong_password_shows_in_status(router, rabbit, tenant, spaces):
+    space = space_with(tenant, [to_rabbit(rabbit, password="wrong-password")])
+    spaces.append(space)
+    sync(space)
+
+    def refused():
+        [connector] = status_connectors(tenant, space)
+        return not connector["isReady"] and any(
+            m.startswith("Authentication refused by 127.0.0.1:5672") for m in
+            connector["messages"]) and connector
+    said = wait_for(refused, 20, what="the refused login in status")
+    assert said["name"] == "rabbit"
+
+
+def test_an_untrusted_certificate_shows_in_status(router, tenant, spaces):
+    # RabbitMQ's TLS listener has a certificate of the internal CA, which this connector does
+    # not trust (the system's CAs).
+    bad = {"name": "tls", "endpointHosts": [{"host": "127.0.0.1", "port": RABBIT_AMQPS}],
+           "tls": {}, "addresses": [{"name": "all", "pattern": "#"}]}
+    space = space_with(tenant, [bad])
+    spaces.append(space)
+    sync(space)
+
+    def failed():
+        [connector] = status_connectors(tenant, space)
+        return not connector["isReady"] and any(
+            m.startswith("TLS failure with 127.0.0.1:5671") for m in connector["messages"])
+    wait_for(failed, 20, what="the TLS failure in status")

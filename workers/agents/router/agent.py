@@ -79,6 +79,7 @@ def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
     # every space's, filtered here: on Kubernetes each space has its own router anyway).
     wanted: dict = {etype: {"name"} for etype in rc.ENTITY_TYPES}
     wanted[rc.AUTO_LINK].add("operStatus")
+    wanted[rc.CONNECTOR].add("connectionStatus")  # which host a remote connector's links use
     for (etype, _), attributes in desired.items():
         wanted[etype].update(k for k in attributes if k not in rc.WRITE_ONLY)
     actual = {}
@@ -113,6 +114,8 @@ def apply(mgmt: Management, desired: dict, prefix: str, actual: dict | None = No
     answered."""
     if actual is None:
         actual = _owned(mgmt, prefix, desired)
+    # A remote connector's links go to the first of its hosts that is connected now.
+    connectors.route_to_connected(desired, actual, rc.LINK_ROUTE, rc.CONNECTOR)
     stale = [k for k in actual if k not in desired]
     changed = [k for k in desired if k in actual and rc.differs(desired[k], actual[k])]
     order = {t: i for i, t in enumerate(rc.ENTITY_TYPES)}

@@ -56,13 +56,24 @@ def tls_dir(vhost: str) -> Path:
     return Path(settings.MAAS_CONNECTOR_TLS_DIR) / vhost
 
 
+def host_names(name: str, connector: dict) -> list[str]:
+    """The names of its connectors, one per endpoint host in order: `name` for the first,
+    `name:host<i>` for each other."""
+    return [name if i == 0 else f"{name}:host{i}"
+            for i in range(len(connector["endpointHosts"]))]
+
+
 def desired(vhost: str, prefix: str, spec: dict, link_route: str, connector_type: str) -> dict:
-    """{(entity type, name): attributes} of the space's connectors; writes their TLS files."""
+    """{(entity type, name): attributes} of the space's connectors; writes their TLS files.
+    Every endpoint host has a connector of its own, each connecting on its own: qdrouterd 1.19
+    takes no failover hosts by management, and a connector is never replaced because its host
+    does not answer (deleting one whose TLS attempt then fails crashed qdrouterd 1.19,
+    docs/deploy.md). The link routes go to the first host's until `route_to_connected` moves
+    them."""
     out: dict = {}
     for connector in space_connectors.of(spec):
         name = entity_name(prefix, connector)
-        host = connector["endpointHosts"][0]
-        attrs = {"host": host["host"], "port": str(host["port"]), "role": "route-container"}
+        attrs = {"role": "route-container"}
         credentials = connector.get("credentials")
         tls = connector.get("tls")
         if credentials:
@@ -82,7 +93,10 @@ def desired(vhost: str, prefix: str, spec: dict, link_route: str, connector_type
             attrs["idleTimeoutSeconds"] = connector["idleTimeout"]
         if connector.get("maxFrameSize") is not None:
             attrs["maxFrameSize"] = connector["maxFrameSize"]
-        out[(connector_type, name)] = attrs
+        for host, host_name in zip(connector["endpointHosts"], host_names(name, connector),
+                                   strict=True):
+            out[(connector_type, host_name)] = {"host": host["host"], "port": str(host["port"]),
+                                                **attrs}
         for address in connector["addresses"]:
             for direction in ("in", "out"):
                 out[(link_route, f"{name}:{address['name']}:{direction}")] = {
@@ -90,6 +104,28 @@ def desired(vhost: str, prefix: str, spec: dict, link_route: str, connector_type
                     "direction": direction, "connection": name,
                     "delExternalPrefix": f"{vhost}/{connector['name']}/"}
     return out
+
+
+CONNECTED = "SUCCESS"  # qdrouterd's connectionStatus of a connector whose connection is open
+
+
+def route_to_connected(desired: dict, actual: dict, link_route: str,
+                       connector_type: str) -> None:
+    """Points each remote connector's link routes at the first of its hosts whose connector
+    the router reports connected (`actual`, as read): endpointHosts tried in order. While none
+    is, or before any was read, they stay on the first host's. Changes `desired` in place."""
+    for (etype, name), attrs in desired.items():
+        if etype != link_route or connector_of(name) is None:
+            continue
+        first = name.rsplit(":", 2)[0]  # `<connector>:<address>:<direction>`: the first host's
+        hosts = [first] + sorted(
+            (key[1] for key in desired
+             if key[0] == connector_type and key[1].startswith(f"{first}:host")),
+            key=lambda n: int(n.rsplit("host", 1)[1]))
+        attrs["connection"] = next(
+            (host for host in hosts
+             if (actual.get((connector_type, host)) or {}).get("connectionStatus") == CONNECTED),
+            first)
 
 
 def _ssl_profile(vhost: str, connector: dict, name: str) -> dict:

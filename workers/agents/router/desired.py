@@ -33,7 +33,7 @@ USAGE_HOLD_CONTAINER = "maas-usage-hold"
 # from the database (dataplane/authservice); the vhost policy names them `user@vhost`.
 ENTITY_TYPES = (VHOST, SSL_PROFILE, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
-# Every attribute `desired_entities` writes, and the autoLinks' status: what a diff compares,
+# Every attribute `desired_entities` writes, and the autoLinks' and connectors' status: what a diff compares,
 # all a whole read of a shared router keeps (tables.py). A key missing here would read as a
 # difference and have its entity made again (tests/workers/test_router_tables.py).
 ATTRIBUTES = {
@@ -42,7 +42,7 @@ ATTRIBUTES = {
     SSL_PROFILE: frozenset({"caCertFile", "certFile", "privateKeyFile"}),
     CONNECTOR: frozenset({"host", "port", "role", "saslUsername", "virtualHost",
                           "sslProfile", "saslMechanisms", "verifyHostname",
-                          "idleTimeoutSeconds", "maxFrameSize"}),
+                          "idleTimeoutSeconds", "maxFrameSize", "connectionStatus"}),
     ADDRESS: frozenset({"prefix", "distribution", "waypoint"}),
     AUTO_LINK: frozenset({"address", "direction", "phase", "containerId", "connection",
                           "externalAddress", "operStatus"}),

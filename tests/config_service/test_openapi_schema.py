@@ -16,6 +16,7 @@ from config_service import services
 from core.limits import MAX_BODY_BYTES
 from tenants.services import throttle
 from tests.conftest import CTX, address_manifest, b64, client_for, make_user, space_manifest
+from tests.qdrouterd import fake_binary
 from workers.usage.job import store
 
 DAY = datetime.date(2026, 11, 20)
@@ -119,6 +120,22 @@ def test_address_spaces_addresses_and_users(tenant, clients, conform):
     conform(api.delete(addresses + "std.fan/"), 204)
     conform(api.delete(spaces + "brk/"), 202)
     conform(api.get(f"/api/v1/tenants/{tenant.slug}/events/?after=1&limit=5"), 200)
+
+
+def test_a_space_with_connectors_and_their_status(tenant, clients, conform, tmp_path,
+                                                 monkeypatch):
+    fake_binary(tmp_path, monkeypatch)  # spec.connectors need qdrouterd
+    api = clients["owner"]
+    spaces = f"/api/v1/tenants/{tenant.slug}/addressspaces/"
+    manifest = space_manifest("bridge", "standard")
+    manifest["spec"]["connectors"] = [{
+        "name": "remote", "endpointHosts": [{"host": "amqp.example.com", "port": 5671}],
+        "tls": {}, "credentials": {"username": {"value": "app"}, "password": {"value": "pw"}},
+        "addresses": [{"name": "orders", "pattern": "orders/*"}], "idleTimeout": 30}]
+    body = conform(api.post(spaces, manifest, format="json"), 201)
+    assert body["status"]["connectors"][0]["name"] == "remote"  # no router here: not ready
+    conform(api.get(spaces + "bridge/"), 200)
+    conform(api.put(spaces + "bridge/", {"spec": body["spec"]}, format="json"), 200)
 
 
 def test_a_pending_address_over_its_plans_credits(tenant, clients, conform):

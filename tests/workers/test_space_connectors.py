@@ -348,6 +348,30 @@ def test_a_wrong_password_shows_in_status(router, rabbit, tenant, spaces):
     assert said["name"] == "rabbit"
 
 
+def test_a_tls_connector_that_trusts_the_remotes_ca_carries_messages(router, rabbit, tenant,
+                                                                     spaces, tls_dir):
+    from config_service.brokers import internal_ca
+
+    ca = internal_ca()  # what signed RabbitMQ's TLS listener (deploy/local/services.sh)
+    if not ca:
+        pytest.skip("RabbitMQ has no TLS listener of the internal CA here")
+    connector = {**to_rabbit(rabbit), "endpointHosts": [{"host": "localhost",
+                                                         "port": RABBIT_AMQPS}],
+                 "tls": {"caCert": {"value": Path(ca).read_text()}}}
+    space = ready_space(tenant, spaces, connector, "app")
+    [written] = list(tls_dir.rglob("ca.pem"))
+    assert written.stat().st_mode & 0o777 == 0o600
+    queue = f"{rabbit.queues}secure"
+    here = connect(router, space)
+    try:
+        open_sender(here, f"rabbit/{queue}").send(Message(body="over TLS"))
+        receiver = open_receiver(here, f"rabbit/{queue}", credit=10)
+        assert receiver.receive(5).body == "over TLS"
+        receiver.accept()
+    finally:
+        here.close()
+
+
 def test_an_untrusted_certificate_shows_in_status(router, tenant, spaces):
     # RabbitMQ's TLS listener has a certificate of the internal CA, which this connector does
     # not trust (the system's CAs).

@@ -48,10 +48,10 @@ def _connector(name: str, connector: dict, rows: dict) -> list[str]:
     if any(host is None for host in hosts) or not links:
         return ["Not yet configured on the router"]
     used = next((host for host in hosts if host["name"] == links[0].get("connection")), hosts[0])
-    if used.get("connectionStatus") == connectors.CONNECTED:
+    if connectors.connected(used):
         return []
-    told = [_told(host) for host in hosts if host.get("connectionStatus") != connectors.CONNECTED]
-    connected = [host for host in hosts if host.get("connectionStatus") == connectors.CONNECTED]
+    told = [_told(host) for host in hosts if not connectors.connected(host)]
+    connected = [host for host in hosts if connectors.connected(host)]
     if connected:
         told.append(f"Its links still go to {_where(used)}; the router agent's next run moves "
                     f"them to {_where(connected[0])}")

@@ -79,7 +79,8 @@ def _owned(mgmt: Management, prefix: str, desired: dict) -> dict:
     # every space's, filtered here: on Kubernetes each space has its own router anyway).
     wanted: dict = {etype: {"name"} for etype in rc.ENTITY_TYPES}
     wanted[rc.AUTO_LINK].add("operStatus")
-    wanted[rc.CONNECTOR].add("connectionStatus")  # which host a remote connector's links use
+    # Which host a remote connector's links use (connectors.connected)
+    wanted[rc.CONNECTOR].update(("connectionStatus", "connectionMsg"))
     for (etype, _), attributes in desired.items():
         wanted[etype].update(k for k in attributes if k not in rc.WRITE_ONLY)
     actual = {}

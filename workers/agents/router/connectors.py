@@ -106,7 +106,13 @@ def desired(vhost: str, prefix: str, spec: dict, link_route: str, connector_type
     return out
 
 
-CONNECTED = "SUCCESS"  # qdrouterd's connectionStatus of a connector whose connection is open
+def connected(row: dict | None) -> bool:
+    """Whether the router reports the connector's connection open. qdrouterd 1.19 says
+    `SUCCESS` as soon as a new attempt's socket connects, while its last message is still the
+    failure (a refused login or certificate) until the remote's AMQP open arrives."""
+    row = row or {}
+    return (row.get("connectionStatus") == "SUCCESS"
+            and "Connection Opened" in str(row.get("connectionMsg") or ""))
 
 
 def route_to_connected(desired: dict, actual: dict, link_route: str,
@@ -124,7 +130,7 @@ def route_to_connected(desired: dict, actual: dict, link_route: str,
             key=lambda n: int(n.rsplit("host", 1)[1]))
         attrs["connection"] = next(
             (host for host in hosts
-             if (actual.get((connector_type, host)) or {}).get("connectionStatus") == CONNECTED),
+             if connected(actual.get((connector_type, host)))),
             first)
 
 

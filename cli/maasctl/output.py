@@ -40,6 +40,13 @@ def _endpoints(obj: dict) -> str:
     return ",".join(out)
 
 
+def _connectors(obj: dict) -> str:
+    """A space's connectors to remote endpoints: `site=ready`, `rabbit=notready` (the reasons
+    are in `describe`)."""
+    return ",".join(f"{c.get('name')}={'ready' if c.get('isReady') else 'notready'}"
+                    for c in (obj.get("status") or {}).get("connectors") or [])
+
+
 def _rules(obj: dict) -> str:
     rules = (obj.get("spec") or {}).get("authorization") or []
     return ";".join(f"{','.join(r.get('addresses', []))}:{','.join(r.get('operations', []))}"
@@ -68,6 +75,7 @@ COLUMNS = {
         ("READY", _ready, False),
         ("PHASE", lambda o: _s(o, "status", "phase"), False),
         ("AGE", lambda o: age(_s(o, "metadata", "creationTimestamp", default=None)), False),
+        ("CONNECTORS", _connectors, True),
         ("STATUS", _status_text, True),
         ("ENDPOINTS", _endpoints, True),
     ],

@@ -2,11 +2,13 @@
 end to end with real servers as the remote site: a second qdrouterd and this machine's RabbitMQ
 (its AMQP 1.0 listener, a user made for the module and deleted after it). A client of the space
 reaches `<connector>/<address>` both ways, with the space's rights applied; a wrong password and
-an untrusted certificate show in status.connectors; another space cannot use the connector."""
+an untrusted certificate show in status.connectors; another space cannot use the connector. A
+space of another MaaS site (the embedded router) is a remote too."""
 import json
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,8 +24,11 @@ from config_service.models import AddressSpace
 from core.amqp import open_receiver, open_sender
 from dataplane import qdrouterd
 from tests.conftest import CTX, b64, client_for, wait_for
-from tests.router.conftest import free_port, terminate, wait_port
+from tests.qdrouterd import AuthService
+from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, free_port, terminate, wait_port
 from tests.workers.conftest import sync
+from workers.agents.router.agent import RouterAgent
+from workers.clients.qdr import Management
 
 ONLY_QDROUTERD = True  # tests/workers/conftest.py: the embedded router does not carry them
 PASSWORD = "app-password"
@@ -201,16 +206,24 @@ def test_a_client_reaches_a_remote_routers_address_both_ways(router, remote, ten
                                                  "messages": []}]
     here, there = connect(router, space), remote.connect()
     try:
-        # Out: a sender of the space to site/orders/eu, a receiver at the remote router.
-        reaches_remote(here, remote, "to the remote")
-        # In: a receiver of the space on site/orders/us, a sender at the remote router.
-        receiver = open_receiver(here, "site/orders/us", credit=10)  # routed when it returns
-        with sending(there.create_sender("orders/us"), "from the remote", here):
-            assert receiver.receive(5).body == "from the remote"
-            receiver.accept()
+        both_ways(here, "site/orders/eu", there, "orders/eu")
     finally:
         here.close()
         there.close()
+
+
+def both_ways(here, ours: str, there, theirs: str) -> None:
+    """A message a client of the space (`here`) sends to `ours` reaches a receiver of `theirs`
+    at the remote (`there`), and one sent to `theirs` there reaches a receiver of `ours`."""
+    at_remote = there.create_receiver(theirs, credit=10)
+    with sending(open_sender(here, ours), "out", there):
+        assert at_remote.receive(5).body == "out"
+        at_remote.accept()
+    at_remote.close()
+    receiver = open_receiver(here, ours, credit=10)  # routed to the remote when it returns
+    with sending(there.create_sender(theirs), "in", here):
+        assert receiver.receive(5).body == "in"
+        receiver.accept()
 
 
 @contextmanager
@@ -230,7 +243,13 @@ def sending(sender, body, receiving: BlockingConnection):
     try:
         yield
     finally:
-        receiving.wait(lambda: bool(done), timeout=10, msg="the sender's outcome")
+        # In short turns: a wait only looks at `done` again after an event of its own.
+        deadline = time.monotonic() + 10
+        while not done and time.monotonic() < deadline:
+            try:
+                receiving.wait(lambda: bool(done), timeout=0.2)
+            except Timeout:
+                pass
         thread.join(5)
     assert getattr(done[0], "remote_state", done[0]) == Delivery.ACCEPTED
 
@@ -260,6 +279,54 @@ def test_endpoint_hosts_are_tried_in_order(router, remote, tenant, spaces):
         reaches_remote(here, remote, "via the second host")
     finally:
         here.close()
+
+
+@pytest.fixture(scope="module")
+def other_site(router):
+    """Another MaaS site: the embedded router with the auth service of this test database, on
+    which a space of its own is configured by the router agent (`configure_on`)."""
+    auth = AuthService()
+    site = RouterProcess(auth_port=auth.port)
+    site.start()
+    yield site
+    site.stop()
+    auth.stop()
+
+
+def configure_on(site, space) -> None:
+    """The router agent brings `site`'s router to the space's desired state."""
+    mgmt = Management(f"amqp://127.0.0.1:{site.mgmt_port}", "admin", ADMIN_PASSWORD)
+    try:
+        report = RouterAgent(management=mgmt).reconcile(space)
+    finally:
+        mgmt.close()
+    assert not report.space_error and not report.address_errors, report
+
+
+def test_a_space_reaches_a_space_of_another_maas_site(router, other_site, tenant, spaces):
+    far = space_with(tenant, [])  # the other site's space, an anycast address and a user
+    spaces.append(far)
+    services.create_address(ctx=CTX, space=far, address="orders", type="anycast",
+                            plan="standard-small-anycast")
+    user(far)
+    configure_on(other_site, far)
+    # The embedded router takes the space from the login `user@<vhost>` (qdrouterd's connector
+    # cannot send the vhost as its AMQP hostname).
+    connector = {"name": "far", "endpointHosts": [{"host": "127.0.0.1",
+                                                   "port": other_site.amqp_port}],
+                 "credentials": {"username": {"value": f"app@{far.vhost}"},
+                                 "password": {"value": PASSWORD}},
+                 "addresses": [{"name": "orders", "pattern": "orders"}]}
+    space = ready_space(tenant, spaces, connector, "app")
+    here = connect(router, space)
+    there = BlockingConnection(f"amqp://127.0.0.1:{other_site.amqp_port}",
+                               user=f"app@{far.vhost}", password=PASSWORD,
+                               allowed_mechs="PLAIN", allow_insecure_mechs=True, timeout=5)
+    try:
+        both_ways(here, "far/orders", there, "orders")
+    finally:
+        here.close()
+        there.close()
 
 
 def test_a_client_reaches_a_rabbitmq_queue_both_ways(router, rabbit, tenant, spaces):

@@ -1,8 +1,9 @@
 """A space's connectors to remote AMQP endpoints (`spec.connectors`) as qdrouterd entities, as
-EnMasse's agent made them: one `connector` of role `route-container` per entry (with an
-`sslProfile` of its own for TLS), and per address pattern a link route pair `<connector>/<pattern>`
-whose external address drops the `<vhost>/<connector>/` prefix. Clients of the space attach to
-`<connector>/<address>`; the space's vhost policy decides first, as for any address.
+EnMasse's agent made them: `connector`s of role `route-container` (one per endpoint host, with
+an `sslProfile` of their own for TLS), and per address pattern a link route pair
+`<connector>/<pattern>` whose external address drops the `<vhost>/<connector>/` prefix, routed
+to the first host that is connected. Clients of the space attach to `<connector>/<address>`;
+the space's vhost policy decides first, as for any address.
 
 The entities' names carry a keyed digest of what the router never returns (the password, the TLS
 files' contents): a changed secret is a new name, so the agent replaces the connector rather than

@@ -27,6 +27,7 @@ from tests.conftest import CTX, b64, client_for, wait_for
 from tests.qdrouterd import AuthService
 from tests.router.conftest import ADMIN_PASSWORD, RouterProcess, free_port, terminate, wait_port
 from tests.workers.conftest import sync
+from workers.agents.router import desired as rc
 from workers.agents.router.agent import RouterAgent
 from workers.clients.qdr import Management
 
@@ -401,9 +402,11 @@ def test_another_space_cannot_use_the_connector(router, remote, tenant, spaces):
         there.close()
 
 
-def test_a_wrong_password_shows_in_status(router, rabbit, tenant, spaces):
+def test_a_wrong_password_shows_in_status_until_it_is_corrected(router, rabbit, tenant,
+                                                                 spaces, mgmt):
     space = space_with(tenant, [to_rabbit(rabbit, password="wrong-password")])
     spaces.append(space)
+    user(space)
     sync(space)
 
     def refused():
@@ -413,6 +416,19 @@ def test_a_wrong_password_shows_in_status(router, rabbit, tenant, spaces):
             connector["messages"]) and connector
     said = wait_for(refused, 20, what="the refused login in status")
     assert said["name"] == "rabbit"
+    # The tenant corrects it: a new password is a new connector on the router.
+    services.change_address_space_plan(ctx=CTX, space=space, plan=space.plan,
+                                       spec={"connectors": [to_rabbit(rabbit)]})
+    sync(space)
+    wait_for(lambda: ready(tenant, space), 15, what="the corrected connector ready")
+    mine = [c for c in mgmt.query(rc.CONNECTOR, ["name"])
+            if c["name"].startswith(f"maas:{space.vhost}:connector:")]
+    assert len(mine) == 1  # the one with the wrong password is gone
+    here = connect(router, space)
+    try:
+        open_sender(here, f"rabbit/{rabbit.queues}fixed").send(Message(body="logged in"))
+    finally:
+        here.close()
 
 
 def test_a_tls_connector_that_trusts_the_remotes_ca_carries_messages(router, rabbit, tenant,

@@ -1,7 +1,7 @@
 """Prometheus metrics at /metrics, computed from the database at scrape time.
 
 EnMasse's names where they exist (enmasse_addresses_total and per phase,
-enmasse_address_spaces_total), the latency from event appended to event applied per agent
+enmasse_address_spaces_total, enmasse_address_space_connectors_total), the latency from event appended to event applied per agent
 kind as a histogram, and what the alert rules of deploy/monitoring need (metrics_ops.py). Reading from the database keeps the figures right
 however many web and worker processes run. Only a Prometheus with MAAS_METRICS_TOKEN, or a
 client on this machine, reads them (scrape_access.py).
@@ -16,7 +16,7 @@ import uuid
 from typing import NamedTuple
 
 from django.db import connection
-from django.db.models import BooleanField, ExpressionWrapper, JSONField, Q
+from django.db.models import BooleanField, ExpressionWrapper, IntegerField, JSONField, Q
 from django.db.models.expressions import RawSQL
 from django.http import HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
@@ -51,6 +51,7 @@ class ScrapedSpace(NamedTuple):
     last_sequence: int
     terminating: bool
     namespace: str  # the tenant's slug
+    connectors: int = 0  # its spec.connectors, counted in SQL (the spec is not read)
 
 
 class ScrapedState(NamedTuple):
@@ -66,11 +67,17 @@ class ScrapedState(NamedTuple):
     invalidated: str
 
 
+# A space's connectors to remote endpoints (spec.connectors, a list where the API stored it).
+CONNECTORS_SQL = ("case when jsonb_typeof(spec->'connectors') = 'array' "
+                  "then jsonb_array_length(spec->'connectors') else 0 end")
+
+
 def scrape() -> bytes:
     """The text of one scrape (Prometheus text format 0.0.4)."""
-    spaces = [ScrapedSpace(*row) for row in AddressSpace.objects.values_list(
-        "pk", "uid", "name", "type", "resource_version", "last_sequence", "terminating",
-        "tenant__slug")]
+    spaces = [ScrapedSpace(*row) for row in AddressSpace.objects.annotate(
+        connectors=RawSQL(CONNECTORS_SQL, [], output_field=IntegerField()),
+    ).values_list("pk", "uid", "name", "type", "resource_version", "last_sequence",
+                  "terminating", "tenant__slug", "connectors")]
     states: dict = {}  # {space uid: {kind: state}}, as agent_states gives them
     # Of 2,000 states at 100k, parsing every applied_at and decoding every empty address_errors
     # was a seventh of the scrape: whether it was applied, and the errors where there are any.
@@ -141,6 +148,9 @@ class FleetCollector:
     def collect(self):
         yield GaugeMetricFamily("enmasse_address_spaces_total", "Address spaces",
                                 value=len(self.spaces))
+        yield GaugeMetricFamily("enmasse_address_space_connectors_total",
+                                "Connectors of address spaces to remote endpoints",
+                                value=sum(s.connectors for s in self.spaces))
         # Counted through the partial index outbox_pending: as cheap as the backlog is short.
         yield from outbox_families()
         yield throttled_family()

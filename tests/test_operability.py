@@ -3,6 +3,7 @@ import json
 
 from config_service import services
 from tests.conftest import CTX
+from tests.qdrouterd import fake_binary
 
 
 def test_healthz_and_readyz_check_the_real_services(client, db, redis_server):
@@ -35,6 +36,18 @@ def test_metrics_count_addresses_per_phase(client, tenant):
     assert "enmasse_address_spaces_total 1.0" in text
     assert "maas_outbox_backlog 3.0" in text
     assert "maas_event_apply_latency_seconds" in text
+
+
+def test_metrics_count_the_spaces_connectors(client, tenant, tmp_path, monkeypatch):
+    fake_binary(tmp_path, monkeypatch)  # spec.connectors need qdrouterd
+    connector = {"endpointHosts": [{"host": "amqp.example.com"}],
+                 "addresses": [{"name": "all", "pattern": "#"}]}
+    services.create_address_space(
+        ctx=CTX, tenant=tenant, name="bridge", type="standard", plan="standard-small",
+        spec={"connectors": [{"name": "eu", **connector}, {"name": "us", **connector}]})
+    services.create_address_space(ctx=CTX, tenant=tenant, name="plain", type="standard",
+                                  plan="standard-small")
+    assert "enmasse_address_space_connectors_total 2.0" in client.get("/metrics").content.decode()
 
 
 def test_the_openapi_schema_lists_the_api(client, db):

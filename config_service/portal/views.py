@@ -24,7 +24,7 @@ from eventlog.models import ConfigEvent
 from tenants.models import AddressPlan, TenantQuota
 from tenants.roles import Action
 
-from .. import brokers, readings, services
+from .. import brokers, readings, services, space_connectors
 from ..api.resources import connection_url, endpoints
 from ..models import Address, MessagingUser
 from ..safe_load import load_yaml_all, read_bounded
@@ -85,10 +85,24 @@ def space(request, tenant, space):
     ca = readings.get().ca_cert(s)
     return render(request, "portal/space.html", p.context(
         space=s, status=space_status(s, states), endpoints=endpoints(s, ca), ca_cert=ca,
+        connectors=_connectors(s),
         form=forms.AddressForm(space=s), bulk_form=forms.BulkForm(),
         space_plan_form=forms.PlanForm(choices=space_plans, initial={"plan": s.plan},
                                        auto_id="space_%s"),
         address_plans=plans, **table))
+
+
+def _connectors(s) -> list[dict]:
+    """The space's connectors to remote endpoints with their state now (status.connectors)."""
+    spec = space_connectors.of(s.spec)
+    if not spec or s.terminating:
+        return []
+    state = {c["name"]: c for c in readings.get().connectors(s)}
+    return [{"name": c["name"],
+             "hosts": ", ".join(f"{h['host']}:{h['port']}" for h in c["endpointHosts"]),
+             "patterns": ", ".join(a["pattern"] for a in c["addresses"]),
+             "tls": "tls" in c,
+             **state.get(c["name"], {"isReady": False, "messages": []})} for c in spec]
 
 
 def _address_table(request, s, states) -> dict:

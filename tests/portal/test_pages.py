@@ -4,7 +4,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from config_service import services
 from config_service.models import Address, AddressSpace, MessagingUser
-from tests.conftest import CTX
+from tests.conftest import CTX, free_tcp_port
+from tests.qdrouterd import fake_binary
 
 
 @pytest.fixture
@@ -149,3 +150,24 @@ def test_a_space_with_its_own_endpoint_shows_its_host_and_ca_to_a_viewer(client,
     client.logout()
     assert login(client, outsider).get(
         f"/portal/t/{tenant.slug}/spaces/own/").status_code == 404
+
+
+def test_a_viewer_sees_the_connectors_and_why_one_is_not_ready(client, tenant, viewer, tmp_path,
+                                                               monkeypatch, settings):
+    fake_binary(tmp_path, monkeypatch)  # spec.connectors need qdrouterd
+    # A router that does not answer (nothing listens there): the state says so.
+    settings.MAAS_ROUTER_MANAGEMENT_URL = f"amqp://127.0.0.1:{free_tcp_port()}"
+    services.create_address_space(ctx=CTX, tenant=tenant, name="bridge", type="standard",
+                                  plan="standard-small", spec={"connectors": [{
+                                      "name": "site",
+                                      "endpointHosts": [{"host": "amqp.eu.example",
+                                                         "port": 5671}],
+                                      "credentials": {"username": "app", "password": "s3cret"},
+                                      "addresses": [{"name": "orders", "pattern": "orders/*"}]}]})
+    page = login(client, viewer).get(f"/portal/t/{tenant.slug}/spaces/bridge/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert 'data-testid="connectors"' in text
+    assert "<td>site</td><td>amqp.eu.example:5671</td><td>orders/*</td><td>no</td>" \
+           "<td>Not ready</td><td>Router did not answer</td>" in text
+    assert "s3cret" not in text

@@ -416,6 +416,10 @@ def test_a_wrong_password_shows_in_status_until_it_is_corrected(router, rabbit, 
             connector["messages"]) and connector
     said = wait_for(refused, 20, what="the refused login in status")
     assert said["name"] == "rabbit"
+    portal = client_for(tenant.owner_user)
+    portal.force_login(tenant.owner_user)
+    page = portal.get(f"/portal/t/{tenant.slug}/spaces/{space.name}/").content.decode()
+    assert "<td>Not ready</td><td>Authentication refused by 127.0.0.1:5672" in page
     # The tenant corrects it: a new password is a new connector on the router.
     services.change_address_space_plan(ctx=CTX, space=space, plan=space.plan,
                                        spec={"connectors": [to_rabbit(rabbit)]})

@@ -121,18 +121,27 @@ def route_to_connected(desired: dict, actual: dict, link_route: str,
     """Points each remote connector's link routes at the first of its hosts whose connector
     the router reports connected (`actual`, as read): endpointHosts tried in order. While none
     is, or before any was read, they stay on the first host's. Changes `desired` in place."""
+    hosts: dict[str, list[str]] = {}  # the first host's connector -> every host's, in order
+    for etype, name in desired:
+        if etype == connector_type and connector_of(name) is not None:
+            hosts.setdefault(_split_host(name)[0], []).append(name)
+    if not hosts:
+        return
+    chosen = {first: next((n for n in sorted(names, key=lambda n: _split_host(n)[1])
+                           if connected(actual.get((connector_type, n)))), first)
+              for first, names in hosts.items()}
     for (etype, name), attrs in desired.items():
-        if etype != link_route or connector_of(name) is None:
-            continue
-        first = name.rsplit(":", 2)[0]  # `<connector>:<address>:<direction>`: the first host's
-        hosts = [first] + sorted(
-            (key[1] for key in desired
-             if key[0] == connector_type and key[1].startswith(f"{first}:host")),
-            key=lambda n: int(n.rsplit("host", 1)[1]))
-        attrs["connection"] = next(
-            (host for host in hosts
-             if connected(actual.get((connector_type, host)))),
-            first)
+        first = name.rsplit(":", 2)[0]  # a link route's `<first host's>:<address>:<direction>`
+        if etype == link_route and first in chosen:
+            attrs["connection"] = chosen[first]
+
+
+def _split_host(name: str) -> tuple[str, int]:
+    """(the first host's connector, i) of `<first>:host<i>`; (name, 0) for the first's."""
+    first, _, last = name.rpartition(":")
+    if last.startswith("host") and last[4:].isdigit():
+        return first, int(last[4:])
+    return name, 0
 
 
 def _ssl_profile(vhost: str, connector: dict, name: str) -> dict:

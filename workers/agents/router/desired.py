@@ -33,9 +33,9 @@ USAGE_HOLD_CONTAINER = "maas-usage-hold"
 # from the database (dataplane/authservice); the vhost policy names them `user@vhost`.
 ENTITY_TYPES = (VHOST, SSL_PROFILE, CONNECTOR, ADDRESS, AUTO_LINK, LINK_ROUTE)
 WRITE_ONLY = {"saslPassword"}  # never returned by the router: not compared
-# Every attribute `desired_entities` writes, and the autoLinks' and connectors' status: what a diff compares,
-# all a whole read of a shared router keeps (tables.py). A key missing here would read as a
-# difference and have its entity made again (tests/workers/test_router_tables.py).
+# Every attribute `desired_entities` writes, and the autoLinks' and connectors' status: what a
+# diff compares, all a whole read of a shared router keeps (tables.py). A key missing here would
+# read as a difference and have its entity made again (tests/workers/test_router_tables.py).
 ATTRIBUTES = {
     VHOST: frozenset({"hostname", "groups", "aliases", "maxConnections",
                       "maxConnectionsPerUser", "maxConnectionsPerHost"}),

@@ -7,7 +7,8 @@ as the CLI does) and the daily_address rollup alone, and the same daily_address 
 on the same files, by the rules of docs/usage.md written again in SQL: the two daily_address
 tables must be equal row for row, or the bench says DIFFERENT and exits 1. Prints figures,
 the machine's load average before and after, and the CPU time the JVM spent compiling (JIT);
-with --stages, where daily_address's time goes, per Spark stage (from Spark's event log).
+with --stages, where daily_address's and space_peaks' time goes, per Spark stage (from Spark's
+event log: wall time, CPU, shuffle written, spilled to disk).
 With --cluster, the same on a standalone Spark cluster of this machine (a master and two
 workers of one core each from pyspark's distribution, tests/spark/cluster.py) instead of
 local[2], and the peak resident memory of each process (driver, master, workers, executors).
@@ -224,6 +225,8 @@ def stages(events: Path, description: str) -> list[str]:
                     f"CPU {int(metrics.get('internal.metrics.executorCpuTime', 0)) / 1e9:.1f} s, "
                     f"shuffle written "
                     f"{int(metrics.get('internal.metrics.shuffle.write.bytesWritten', 0)) / 1e6:.0f}"
+                    f" MB, spilled to disk "
+                    f"{int(metrics.get('internal.metrics.diskBytesSpilled', 0)) / 1e6:.0f}"
                     f" MB: {', '.join(reversed(scopes))}")
     return lines
 
@@ -385,7 +388,9 @@ def main() -> None:
             print("peak resident memory per process:")
             print("\n".join(f"  {line}" for line in memory.report()))
         if args.stages:
-            print("\n".join(f"  {line}" for line in stages(events, ALONE)))
+            for description in (ALONE, "space_peaks"):
+                print(f"  stages of {description}:")
+                print("\n".join(f"    {line}" for line in stages(events, description)))
         if not args.skip_duckdb:
             duck_out = f"{work}/duckdb_daily_address.parquet"
             elapsed, duck_check = bench_duckdb(base, duck_out)

@@ -310,6 +310,24 @@ AddressSpaceList = list_of(AddressSpace, "AddressSpaceList", ENMASSE)
 
 # Address -------------------------------------------------------------------------------------
 
+class Forwarder(Described):
+    """A queue's or subscription's forwarder (EnMasse's AddressSpecForwarder)."""
+
+    name = s.CharField(max_length=63, help_text="Letters and digits, unique on the address.")
+    remoteAddress = s.CharField(help_text="`<connector>/<address>`: a connector of the "
+                                          "address's space, then the remote address.")
+    direction = s.ChoiceField(choices=["in", "out"], help_text="out: the local queue to the "
+                              "remote; in: the remote into the local queue (a subscription: "
+                              "out only).")
+    priority = s.IntegerField(required=False, help_text="The forwarder's consumer priority.")
+
+
+class ForwarderStatus(Described):
+    name = s.CharField()
+    isReady = s.BooleanField()
+    messages = s.ListField(child=s.CharField(), help_text="Why not ready.")
+
+
 class AddressSpec(Described):
     address = s.CharField(max_length=200, help_text="The wire name: printable ASCII, no "
                                                     "spaces.")
@@ -321,6 +339,9 @@ class AddressSpec(Described):
     messageTtl = MessageTtl(required=False)
     messageRedelivery = MessageRedelivery(required=False)
     subscription = Subscription(required=False)
+    forwarders = Forwarder(many=True, required=False,
+                           help_text="Queues and subscriptions of standard spaces with "
+                                     "spec.connectors (qdrouterd only).")
 
 
 class AddressPlanStatus(Described):
@@ -342,6 +363,9 @@ class AddressStatus(Described):
     planStatus = AddressPlanStatus(help_text="The plan as applied.")
     brokerStatuses = BrokerStatus(many=True, help_text="Where it is placed (empty: pending, or "
                                                        "router only).")
+    forwarders = ForwarderStatus(many=True, required=False,
+                                 help_text="Addresses with spec.forwarders: each forwarder's "
+                                           "state.")
 
 
 class Address(Described):
@@ -374,6 +398,9 @@ class AddressUpdateSpec(Described):
     messageTtl = MessageTtl(required=False)
     messageRedelivery = MessageRedelivery(required=False)
     subscription = Subscription(required=False)
+    forwarders = Forwarder(many=True, required=False,
+                           help_text="Queues and subscriptions of standard spaces with "
+                                     "spec.connectors (qdrouterd only).")
 
 
 class AddressUpdate(Described):

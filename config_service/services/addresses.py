@@ -11,7 +11,7 @@ from core.errors import Conflict, Invalid, NotFound, QuotaExceeded, ServiceError
 from eventlog import log
 from tenants.models import AddressPlan, Tenant
 
-from .. import scheduling, statements, validation
+from .. import address_forwarders, routers, scheduling, space_connectors, statements, validation
 from ..models import Address, AddressSpace
 from .common import (
     append_event,
@@ -90,10 +90,14 @@ def _addresses_reach(tenant: Tenant, limit: int) -> bool:
     return statements.addresses_count(tenant.pk) >= limit
 
 
-def _address_spec(address_type: str, spec: dict, kept: dict | None = None) -> dict:
+def _address_spec(address_type: str, spec: dict, space: AddressSpace,
+                  kept: dict | None = None) -> dict:
     """The address's own spec fields, validated; `kept`: its spec stored before a change."""
     kept = kept or {}
     out = {}
+    forwarders = _forwarders(address_type, spec.get("forwarders"), space)
+    if forwarders:
+        out["forwarders"] = forwarders
     ttl = validation.message_ttl(spec.get("messageTtl"), kept.get("messageTtl"))
     if ttl:
         out["messageTtl"] = ttl
@@ -108,6 +112,23 @@ def _address_spec(address_type: str, spec: dict, kept: dict | None = None) -> di
         out["subscription"] = {"maxConsumers": validation.max_consumers(
             subscription.get("maxConsumers"))}
     return out
+
+
+def _forwarders(address_type: str, value, space: AddressSpace) -> list[dict]:
+    """`spec.forwarders` normalised (address_forwarders.py), where the space can have
+    connectors: a standard space's, on qdrouterd."""
+    if value in (None, []):
+        return []
+    if space.type != "standard":
+        raise Invalid("spec.forwarders are for standard address spaces: they reach the remote "
+                      "through the space's connectors (a brokered space has none)",
+                      "spec.forwarders")
+    refusal = routers.connectors_refusal()
+    if refusal:
+        raise Invalid(f"spec.forwarders need the space's connectors: {refusal}",
+                      "spec.forwarders")
+    names = [c["name"] for c in space_connectors.of(space.spec)]
+    return address_forwarders.validate(value, address_type=address_type, connectors=names)
 
 
 @transaction.atomic
@@ -142,7 +163,7 @@ def _create_address(*, ctx, space, name, address, type, plan, topic, deadletter,
         validation.subscription_queue(wire, topic)
     plan_obj = _address_plan(plan, address_type, space)
     refs = _references(space, address_type, topic, deadletter, expiry)
-    extra = _address_spec(address_type, spec or {})
+    extra = _address_spec(address_type, spec or {}, space)
     taken = statements.clashes(space.pk, wire, name)
     clash = next((n for n, a in taken if a == wire), None)
     if clash is not None:
@@ -201,7 +222,7 @@ def create_addresses(*, ctx: Context, space: AddressSpace, items: list[dict]) ->
             plan_obj = plans[key]
             refs = _references(space, address_type, topic, item.get("deadletter"),
                                item.get("expiry"), batch)
-            extra = _address_spec(address_type, item.get("spec") or {})
+            extra = _address_spec(address_type, item.get("spec") or {}, space)
             if wire in batch:
                 raise Conflict(f"Address {wire!r} is in the list twice", "spec.address")
             if name in names:
@@ -277,7 +298,7 @@ def update_address(*, ctx: Context, space: AddressSpace, name, plan=None, deadle
             raise Invalid(f"{field} cannot be changed; delete and create the address instead",
                           field)
     spec = spec or {}
-    extra = _address_spec(current.type, spec, current.spec)
+    extra = _address_spec(current.type, spec, space, current.spec)
     if current.type == "subscription" and extra["subscription"] != current.spec.get(
         "subscription"
     ) and "subscription" in spec:

@@ -117,7 +117,7 @@ write_files() {  # write_files K: the node's rabbitmq.conf and enabled_plugins
       echo "mqtt.listeners.ssl.default = 127.0.0.1:$((8870 + k))"
     fi
   } > "/etc/rabbitmq/$(name_of "$k").conf"
-  echo '[rabbitmq_amqp1_0,rabbitmq_maas_topic,rabbitmq_management,rabbitmq_mqtt,rabbitmq_prometheus].' \
+  echo '[rabbitmq_amqp1_0,rabbitmq_maas_topic,rabbitmq_management,rabbitmq_mqtt,rabbitmq_prometheus,rabbitmq_shovel,rabbitmq_shovel_management].' \
     > "/etc/rabbitmq/$(name_of "$k").enabled_plugins"
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs (where missing) and starts the services MaaS needs on one machine:
-# PostgreSQL, Redis and RabbitMQ with its management, AMQP 1.0, MQTT and Prometheus plugins and
-# MaaS's topic exchange type; and installs Prometheus's tools (started by no one here).
+# PostgreSQL, Redis and RabbitMQ with its management, AMQP 1.0, MQTT, Prometheus and shovel
+# plugins and MaaS's topic exchange type; and installs Prometheus's tools (started by no one here).
 # Services already running are used as they are. Safe to run again.
 set -euo pipefail
 
@@ -246,7 +246,7 @@ if ! listening 15672 || ! listening "$RABBITMQ_MQTT_PORT" || ! listening 15692; 
   for attempt in 1 2; do
     rabbitmqctl -q eval "$mqtt_env" >/dev/null
     rabbitmq-plugins -q enable rabbitmq_management rabbitmq_amqp1_0 rabbitmq_mqtt \
-      rabbitmq_prometheus >/dev/null 2>&1 && break
+      rabbitmq_prometheus rabbitmq_shovel rabbitmq_shovel_management >/dev/null 2>&1 && break
     [ "$attempt" = 2 ] && { log "RabbitMQ's plugins could not be enabled"; exit 1; }
     log "enabling RabbitMQ's plugins again"
   done

@@ -59,6 +59,16 @@ def test_a_forwarder_is_kept_in_enmasses_shape_and_shows_not_ready(tenant, clien
     shown = body["status"]["forwarders"]
     assert [f["name"] for f in shown] == ["fwd", "back"]
     assert all(f["isReady"] is False and "not realised" in f["messages"][0] for f in shown)
+    # A PATCH changes them, and is validated as a create is.
+    patch = clients["owner"].patch(f"{bridge}bridge.q/", {"spec": {"forwarders": [
+        forwarder(name="only", direction="in")]}}, format="json")
+    assert patch.status_code == 200, patch.content
+    assert [f["name"] for f in patch.json()["spec"]["forwarders"]] == ["only"]
+    patch = clients["owner"].patch(f"{bridge}bridge.q/", {"spec": {"forwarders": [
+        forwarder(remoteAddress="elsewhere/x")]}}, format="json")
+    assert patch.status_code == 400
+    assert patch.json()["field"] == "spec.forwarders[0].remoteAddress"
+    body = clients["owner"].get(f"{bridge}bridge.q/").json()
     # A PUT without them removes them.
     body["spec"].pop("forwarders")
     put = clients["owner"].put(f"{bridge}bridge.q/", body, format="json")

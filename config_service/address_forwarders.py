@@ -80,20 +80,3 @@ def _forwarder(forwarder, field: str, address_type: str, connectors: list[str]) 
             raise Invalid(f"{field}.priority must be a 32-bit integer", f"{field}.priority")
         normal["priority"] = priority
     return normal
-
-
-def of(spec: dict) -> list[dict]:
-    """The address's forwarders as `validate` made them."""
-    found = spec.get("forwarders") if isinstance(spec, dict) else None
-    return [f for f in found or [] if isinstance(f, dict) and isinstance(f.get("name"), str)]
-
-
-# Nothing moves a forwarder's messages yet (issue 63, item 2: the realisation is to come), so
-# none is ever ready, and its status says why rather than letting it look configured.
-NOT_REALISED = ("not realised: this installation does not move a forwarder's messages yet "
-                "(the address keeps it in its spec)")
-
-
-def status(spec: dict) -> list[dict]:
-    """`status.forwarders`: one {name, isReady, messages} per forwarder of the address."""
-    return [{"name": f["name"], "isReady": False, "messages": [NOT_REALISED]} for f in of(spec)]

@@ -8,15 +8,7 @@ from django.conf import settings
 
 from core.api.manifests import ADMIN_API, ENMASSE, MAAS_API, USER_API, metadata, timestamp
 
-from .. import (
-    address_forwarders,
-    brokers,
-    plan_specs,
-    readings,
-    routers,
-    space_connectors,
-    space_endpoints,
-)
+from .. import brokers, plan_specs, readings, routers, space_connectors, space_endpoints
 from ..status import address_status, agents_needed, space_status
 
 
@@ -154,8 +146,6 @@ def address(space, addr, states: dict) -> dict:
         "messages": status.messages,
         "planStatus": {k: addr.plan_status.get(k) for k in ("name", "partitions", "resources")},
         "brokerStatuses": addr.placement,
-        **({"forwarders": address_forwarders.status(addr.spec)}
-           if address_forwarders.of(addr.spec) else {}),
     }
     return {
         "apiVersion": ENMASSE,

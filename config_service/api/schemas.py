@@ -322,12 +322,6 @@ class Forwarder(Described):
     priority = s.IntegerField(required=False, help_text="The forwarder's consumer priority.")
 
 
-class ForwarderStatus(Described):
-    name = s.CharField()
-    isReady = s.BooleanField()
-    messages = s.ListField(child=s.CharField(), help_text="Why not ready.")
-
-
 class AddressSpec(Described):
     address = s.CharField(max_length=200, help_text="The wire name: printable ASCII, no "
                                                     "spaces.")
@@ -340,8 +334,8 @@ class AddressSpec(Described):
     messageRedelivery = MessageRedelivery(required=False)
     subscription = Subscription(required=False)
     forwarders = Forwarder(many=True, required=False,
-                           help_text="Queues and subscriptions of standard spaces with "
-                                     "spec.connectors (qdrouterd only).")
+                           help_text="Not available yet: valid forwarders are refused "
+                                     "with a 400 (docs/api.md, Forwarders).")
 
 
 class AddressPlanStatus(Described):
@@ -363,9 +357,6 @@ class AddressStatus(Described):
     planStatus = AddressPlanStatus(help_text="The plan as applied.")
     brokerStatuses = BrokerStatus(many=True, help_text="Where it is placed (empty: pending, or "
                                                        "router only).")
-    forwarders = ForwarderStatus(many=True, required=False,
-                                 help_text="Addresses with spec.forwarders: each forwarder's "
-                                           "state.")
 
 
 class Address(Described):
@@ -399,8 +390,8 @@ class AddressUpdateSpec(Described):
     messageRedelivery = MessageRedelivery(required=False)
     subscription = Subscription(required=False)
     forwarders = Forwarder(many=True, required=False,
-                           help_text="Queues and subscriptions of standard spaces with "
-                                     "spec.connectors (qdrouterd only).")
+                           help_text="Not available yet: valid forwarders are refused "
+                                     "with a 400 (docs/api.md, Forwarders).")
 
 
 class AddressUpdate(Described):

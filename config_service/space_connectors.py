@@ -26,9 +26,11 @@ import base64
 import binascii
 import ipaddress
 import re
+import socket
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from django.conf import settings
 
 from core import secrets
 from core.errors import Invalid
@@ -149,6 +151,11 @@ def _hosts(hosts, field: str) -> list[dict]:
         host = item.get("host")
         if not isinstance(host, str) or not _host(host):
             raise Invalid(f"{at}.host must be a DNS name or an IP address", f"{at}.host")
+        refused = _inside(host)
+        if refused:
+            raise Invalid(f"{at}.host {host!r} is {refused}: a connector reaches endpoints "
+                          "outside the platform's own networks only (an operator opens more "
+                          "with MAAS_CONNECTOR_ALLOWED_NETWORKS)", f"{at}.host")
         port = _int_in(item.get("port", 5672), f"{at}.port", 1, 65535, "a TCP port")
         out.append({"host": host, "port": port})
     return out
@@ -162,6 +169,42 @@ def _host(host: str) -> bool:
         return True
     except ValueError:
         return bool(HOST.match(host))
+
+
+def _inside(host: str) -> str | None:
+    """Why `host` is inside the platform (loopback, private, link-local and other special
+    addresses, itself or what its name resolves to now), or None. The platform's router dials
+    the connector: without this a tenant could reach this machine's brokers, the auth service
+    or a cloud's metadata endpoint through it. A name that does not resolve now passes (its
+    connector shows unreachable); one that resolves elsewhere later is for the routers' egress
+    rules to stop (docs/api.md)."""
+    try:
+        found = {ipaddress.ip_address(host)}
+    except ValueError:
+        found = _resolved(host)
+        if not found:
+            return None
+    allowed = [ipaddress.ip_network(n, strict=False)
+               for n in settings.MAAS_CONNECTOR_ALLOWED_NETWORKS]
+    for ip in found:
+        ip = getattr(ip, "ipv4_mapped", None) or ip
+        if any(ip in network for network in allowed if network.version == ip.version):
+            continue
+        if not ip.is_global or ip.is_multicast:
+            said = "" if str(ip) == host else f"resolves to {ip}, "
+            return f"{said}an address of a private, loopback or other special network"
+    return None
+
+
+def _resolved(name: str) -> set | None:
+    """The addresses `name` stands for now; None when it does not resolve."""
+    if name.lower() == "localhost" or name.lower().endswith(".localhost"):
+        return {ipaddress.ip_address("127.0.0.1")}  # RFC 6761: loopback, whatever DNS says
+    try:
+        return {ipaddress.ip_address(info[4][0].split("%")[0])
+                for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError, ValueError):
+        return None
 
 
 def _addresses(addresses, field: str) -> list[dict]:

@@ -3,6 +3,7 @@
 One module of 500-odd lines: Django reads its settings from one module, and several settings
 are derived from or checked against others (the router's ports and the mesh's, the broker
 pool and its cluster); each group says what it is for where it starts."""
+import ipaddress
 import re
 from pathlib import Path
 
@@ -462,6 +463,12 @@ MAAS_MQTT_SESSION_PLAN = env("MAAS_MQTT_SESSION_PLAN", "standard-small-subscript
 # Where the router agent writes the TLS files of spaces' connectors to remote endpoints
 # (spec.connectors: CA, client certificate and key, mode 0600), for qdrouterd to read.
 MAAS_CONNECTOR_TLS_DIR = env("MAAS_CONNECTOR_TLS_DIR", str(BASE_DIR / "var" / "connector-tls"))
+# Networks that spaces' connectors may reach beyond the internet's public addresses (CIDRs,
+# comma-separated; default none): a connector to a loopback, private or link-local address is
+# refused, since the platform's own router would dial it (config_service/space_connectors.py).
+MAAS_CONNECTOR_ALLOWED_NETWORKS = [  # a bad network stops the start, naming it
+    str(ipaddress.ip_network(n.strip(), strict=False))
+    for n in env("MAAS_CONNECTOR_ALLOWED_NETWORKS", "").split(",") if n.strip()]
 # Where a router without the connector virtualHost extension (qdrouterd) reaches the local
 # RabbitMQ: the vhost relay (dataplane/vhost_relay/) picks the vhost from the login.
 MAAS_VHOST_RELAY_HOST = env("MAAS_VHOST_RELAY_HOST", "127.0.0.1")

@@ -161,3 +161,25 @@ def test_an_outsider_sees_no_connector(tenant, clients, on_qdrouterd):
                                         {"spec": {"connectors": [connector(name="mine")]}},
                                         format="json")
     assert patched.status_code == 404
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "broker.localhost", "::1",
+                                  "10.1.2.3", "192.168.0.7", "169.254.169.254", "0.0.0.0",
+                                  "::ffff:127.0.0.1", "fd00::1"])
+def test_a_connector_to_the_platforms_own_networks_is_refused(tenant, clients, on_qdrouterd,
+                                                               host, settings):
+    """The platform's router dials the connector: a host on loopback, a private or link-local
+    network (a cloud's metadata endpoint) would let a tenant reach what only the platform
+    may (this machine's brokers, the auth service)."""
+    inside = [connector(endpointHosts=[{"host": host, "port": 5672}])]
+    response = create(clients, tenant, "inside", inside)
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == "spec.connectors[0].endpointHosts[0].host"
+    assert "MAAS_CONNECTOR_ALLOWED_NETWORKS" in response.json()["message"]
+    assert not AddressSpace.objects.filter(name="inside").exists()
+    # An operator may open networks of their own to connectors (localhost is 127.0.0.1).
+    settings.MAAS_CONNECTOR_ALLOWED_NETWORKS = ["127.0.0.0/8", "10.0.0.0/8", "::1/128"]
+    opened = create(clients, tenant, "opened", inside)
+    opens = host in ("127.0.0.1", "localhost", "broker.localhost", "10.1.2.3", "::1",
+                     "::ffff:127.0.0.1")
+    assert opened.status_code == (201 if opens else 400), opened.content

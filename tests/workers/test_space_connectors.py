@@ -119,6 +119,8 @@ def _owner(tenant, owner):
 
 @pytest.fixture(autouse=True)
 def tls_dir(settings, tmp_path):
+    # The remotes here listen on this machine: the operator opens loopback to connectors.
+    settings.MAAS_CONNECTOR_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     settings.MAAS_CONNECTOR_TLS_DIR = str(tmp_path / "connector-tls")
     return Path(settings.MAAS_CONNECTOR_TLS_DIR)
 

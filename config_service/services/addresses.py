@@ -115,8 +115,9 @@ def _address_spec(address_type: str, spec: dict, space: AddressSpace,
 
 
 def _forwarders(address_type: str, value, space: AddressSpace) -> list[dict]:
-    """`spec.forwarders` normalised (address_forwarders.py), where the space can have
-    connectors: a standard space's, on qdrouterd."""
+    """[] when no forwarder is asked; else Invalid naming the field: a forwarder the space
+    cannot have (a standard space's on qdrouterd only), one address_forwarders.py refuses, and
+    until they are realised, any valid one too."""
     if value in (None, []):
         return []
     if space.type != "standard":

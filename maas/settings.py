@@ -1,6 +1,6 @@
 """Settings for MaaS, read from environment variables with working one-machine defaults.
 
-One module of 500-odd lines: Django reads its settings from one module, and several settings
+One module of 540-odd lines: Django reads its settings from one module, and several settings
 are derived from or checked against others (the router's ports and the mesh's, the broker
 pool and its cluster); each group says what it is for where it starts."""
 import ipaddress

@@ -4,7 +4,7 @@ posted manifest may hold), so that /api/schema/ types every body and a client ca
 from it. Enums are closed sets the code checks (phases, address and space types, operations,
 roles); `kind`, `apiVersion` and event types are strings, so that a new value breaks no client.
 
-One module of 540-odd lines: it is the one description of the space-scoped API's bodies
+One module of 680-odd lines: it is the one description of the space-scoped API's bodies
 (spaces, addresses, messaging users, connections, plans), which share its metadata, credit and
 list pieces; split, each part would import the others' pieces back.
 """

@@ -178,14 +178,20 @@ def to_rabbit(rabbit, password=None, name="rabbit") -> dict:
             "addresses": [{"name": "queues", "pattern": f"{rabbit.queues}*"}]}  # conn-<id>.*
 
 
-def ready_space(tenant, spaces, connector: dict, *usernames: str):
-    """A space with `connector` and messaging users of every address, applied, its connector
-    ready."""
+def applied_space(tenant, spaces, connector: dict, *usernames: str):
+    """A space with `connector` and messaging users of every address, applied (its connector
+    ready or not)."""
     space = space_with(tenant, [connector])
     spaces.append(space)
     for username in usernames:
         user(space, username)
     sync(space)
+    return space
+
+
+def ready_space(tenant, spaces, connector: dict, *usernames: str):
+    """applied_space, its connector ready."""
+    space = applied_space(tenant, spaces, connector, *usernames)
     wait_for(lambda: ready(tenant, space), 15, what=f"connector {connector['name']} ready")
     return space
 
@@ -262,10 +268,7 @@ def test_endpoint_hosts_are_tried_in_order(router, remote, tenant, spaces):
     connector = {**to_remote_router(remote),
                  "endpointHosts": [{"host": "127.0.0.1", "port": dead},
                                    {"host": "127.0.0.1", "port": remote.port}]}
-    space = space_with(tenant, [connector])
-    spaces.append(space)
-    user(space)
-    sync(space)
+    space = applied_space(tenant, spaces, connector, "app")
 
     def second_host_up():
         [said] = status_connectors(tenant, space)
@@ -406,10 +409,7 @@ def test_another_space_cannot_use_the_connector(router, remote, tenant, spaces):
 
 def test_a_wrong_password_shows_in_status_until_it_is_corrected(router, rabbit, tenant,
                                                                  spaces, mgmt):
-    space = space_with(tenant, [to_rabbit(rabbit, password="wrong-password")])
-    spaces.append(space)
-    user(space)
-    sync(space)
+    space = applied_space(tenant, spaces, to_rabbit(rabbit, password="wrong-password"), "app")
 
     def refused():
         [connector] = status_connectors(tenant, space)

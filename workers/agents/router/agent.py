@@ -6,6 +6,10 @@ router's request pipeline: one connection, requests in order), verifies with wha
 answers confirm, and waits briefly for the queues' autoLinks to attach. A router restarted empty is configured again at
 once, through this agent, by the router watch (router_watch.py). Only entities named
 `maas:<vhost>:...` are ever touched.
+
+One module of 510-odd lines: the reconcile, its verification and its status report all work on
+one desired/actual pair; what stands alone is beside it (pool.py, tables.py, touched.py,
+applied.py, connectors.py).
 """
 import logging
 import time
